@@ -1,0 +1,94 @@
+"""ilmek: a synchronous runtime for stateful graphs, checkpointed every superstep.
+
+Build a graph with :func:`graph`, run it with :func:`run`, pause it for a
+person with ``ctx.interrupt`` and answer with :func:`resume`. Every superstep
+is committed to a checkpointer, so a thread survives crashes, deploys and
+moves between processes and machines.
+"""
+
+from __future__ import annotations
+
+from . import channel, serde
+from .channel import UNSET, append_field, merge_field, reduce_field
+from .checkpoint.base import Checkpointer
+from .checkpoint.memory import InMemoryCheckpointer
+from .context import NodeContext
+from .control import Command, RetryPolicy, Send, command, send
+from .engine import resume, resume_keyed, resume_keyed_stream, resume_stream, run, stream
+from .errors import (
+    CheckpointNotFoundError,
+    ConcurrentUpdateError,
+    GraphError,
+    IlmekError,
+    InterruptSignal,
+    NondeterminismError,
+    RecursionLimitError,
+    ReducerError,
+    ResumeError,
+    SchemaVersionError,
+    SerializationError,
+    StorageError,
+    ThreadBusyError,
+    TransientStorageError,
+)
+from .events import Event, StreamPart, stream_modes
+from .graph import END, START, CompiledGraph, GraphBuilder, graph
+from .host import history, pending_interrupts, thread_state, update_state
+from .types import Checkpoint, JournalEntry, Pending, Result, ScheduledTask, ThreadInfo
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "END",
+    "START",
+    "UNSET",
+    "Checkpoint",
+    "CheckpointNotFoundError",
+    "Checkpointer",
+    "Command",
+    "CompiledGraph",
+    "ConcurrentUpdateError",
+    "Event",
+    "GraphBuilder",
+    "GraphError",
+    "IlmekError",
+    "InMemoryCheckpointer",
+    "InterruptSignal",
+    "JournalEntry",
+    "NodeContext",
+    "NondeterminismError",
+    "Pending",
+    "RecursionLimitError",
+    "ReducerError",
+    "Result",
+    "ResumeError",
+    "RetryPolicy",
+    "ScheduledTask",
+    "SchemaVersionError",
+    "Send",
+    "SerializationError",
+    "StorageError",
+    "StreamPart",
+    "ThreadBusyError",
+    "ThreadInfo",
+    "TransientStorageError",
+    "append_field",
+    "channel",
+    "command",
+    "graph",
+    "history",
+    "merge_field",
+    "pending_interrupts",
+    "reduce_field",
+    "resume",
+    "resume_keyed",
+    "resume_keyed_stream",
+    "resume_stream",
+    "run",
+    "send",
+    "serde",
+    "stream",
+    "stream_modes",
+    "thread_state",
+    "update_state",
+]

@@ -1,0 +1,162 @@
+"""Channels: the named slots of a graph's state and how writes fold into them.
+
+``last_write`` keeps the newest write, ``append`` grows a list, ``merge``
+shallow-merges dicts and ``reduce`` applies any ``fn(current, incoming)``.
+For a state declared as an ``attrs`` class, :func:`append_field`,
+:func:`merge_field` and :func:`reduce_field` mark a field's channel.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Literal
+
+import attrs
+
+__all__ = [
+    "UNSET",
+    "Channel",
+    "append",
+    "append_field",
+    "last_write",
+    "merge",
+    "merge_field",
+    "reduce",
+    "reduce_field",
+]
+
+ChannelKind = Literal["last_write", "append", "merge", "reduce"]
+
+METADATA_KEY: Final = "ilmek.channel"
+"""The key under which an attrs field's metadata carries its :class:`Channel`."""
+
+
+class _Unset:
+    """The marker for "no value": a channel never written and with no default."""
+
+    _instance: _Unset | None = None
+
+    def __new__(cls) -> _Unset:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __copy__(self) -> _Unset:
+        return self
+
+    def __deepcopy__(self, memo: Any) -> _Unset:
+        return self
+
+
+UNSET: Final = _Unset()
+
+
+def _list_items(incoming: Any) -> list[Any]:
+    # A list or tuple extends; anything else (a string included) is one item.
+    if isinstance(incoming, (list, tuple)):
+        return list(incoming)
+    return [incoming]
+
+
+@attrs.frozen
+class Channel:
+    """One slot of state and the reducer that folds writes into it.
+
+    Build channels with :func:`last_write`, :func:`append`, :func:`merge` or
+    :func:`reduce` rather than directly.
+    """
+
+    kind: ChannelKind
+    default: Any = UNSET
+    fn: Callable[[Any, Any], Any] | None = attrs.field(default=None, eq=False)
+
+    def initial(self) -> Any:
+        """The value before any write: a fresh copy of the default, or ``UNSET``."""
+        if self.default is UNSET:
+            return UNSET
+        return copy.deepcopy(self.default)
+
+    def new_items(self, incoming: Any) -> list[Any]:
+        """For an ``append`` channel, the items a write adds."""
+        return _list_items(incoming)
+
+    def fold(self, current: Any, incoming: Any) -> Any:
+        """The channel's value after ``incoming`` is written onto ``current``.
+
+        ``current`` is ``UNSET`` for a channel never written that has no
+        default. Never mutates ``current``.
+
+        Raises:
+            TypeError: the write has the wrong shape for the channel (a
+                ``merge`` channel given something other than a mapping).
+        """
+        if self.kind == "last_write":
+            return incoming
+        if self.kind == "append":
+            base = [] if current is UNSET else list(current)
+            return base + _list_items(incoming)
+        if self.kind == "merge":
+            if not isinstance(incoming, Mapping):
+                raise TypeError(f"a merge channel takes a mapping, got {type(incoming).__name__}")
+            base_map = {} if current is UNSET else dict(current)
+            base_map.update(incoming)
+            return base_map
+        assert self.fn is not None
+        if current is UNSET:
+            return incoming
+        return self.fn(current, incoming)
+
+
+def last_write(default: Any = UNSET) -> Channel:
+    """A channel whose newest write wins (the default kind).
+
+    Args:
+        default: The value before the first write; mutable defaults are copied
+            for every thread, never shared.
+    """
+    return Channel("last_write", default)
+
+
+def append() -> Channel:
+    """A list channel: a list or tuple write extends it, any other value is appended as one item."""
+    return Channel("append", [])
+
+
+def merge() -> Channel:
+    """A dict channel: each write is shallow-merged in, the incoming value winning per key."""
+    return Channel("merge", {})
+
+
+def reduce(fn: Callable[[Any, Any], Any], default: Any = UNSET) -> Channel:
+    """A channel folded by ``fn(current, incoming) -> next``.
+
+    Without a default, the first write becomes the value as it is and ``fn``
+    folds every later one.
+    """
+    if not callable(fn):
+        raise TypeError(f"reduce() needs a callable, got {fn!r}")
+    return Channel("reduce", default, fn)
+
+
+def append_field(**kwargs: Any) -> Any:
+    """An ``attrs`` field backed by an :func:`append` channel (default: an empty list)."""
+    kwargs.setdefault("factory", list)
+    return attrs.field(metadata={METADATA_KEY: append()}, **kwargs)
+
+
+def merge_field(**kwargs: Any) -> Any:
+    """An ``attrs`` field backed by a :func:`merge` channel (default: an empty dict)."""
+    kwargs.setdefault("factory", dict)
+    return attrs.field(metadata={METADATA_KEY: merge()}, **kwargs)
+
+
+def reduce_field(fn: Callable[[Any, Any], Any], **kwargs: Any) -> Any:
+    """An ``attrs`` field backed by a :func:`reduce` channel with ``fn``."""
+    return attrs.field(metadata={METADATA_KEY: reduce(fn)}, **kwargs)

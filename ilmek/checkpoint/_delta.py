@@ -1,0 +1,362 @@
+"""Channel storage that grows with the work, not with the history.
+
+A stored checkpoint does not hold its channel values; it holds a *manifest*
+that says where each value lives:
+
+* a **blob** (``BlobRef``): a whole value, written once when the value
+  changed and shared by every later checkpoint until it changes again;
+* a **log** (``LogRef``): a list stored one item per row. A checkpoint sees
+  the first ``length`` items. Appending to a list writes only the new items.
+  When a checkpoint appends to a list whose log has already grown past it
+  (a fork), a child log starts at that point; the items before it are read
+  from the parent log, so forks share their ancestors' items.
+
+This module holds that algorithm once. A backend supplies the few storage
+primitives of :class:`DeltaStore` (dicts in memory, rows in SQL), so every
+backend stores the same way.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import attrs
+
+from .. import serde
+from ..errors import SerializationError
+from ..types import ChannelChange, Extend, Replace
+from ._records import EncodedChange
+
+__all__ = [
+    "BlobRef",
+    "DeltaStore",
+    "LogInfo",
+    "LogRef",
+    "ValueCache",
+    "diff_channels",
+    "manifest_from_plain",
+    "manifest_to_plain",
+    "read_channel_slice",
+    "read_channels",
+    "write_channels",
+]
+
+
+@attrs.frozen
+class BlobRef:
+    """A channel value stored whole, as blob ``blob_id``."""
+
+    blob_id: int
+
+
+@attrs.frozen
+class LogRef:
+    """A list channel: the first ``length`` items of log ``log_id`` (and its ancestors)."""
+
+    log_id: int
+    length: int
+
+
+ChannelRef = BlobRef | LogRef
+
+
+@attrs.frozen
+class LogInfo:
+    """A log: items ``[base, length)`` stored under it, the rest inherited from ``parent_id``."""
+
+    log_id: int
+    parent_id: int | None
+    base: int
+    length: int
+
+
+def manifest_to_plain(manifest: Mapping[str, ChannelRef]) -> dict[str, list[Any]]:
+    """A manifest as JSON-able data: ``{"ch": ["b", id]}`` or ``{"ch": ["l", id, length]}``."""
+    plain: dict[str, list[Any]] = {}
+    for name, ref in manifest.items():
+        if isinstance(ref, BlobRef):
+            plain[name] = ["b", ref.blob_id]
+        else:
+            plain[name] = ["l", ref.log_id, ref.length]
+    return plain
+
+
+def manifest_from_plain(plain: Any) -> dict[str, ChannelRef]:
+    """The inverse of :func:`manifest_to_plain`."""
+    if not isinstance(plain, dict):
+        raise SerializationError("a stored channel manifest is not an object", where="stored data")
+    manifest: dict[str, ChannelRef] = {}
+    for name, ref in plain.items():
+        if isinstance(ref, list) and len(ref) == 2 and ref[0] == "b":
+            manifest[name] = BlobRef(int(ref[1]))
+        elif isinstance(ref, list) and len(ref) == 3 and ref[0] == "l":
+            manifest[name] = LogRef(int(ref[1]), int(ref[2]))
+        else:
+            raise SerializationError(
+                f"channel {name!r} has a malformed stored reference {ref!r}", where="stored data"
+            )
+    return manifest
+
+
+class DeltaStore(Protocol):
+    """The storage primitives a backend provides; each acts inside the caller's transaction."""
+
+    def insert_blob(self, thread_id: str, channel: str, text: str) -> int:
+        """Store a whole value; return its new blob id."""
+
+    def fetch_blobs(self, thread_id: str, blob_ids: Sequence[int]) -> dict[int, Any]:
+        """Decoded values of the given blobs."""
+
+    def create_log(self, thread_id: str, channel: str, parent_id: int | None, base: int, length: int) -> int:
+        """Start a log holding items ``[base, length)``; return its id."""
+
+    def try_extend_log(self, thread_id: str, log_id: int, old_length: int, new_length: int) -> bool:
+        """Set a log's length to ``new_length`` if it is still ``old_length``."""
+
+    def insert_items(self, thread_id: str, log_id: int, start: int, texts: Sequence[str]) -> None:
+        """Store items at indices ``start, start + 1, ...`` of a log."""
+
+    def fetch_logs(self, thread_id: str) -> dict[int, LogInfo]:
+        """Every log of the thread."""
+
+    def fetch_items(self, thread_id: str, spans: Sequence[tuple[int, int, int]]) -> dict[int, list[Any]]:
+        """Decoded items of each ``(log_id, start, stop)`` span, by log id, in index order.
+
+        The spans name distinct logs (a log appears once in any list's ancestry).
+        """
+
+
+def diff_channels(parent: Mapping[str, Any] | None, channels: Mapping[str, Any]) -> dict[str, ChannelChange]:
+    """What changed from ``parent`` to ``channels``, for a checkpoint put without a hint.
+
+    A list that only grew becomes an :class:`Extend`; any other changed or
+    new value a :class:`Replace`.
+    """
+    changes: dict[str, ChannelChange] = {}
+    for name, value in channels.items():
+        if parent is not None and name in parent:
+            before = parent[name]
+            if before is value:
+                continue
+            if (
+                type(before) is list
+                and type(value) is list
+                and len(value) >= len(before)
+                and value[: len(before)] == before
+            ):
+                if len(value) > len(before):
+                    changes[name] = Extend(tuple(value[len(before) :]))
+                continue
+            if type(before) is type(value) and before == value:
+                continue
+        elif type(value) is list:
+            changes[name] = Extend(tuple(value))
+            continue
+        changes[name] = Replace(value)
+    return changes
+
+
+def write_channels(
+    store: DeltaStore,
+    thread_id: str,
+    parent_manifest: Mapping[str, ChannelRef],
+    changes: Sequence[EncodedChange],
+    keep: set[str] | None = None,
+) -> dict[str, ChannelRef]:
+    """Store ``changes`` on top of the parent's manifest; return the new manifest.
+
+    Args:
+        store: The backend's primitives, inside its open write transaction.
+        thread_id: The thread.
+        parent_manifest: Where the parent checkpoint's values live.
+        changes: The encoded changes.
+        keep: When given, the channels the new checkpoint has; any other
+            channel of the parent is dropped from the manifest.
+    """
+    manifest: dict[str, ChannelRef] = {
+        name: ref for name, ref in parent_manifest.items() if keep is None or name in keep
+    }
+    for change in changes:
+        name = change.channel
+        if change.items is None:
+            assert change.value is not None
+            manifest[name] = BlobRef(store.insert_blob(thread_id, name, change.value))
+            continue
+        texts = list(change.items)
+        ref = manifest.get(name)
+        if isinstance(ref, LogRef):
+            new_length = ref.length + len(texts)
+            if not texts:
+                continue
+            if store.try_extend_log(thread_id, ref.log_id, ref.length, new_length):
+                log_id = ref.log_id
+            else:
+                log_id = store.create_log(thread_id, name, ref.log_id, ref.length, new_length)
+            store.insert_items(thread_id, log_id, ref.length, texts)
+            manifest[name] = LogRef(log_id, new_length)
+            continue
+        if isinstance(ref, BlobRef):
+            # The list was stored whole until now: move it into a log once.
+            before = store.fetch_blobs(thread_id, [ref.blob_id])[ref.blob_id]
+            if not isinstance(before, list):
+                raise TypeError(f"channel {name!r} holds {type(before).__name__}, not a list")
+            texts = [serde.encode(item, where=f"channel {name!r}") for item in before] + texts
+        log_id = store.create_log(thread_id, name, None, 0, len(texts))
+        store.insert_items(thread_id, log_id, 0, texts)
+        manifest[name] = LogRef(log_id, len(texts))
+    return manifest
+
+
+def _spans(logs: Mapping[int, LogInfo], log_id: int, start: int, stop: int) -> list[tuple[int, int, int]]:
+    """The ``(log, start, stop)`` pieces that make up items ``[start, stop)`` of a log."""
+    spans: list[tuple[int, int, int]] = []
+    current: LogInfo | None = logs.get(log_id)
+    upper = stop
+    while current is not None and upper > start:
+        lower = max(current.base, start)
+        if lower < upper:
+            spans.append((current.log_id, lower, upper))
+        upper = min(upper, current.base)
+        current = logs.get(current.parent_id) if current.parent_id is not None else None
+    if upper > start:
+        raise SerializationError(f"log {log_id} is missing items {start}..{upper}", where="stored data")
+    spans.reverse()
+    return spans
+
+
+class ValueCache:
+    """Decoded values of stored blobs and logs, shared by reads in one process.
+
+    Stored blobs and log items never change once written, so a cached value
+    is always right; a log read at a greater length fetches only the items
+    it is missing. Bounded by the approximate size of what it holds.
+    """
+
+    def __init__(self, max_bytes: int = 64 * 1024 * 1024) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[tuple[str, int], tuple[Any, int]] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, int]) -> Any:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None:
+                return None
+            self._entries.move_to_end(key)
+            return found[0]
+
+    def put(self, key: tuple[str, int], value: Any, size: int) -> None:
+        if size > self.max_bytes:
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._size -= old[1]
+            self._entries[key] = (value, size)
+            self._size += size
+            while self._size > self.max_bytes and self._entries:
+                _, (_, evicted) = self._entries.popitem(last=False)
+                self._size -= evicted
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._size = 0
+
+
+def _approximate_size(items: Sequence[Any]) -> int:
+    # A rough count keeps the cache bounded without encoding anything again.
+    return 64 * len(items) + 1
+
+
+def read_channels(
+    store: DeltaStore,
+    thread_id: str,
+    manifest: Mapping[str, ChannelRef],
+    cache: ValueCache | None = None,
+) -> dict[str, Any]:
+    """The channel values a manifest points at, in a bounded number of reads.
+
+    Blobs are fetched in one call, logs' ancestry in one, and the missing
+    items of every list in one more, however long the history.
+    """
+    values: dict[str, Any] = {}
+    blob_ids = [ref.blob_id for ref in manifest.values() if isinstance(ref, BlobRef)]
+    if blob_ids:
+        blobs = store.fetch_blobs(thread_id, blob_ids)
+        for name, ref in manifest.items():
+            if isinstance(ref, BlobRef):
+                if ref.blob_id not in blobs:
+                    raise SerializationError(
+                        f"channel {name!r} points at missing blob {ref.blob_id}", where="stored data"
+                    )
+                values[name] = blobs[ref.blob_id]
+    log_refs = {name: ref for name, ref in manifest.items() if isinstance(ref, LogRef)}
+    if log_refs:
+        values.update(_read_logs(store, thread_id, log_refs, cache))
+    return values
+
+
+def _read_logs(
+    store: DeltaStore,
+    thread_id: str,
+    refs: Mapping[str, LogRef],
+    cache: ValueCache | None,
+) -> dict[str, list[Any]]:
+    known: dict[str, list[Any]] = {}
+    need: dict[str, LogRef] = {}
+    for name, ref in refs.items():
+        cached = cache.get(("l", ref.log_id)) if cache is not None else None
+        if cached is not None and len(cached) >= ref.length:
+            known[name] = list(cached[: ref.length])
+        else:
+            known[name] = list(cached) if cached is not None else []
+            need[name] = ref
+    if need:
+        logs = store.fetch_logs(thread_id)
+        plan: dict[str, list[tuple[int, int, int]]] = {
+            name: _spans(logs, ref.log_id, len(known[name]), ref.length) for name, ref in need.items()
+        }
+        fetched = store.fetch_items(thread_id, [span for spans in plan.values() for span in spans])
+        for name, spans in plan.items():
+            items = known[name]
+            for log_id, _start, _stop in spans:
+                items.extend(fetched.get(log_id, ()))
+            if len(items) != need[name].length:
+                raise SerializationError(
+                    f"channel {name!r} should hold {need[name].length} items, found {len(items)}",
+                    where="stored data",
+                )
+            if cache is not None:
+                cache.put(("l", need[name].log_id), tuple(items), _approximate_size(items))
+    return known
+
+
+def read_channel_slice(
+    store: DeltaStore,
+    thread_id: str,
+    ref: ChannelRef,
+    offset: int,
+    limit: int | None,
+) -> list[Any]:
+    """Items ``[offset, offset + limit)`` of a list channel, reading only those."""
+    if isinstance(ref, BlobRef):
+        value = store.fetch_blobs(thread_id, [ref.blob_id])[ref.blob_id]
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"the channel holds {type(value).__name__}, not a list")
+        stop = len(value) if limit is None else offset + limit
+        return list(value[offset:stop])
+    stop = ref.length if limit is None else min(ref.length, offset + limit)
+    if offset >= stop:
+        return []
+    logs = store.fetch_logs(thread_id)
+    spans = _spans(logs, ref.log_id, offset, stop)
+    fetched = store.fetch_items(thread_id, spans)
+    items: list[Any] = []
+    for log_id, _start, _stop in spans:
+        items.extend(fetched.get(log_id, ()))
+    return items

@@ -1,0 +1,174 @@
+"""Every exception ilmek raises on its own account, in one tree.
+
+Each class's docstring is its default message. Errors that carry data take
+keyword arguments and keep them as attributes, so callers can branch on
+``err.thread_id`` rather than parse text. Exceptions raised by user code
+(a node, a step, a reducer) are never wrapped: they reach the caller as they
+were raised, except where a class below says otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "CheckpointNotFoundError",
+    "ConcurrentUpdateError",
+    "GraphError",
+    "IlmekError",
+    "InterruptSignal",
+    "NondeterminismError",
+    "RecursionLimitError",
+    "ReducerError",
+    "ResumeError",
+    "SchemaVersionError",
+    "SerializationError",
+    "StorageError",
+    "ThreadBusyError",
+    "TransientStorageError",
+]
+
+
+class IlmekError(Exception):
+    """An ilmek operation failed."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        thread_id: str | None = None,
+        checkpoint_id: str | None = None,
+    ) -> None:
+        if message is None:
+            message = (type(self).__doc__ or "").strip().splitlines()[0]
+        super().__init__(message)
+        self.message = message
+        self.thread_id = thread_id
+        self.checkpoint_id = checkpoint_id
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class GraphError(IlmekError):
+    """The graph is malformed; fix its definition and compile it again."""
+
+    def __init__(self, message: str | None = None, *, node: str | None = None) -> None:
+        super().__init__(message)
+        self.node = node
+
+
+class ReducerError(IlmekError):
+    """A write could not be folded into a channel."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        channel: str | None = None,
+        node: str | None = None,
+        thread_id: str | None = None,
+    ) -> None:
+        super().__init__(message, thread_id=thread_id)
+        self.channel = channel
+        self.node = node
+
+
+class ResumeError(IlmekError):
+    """The thread cannot be resumed or run the way it was asked to."""
+
+
+class CheckpointNotFoundError(ResumeError, LookupError):
+    """The thread has no checkpoint with that id; list them with history()."""
+
+
+class RecursionLimitError(IlmekError):
+    """The run reached its recursion limit before the graph finished."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        limit: int,
+        thread_id: str | None = None,
+        checkpoint_id: str | None = None,
+    ) -> None:
+        super().__init__(message, thread_id=thread_id, checkpoint_id=checkpoint_id)
+        self.limit = limit
+
+
+class NondeterminismError(IlmekError):
+    """A replayed task did not request the journal keys it recorded before."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        key: str,
+        node: str | None = None,
+        thread_id: str | None = None,
+    ) -> None:
+        super().__init__(message, thread_id=thread_id)
+        self.key = key
+        self.node = node
+
+
+class SerializationError(IlmekError, TypeError):
+    """A value cannot be stored: ilmek's codec does not support its type."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        where: str | None = None,
+        type_name: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.where = where
+        self.type_name = type_name
+
+
+class ThreadBusyError(IlmekError):
+    """Another run holds this thread; wait for it to return and try again."""
+
+
+class ConcurrentUpdateError(IlmekError):
+    """Another writer moved the thread on first; nothing was written. Reload and retry."""
+
+
+class SchemaVersionError(IlmekError):
+    """The database was written by another version of ilmek's schema."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        found: int | None = None,
+        expected: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.found = found
+        self.expected = expected
+
+
+class StorageError(IlmekError):
+    """The database refused an operation; see the chained driver error."""
+
+
+class TransientStorageError(StorageError):
+    """The database kept failing with a transient error after every retry."""
+
+
+class InterruptSignal(BaseException):
+    """A node paused for a person (not an error).
+
+    ``ctx.interrupt`` raises it to halt the task; the engine catches it and ends
+    the run ``interrupted``. It derives from :class:`BaseException` so that a
+    blanket ``except Exception:`` inside a node cannot swallow a pause. Re-raise
+    it if you catch ``BaseException``.
+    """
+
+    def __init__(self, key: str, payload: Any = None) -> None:
+        super().__init__(key)
+        self.key = key
+        self.payload = payload

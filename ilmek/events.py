@@ -1,0 +1,199 @@
+"""The events a run yields, and their projection into stream modes.
+
+Every event carries ``type``, ``run_id``, ``thread_id``, ``seq`` (1, 2, 3...
+within a run, without gaps) and ``ns`` (``()`` at the root). A run emits, in
+order: ``run_start``; per superstep ``step_start``, ``node_start`` for each
+task, then ``custom`` / ``node_retry`` live while tasks run and ``node_end`` /
+``node_error`` as each finishes, then ``state`` and ``checkpoint`` once it
+commits; ``interrupt`` when it pauses; ``run_end`` last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, ClassVar
+
+import attrs
+
+from .types import Pending
+
+__all__ = [
+    "CheckpointEvent",
+    "CustomEvent",
+    "Event",
+    "InterruptEvent",
+    "NodeEnd",
+    "NodeError",
+    "NodeRetry",
+    "NodeStart",
+    "RunEnd",
+    "RunStart",
+    "StateEvent",
+    "StepStart",
+    "StreamPart",
+    "stream_modes",
+]
+
+
+@attrs.frozen(kw_only=True)
+class Event:
+    """The envelope every event shares."""
+
+    type: ClassVar[str] = "event"
+    run_id: str
+    thread_id: str
+    seq: int
+    ns: tuple[str, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class RunStart(Event):
+    """The run began."""
+
+    type: ClassVar[str] = "run_start"
+
+
+@attrs.frozen(kw_only=True)
+class StepStart(Event):
+    """A superstep began; ``tasks`` are its task keys in task order."""
+
+    type: ClassVar[str] = "step_start"
+    step: int
+    tasks: tuple[str, ...]
+
+
+@attrs.frozen(kw_only=True)
+class NodeStart(Event):
+    """A task began."""
+
+    type: ClassVar[str] = "node_start"
+    node: str
+    task_id: str
+
+
+@attrs.frozen(kw_only=True)
+class CustomEvent(Event):
+    """A node called ``ctx.emit`` (or ``ctx.emit_token``)."""
+
+    type: ClassVar[str] = "custom"
+    payload: Any
+    node: str
+    task_id: str
+
+
+@attrs.frozen(kw_only=True)
+class NodeRetry(Event):
+    """A task's attempt number ``attempt`` failed with ``error``; it runs again."""
+
+    type: ClassVar[str] = "node_retry"
+    node: str
+    attempt: int
+    error: BaseException
+    task_id: str
+
+
+@attrs.frozen(kw_only=True)
+class NodeEnd(Event):
+    """A task returned ``update`` (its channel writes)."""
+
+    type: ClassVar[str] = "node_end"
+    node: str
+    update: Mapping[str, Any]
+    task_id: str
+
+
+@attrs.frozen(kw_only=True)
+class NodeError(Event):
+    """A task failed for good with ``error``."""
+
+    type: ClassVar[str] = "node_error"
+    node: str
+    error: BaseException
+    task_id: str
+
+
+@attrs.frozen(kw_only=True)
+class StateEvent(Event):
+    """The channel values after a superstep's writes were folded in."""
+
+    type: ClassVar[str] = "state"
+    channels: Mapping[str, Any]
+
+
+@attrs.frozen(kw_only=True)
+class CheckpointEvent(Event):
+    """A checkpoint was committed."""
+
+    type: ClassVar[str] = "checkpoint"
+    id: str
+
+
+@attrs.frozen(kw_only=True)
+class InterruptEvent(Event):
+    """The run paused; ``pending`` are the open pauses."""
+
+    type: ClassVar[str] = "interrupt"
+    pending: tuple[Pending, ...]
+
+
+@attrs.frozen(kw_only=True)
+class RunEnd(Event):
+    """The run ended with ``status`` ``done``, ``interrupted``, ``error`` or ``aborted``."""
+
+    type: ClassVar[str] = "run_end"
+    status: str
+    state: Any = None
+    pending: tuple[Pending, ...] = ()
+    errors: tuple[tuple[str, BaseException], ...] = ()
+    abort_reason: str | None = None
+    checkpoint_id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class StreamPart:
+    """One projected piece of a stream, keeping its event's ``seq`` and ``ns``."""
+
+    mode: str
+    data: Any
+    seq: int
+    ns: tuple[str, ...] = ()
+
+
+MODES = ("values", "updates", "custom", "messages", "debug")
+
+
+def _is_token(payload: Any) -> bool:
+    return isinstance(payload, Mapping) and payload.get("type") == "token"
+
+
+def stream_modes(events: Iterable[Event], modes: str | Iterable[str]) -> Iterator[StreamPart]:
+    """Project a stream of events into mode-shaped parts, lazily.
+
+    Modes: ``values`` (the channel values after each superstep), ``updates``
+    (``{node: update}`` per finished task), ``custom`` (each ``ctx.emit``
+    payload), ``messages`` (only the token payloads) and ``debug`` (every
+    event as it is).
+
+    Raises:
+        ValueError: an unknown mode was asked for.
+    """
+    wanted = (modes,) if isinstance(modes, str) else tuple(modes)
+    unknown = [m for m in wanted if m not in MODES]
+    if unknown:
+        raise ValueError(f"unknown stream mode {unknown[0]!r}; choose from {', '.join(MODES)}")
+    for event in events:
+        for mode in wanted:
+            data: Any
+            if mode == "debug":
+                data = event
+            elif mode == "values" and isinstance(event, StateEvent):
+                data = event.channels
+            elif mode == "updates" and isinstance(event, NodeEnd):
+                data = {event.node: event.update}
+            elif isinstance(event, CustomEvent) and (
+                mode == "custom" or (mode == "messages" and _is_token(event.payload))
+            ):
+                data = event.payload
+            else:
+                continue
+            yield StreamPart(mode=mode, data=data, seq=event.seq, ns=event.ns)

@@ -1,0 +1,445 @@
+"""Building a graph and checking its structure; no execution happens here.
+
+``graph(name, schema)`` returns a :class:`GraphBuilder`; ``.compile()``
+validates it and freezes it into a :class:`CompiledGraph`, which also knows
+how to plan the tasks that follow a superstep.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+
+from .channel import Channel
+from .control import Command, RetryPolicy, Send
+from .errors import GraphError
+from .predicates import Predicate
+from .schema import StateSchema
+from .types import ScheduledTask
+
+__all__ = ["END", "START", "CompiledGraph", "GraphBuilder", "graph"]
+
+START: Final = "__start__"
+"""The virtual entry node."""
+END: Final = "__end__"
+"""The virtual exit node."""
+
+_RESERVED_CHARACTERS = (":", "#")
+
+
+def _takes_context(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` accepts a second positional argument (the context)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return True
+    positional = 0
+    for parameter in signature.parameters.values():
+        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+            return True
+        if parameter.kind in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        ):
+            positional += 1
+    return positional >= 2
+
+
+@attrs.frozen
+class Callback:
+    """A user function called as ``fn(state, ctx)`` or ``fn(state)``."""
+
+    fn: Callable[..., Any]
+    takes_context: bool
+
+    @classmethod
+    def of(cls, fn: Callable[..., Any]) -> Callback:
+        return cls(fn, _takes_context(fn))
+
+    def __call__(self, state: Any, ctx: Any) -> Any:
+        if self.takes_context:
+            return self.fn(state, ctx)
+        return self.fn(state)
+
+
+@attrs.frozen(kw_only=True)
+class NodeSpec:
+    """A node as declared: its body, retry policy and what the spec exports."""
+
+    name: str
+    body: Callback
+    retry: RetryPolicy | None = None
+    destinations: tuple[str, ...] | None = None
+    type: str | None = None
+    config: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class EdgeSpec:
+    """A static edge, optionally guarded."""
+
+    source: str
+    target: str
+    guard: Callback | None = None
+    predicate: Mapping[str, Any] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class RouterSpec:
+    """A routing function attached to a node (or ``START``)."""
+
+    source: str
+    route: Callback
+    destinations: tuple[str, ...] | None = None
+
+
+def graph(name: str, schema: Mapping[str, Channel] | type | None = None) -> GraphBuilder:
+    """Start building a graph.
+
+    Args:
+        name: The graph's name, used in messages and exported specs.
+        schema: A dict of channel name to channel (see :mod:`ilmek.channel`),
+            an ``attrs`` class whose fields are the channels, or ``None`` to
+            declare channels one by one with :meth:`GraphBuilder.channel`.
+    """
+    if not isinstance(name, str) or not name:
+        raise GraphError(f"a graph needs a non-empty name, got {name!r}")
+    return GraphBuilder(name, StateSchema.build(schema))
+
+
+def _destinations(value: Iterable[str] | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value)
+
+
+@attrs.define
+class GraphBuilder:
+    """Collects channels, nodes, edges and routers; :meth:`compile` checks them.
+
+    Every method returns the builder, so calls chain.
+    """
+
+    name: str
+    schema: StateSchema
+    _nodes: list[NodeSpec] = attrs.field(factory=list, alias="_nodes")
+    _edges: list[EdgeSpec] = attrs.field(factory=list, alias="_edges")
+    _routers: list[RouterSpec] = attrs.field(factory=list, alias="_routers")
+
+    def channel(self, name: str, channel: Channel) -> GraphBuilder:
+        """Declare a channel."""
+        self.schema.add(name, channel)
+        return self
+
+    def node(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *,
+        retry: RetryPolicy | None = None,
+        destinations: Iterable[str] | None = None,
+        type: str | None = None,  # noqa: A002 - the spec's field name
+        config: Mapping[str, Any] | None = None,
+    ) -> GraphBuilder:
+        """Add a node whose body is ``fn(state, ctx)`` or ``fn(state)``.
+
+        Args:
+            name: Unique; not ``START``/``END``; no ``:`` or ``#`` (they
+                delimit task and pause ids).
+            fn: Returns a dict of channel writes, ``None``, or ``command(...)``.
+            retry: Re-run a failing body within its superstep.
+            destinations: Nodes this node's ``command(goto=...)`` may route to,
+                so that compile-time reachability knows about them.
+            type: The node's type in an exported spec (see ``to_spec``).
+            config: The node's configuration in an exported spec.
+        """
+        self._nodes.append(
+            NodeSpec(
+                name=name,
+                body=Callback.of(fn) if callable(fn) else Callback(fn, False),
+                retry=retry,
+                destinations=_destinations(destinations),
+                type=type,
+                config=dict(config or {}),
+            )
+        )
+        return self
+
+    def edge(
+        self,
+        source: str,
+        target: str,
+        *,
+        when: Callable[..., Any] | Mapping[str, Any] | None = None,
+    ) -> GraphBuilder:
+        """Add an edge; with ``when``, it is taken only if ``when(state, ctx)`` is true.
+
+        ``when`` may also be a declarative predicate such as
+        ``{"channel": "intent", "eq": "buy"}`` (see :mod:`ilmek.predicates`),
+        which an exported spec can carry.
+        """
+        guard: Callback | None = None
+        predicate: Mapping[str, Any] | None = None
+        if isinstance(when, Mapping):
+            compiled = Predicate(when)
+            predicate = compiled.spec
+            guard = Callback(compiled, False)
+        elif when is not None:
+            if not callable(when):
+                raise GraphError(
+                    f"edge {source!r} -> {target!r}: when= must be a function or a predicate dict"
+                )
+            guard = Callback.of(when)
+        self._edges.append(EdgeSpec(source=source, target=target, guard=guard, predicate=predicate))
+        return self
+
+    def router(
+        self,
+        source: str,
+        fn: Callable[..., Any],
+        *,
+        destinations: Iterable[str] | None = None,
+    ) -> GraphBuilder:
+        """Route after ``source`` with ``fn(state, ctx)``.
+
+        ``fn`` returns a node name, ``END``, a :func:`~ilmek.send`, or a list
+        mixing them. It runs at plan time, outside any task: it has no journal
+        and must not have side effects. ``destinations`` (optional) declares
+        where it may go; it is checked at compile time and at run time.
+        """
+        if not callable(fn):
+            raise GraphError(f"router on {source!r} must be a function, got {fn!r}")
+        self._routers.append(
+            RouterSpec(source=source, route=Callback.of(fn), destinations=_destinations(destinations))
+        )
+        return self
+
+    def compile(self) -> CompiledGraph:
+        """Check the structure and freeze the graph.
+
+        Raises:
+            GraphError: naming the culprit, for: a bad, reserved or duplicate
+                node name, a node body that is not callable, an edge or router
+                touching an unknown node, an edge out of ``END`` or into
+                ``START``, no way out of ``START``, or a node that cannot be
+                reached from ``START``.
+        """
+        nodes: dict[str, NodeSpec] = {}
+        for spec in self._nodes:
+            _check_node(spec, nodes)
+            nodes[spec.name] = spec
+        known = set(nodes)
+        for edge in self._edges:
+            where = f"edge {edge.source!r} -> {edge.target!r}"
+            _check_endpoint(edge.source, known, where, as_source=True)
+            _check_endpoint(edge.target, known, where, as_source=False)
+        for router in self._routers:
+            where = f"router on {router.source!r}"
+            _check_endpoint(router.source, known, where, as_source=True)
+            for target in router.destinations or ():
+                _check_endpoint(target, known, where, as_source=False)
+        for spec in nodes.values():
+            for target in spec.destinations or ():
+                _check_endpoint(target, known, f"destinations of node {spec.name!r}", as_source=False)
+        if not any(e.source == START for e in self._edges) and not any(
+            r.source == START for r in self._routers
+        ):
+            raise GraphError(f"graph {self.name!r} has no edge from START; add .edge(START, <first node>)")
+        compiled = CompiledGraph(
+            name=self.name,
+            schema=self.schema,
+            nodes=nodes,
+            edges=tuple(self._edges),
+            routers=tuple(self._routers),
+        )
+        unreachable = [n for n in nodes if n not in compiled.reachable()]
+        if unreachable:
+            raise GraphError(
+                f"node {unreachable[0]!r} of graph {self.name!r} cannot be reached from START: "
+                "add an edge to it, or list it in destinations= of the router or of the node "
+                "whose command routes there",
+                node=unreachable[0],
+            )
+        return compiled
+
+
+def _check_node(spec: NodeSpec, seen: Mapping[str, NodeSpec]) -> None:
+    name = spec.name
+    if not isinstance(name, str) or not name:
+        raise GraphError(f"node names are non-empty strings, got {name!r}")
+    if name in (START, END):
+        raise GraphError(f"{name!r} is reserved for the virtual entry and exit", node=name)
+    for character in _RESERVED_CHARACTERS:
+        if character in name:
+            raise GraphError(
+                f"node name {name!r} contains {character!r}, which delimits task and pause ids; "
+                "rename the node",
+                node=name,
+            )
+    if name in seen:
+        raise GraphError(f"node {name!r} is declared twice", node=name)
+    if not callable(spec.body.fn):
+        raise GraphError(f"node {name!r}: its body must be callable, got {spec.body.fn!r}", node=name)
+    if spec.retry is not None and not isinstance(spec.retry, RetryPolicy):
+        raise GraphError(f"node {name!r}: retry= must be a RetryPolicy", node=name)
+
+
+def _check_endpoint(name: str, known: set[str], where: str, *, as_source: bool) -> None:
+    if as_source and name == END:
+        raise GraphError(f"{where}: nothing can leave END")
+    if not as_source and name == START:
+        raise GraphError(f"{where}: nothing can enter START")
+    if name in (START, END) or name in known:
+        return
+    raise GraphError(f"{where} names unknown node {name!r}", node=name if isinstance(name, str) else None)
+
+
+@attrs.frozen(kw_only=True)
+class CompiledGraph:
+    """A validated, frozen graph: what ``run`` and friends execute."""
+
+    name: str
+    schema: StateSchema
+    nodes: Mapping[str, NodeSpec]
+    edges: tuple[EdgeSpec, ...]
+    routers: tuple[RouterSpec, ...]
+    _order: Mapping[str, int] = attrs.field(init=False, alias="_order")
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "_order", {name: i for i, name in enumerate(self.nodes)})
+
+    @property
+    def channels(self) -> Mapping[str, Channel]:
+        """The declared channels."""
+        return self.schema.channels
+
+    def reachable(self) -> set[str]:
+        """The nodes that some path from ``START`` may reach."""
+        everything = set(self.nodes)
+        seen: set[str] = set()
+        frontier = [START]
+        while frontier:
+            source = frontier.pop()
+            targets: set[str] = {e.target for e in self.edges if e.source == source}
+            for router in self.routers:
+                if router.source == source:
+                    targets |= set(router.destinations) if router.destinations is not None else everything
+            spec = self.nodes.get(source)
+            if spec is not None and spec.destinations:
+                targets |= set(spec.destinations)
+            for target in targets - seen - {END}:
+                seen.add(target)
+                frontier.append(target)
+        return seen
+
+    def to_mermaid(self) -> str:
+        """The graph as a Mermaid flowchart."""
+        from .mermaid import to_mermaid  # mermaid imports this module: import late
+
+        drawing: str = to_mermaid(self)
+        return drawing
+
+    # --- planning ---------------------------------------------------------------
+
+    def plan(
+        self,
+        sources: Sequence[tuple[str, Command | None]],
+        state: Any,
+        ctx: Any,
+    ) -> tuple[ScheduledTask, ...]:
+        """The tasks that follow ``sources`` (in task order), given the new state.
+
+        Each source is a node that just ran (or ``START``) with the command it
+        returned, if any. See :meth:`targets` and :meth:`schedule`.
+        """
+        names: set[str] = set()
+        sends: list[Send] = []
+        for source, cmd in sources:
+            more_names, more_sends = self.targets(source, cmd, state, ctx)
+            names |= more_names
+            sends.extend(more_sends)
+        return self.schedule(names, sends)
+
+    def targets(self, source: str, cmd: Command | None, state: Any, ctx: Any) -> tuple[set[str], list[Send]]:
+        """Where the run goes after ``source``: node names and sends.
+
+        A command's ``goto`` replaces the node's static edges and routers.
+
+        Raises:
+            GraphError: a router or goto named an unknown node or returned
+                something that is not a target.
+            Exception: whatever a guard or router raised, unchanged.
+        """
+        names: set[str] = set()
+        sends: list[Send] = []
+        if cmd is not None and cmd.goto is not None:
+            self._collect(cmd.goto, f"the goto of node {source!r}", None, names, sends)
+            return names, sends
+        for edge in self.edges:
+            taken = edge.source == source and (edge.guard is None or edge.guard(state, ctx))
+            if taken and edge.target != END:
+                names.add(edge.target)
+        for router in self.routers:
+            if router.source == source:
+                self._collect(
+                    router.route(state, ctx),
+                    f"the router on {source!r}",
+                    router.destinations,
+                    names,
+                    sends,
+                )
+        return names, sends
+
+    def schedule(self, names: set[str], sends: Sequence[Send]) -> tuple[ScheduledTask, ...]:
+        """Task order: planned nodes once each in declaration order, then sends as made.
+
+        The n-th send to a node becomes task ``node#n``.
+        """
+        tasks = [
+            ScheduledTask(node=name, task_key=name) for name in sorted(names, key=self._order.__getitem__)
+        ]
+        counts: dict[str, int] = {}
+        for item in sends:
+            index = counts.get(item.node, 0)
+            counts[item.node] = index + 1
+            tasks.append(
+                ScheduledTask(node=item.node, task_key=f"{item.node}#{index}", is_send=True, input=item.input)
+            )
+        return tuple(tasks)
+
+    def _collect(
+        self,
+        target: Any,
+        who: str,
+        allowed: tuple[str, ...] | None,
+        names: set[str],
+        sends: list[Send],
+    ) -> None:
+        items = target if isinstance(target, (list, tuple)) else [target]
+        for item in items:
+            if isinstance(item, Send):
+                name = item.node
+            elif isinstance(item, str):
+                name = item
+            else:
+                raise GraphError(
+                    f"{who} returned {item!r}; return a node name, END, send(...) or a list of them"
+                )
+            if name != END and name not in self.nodes:
+                raise GraphError(f"{who} routed to unknown node {name!r}", node=name)
+            if allowed is not None and name not in allowed:
+                raise GraphError(
+                    f"{who} routed to {name!r}, which is not among its destinations {list(allowed)}",
+                    node=name,
+                )
+            if isinstance(item, Send):
+                if name == END:
+                    raise GraphError(f"{who} sent to END; sends go to nodes")
+                sends.append(item)
+            elif name != END:
+                names.add(name)

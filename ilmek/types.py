@@ -1,0 +1,360 @@
+"""The value objects ilmek hands around: checkpoints, pauses, journals, threads.
+
+Everything here is an immutable ``attrs`` value; nothing here does I/O. The
+engine and every checkpointer speak in these types.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Literal
+
+import attrs
+
+__all__ = [
+    "ChannelChange",
+    "Checkpoint",
+    "Extend",
+    "JournalEntry",
+    "LazyChannels",
+    "Pending",
+    "Replace",
+    "Result",
+    "ScheduledTask",
+    "ThreadInfo",
+    "ThreadStatus",
+    "new_checkpoint_id",
+    "split_task_id",
+    "task_id_for",
+    "thread_of_task",
+    "utc_now",
+]
+
+ThreadStatus = Literal["done", "interrupted", "unfinished"]
+RunStatus = Literal["done", "interrupted", "error", "aborted"]
+
+
+def utc_now() -> _dt.datetime:
+    """The current time as an aware UTC datetime."""
+    return _dt.datetime.now(_dt.UTC)
+
+
+@attrs.frozen(kw_only=True)
+class ScheduledTask:
+    """One task a checkpoint schedules for the next superstep.
+
+    ``task_key`` is the node name for a task planned by edges, and
+    ``node#n`` for the n-th ``send`` to that node; ``input`` is the send's
+    input, which the task sees as its state.
+    """
+
+    node: str
+    task_key: str
+    is_send: bool = False
+    input: Any = None
+
+
+@attrs.frozen(kw_only=True)
+class Pending:
+    """An open pause, waiting for a person's answer.
+
+    ``id`` is unique within the thread (``<task_key>:<key>``) and is what
+    ``resume_keyed`` answers by; ``key`` is unique within its task and
+    addresses the journal entry; ``task_id`` names the journal the answer is
+    recorded in.
+    """
+
+    id: str
+    task_id: str
+    node: str
+    key: str
+    payload: Any = None
+
+
+@attrs.frozen(kw_only=True)
+class JournalEntry:
+    """One record of a task's journal: a completed step or an interrupt.
+
+    For a step, ``value`` is what the step's function returned. For an
+    interrupt, ``payload`` is what was asked and, once ``answered``, ``value``
+    is the answer.
+    """
+
+    key: str
+    kind: Literal["step", "interrupt"] = "step"
+    value: Any = None
+    payload: Any = None
+    answered: bool = False
+
+
+class LazyChannels(Mapping[str, Any]):
+    """Channel values that are loaded from storage the first time they are read.
+
+    Checkpoint listings hand these out so that listing a long history does not
+    decode every checkpoint's state. It compares equal to a plain ``dict`` with
+    the same items.
+    """
+
+    __slots__ = ("_load", "_lock", "_values")
+
+    def __init__(self, load: Callable[[], Mapping[str, Any]]) -> None:
+        self._load: Callable[[], Mapping[str, Any]] | None = load
+        self._values: Mapping[str, Any] | None = None
+        self._lock = threading.Lock()
+
+    def _materialize(self) -> Mapping[str, Any]:
+        if self._values is None:
+            with self._lock:
+                if self._values is None:
+                    assert self._load is not None
+                    self._values = self._load()
+                    self._load = None
+        return self._values
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the values have been read from storage yet."""
+        return self._values is not None
+
+    def __getitem__(self, key: str) -> Any:
+        return self._materialize()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._materialize())
+
+    def __len__(self) -> int:
+        return len(self._materialize())
+
+    def __repr__(self) -> str:
+        if self._values is None:
+            return "LazyChannels(<not loaded>)"
+        return f"LazyChannels({dict(self._values)!r})"
+
+
+def _freeze_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if isinstance(value, LazyChannels):
+        return value
+    return dict(value)
+
+
+def _tasks(values: Iterable[ScheduledTask]) -> tuple[ScheduledTask, ...]:
+    return tuple(values)
+
+
+def _pauses(values: Iterable[Pending]) -> tuple[Pending, ...]:
+    return tuple(values)
+
+
+def _journals(
+    values: Mapping[str, Iterable[JournalEntry]] | None,
+) -> dict[str, tuple[JournalEntry, ...]]:
+    return {key: tuple(entries) for key, entries in (values or {}).items()}
+
+
+@attrs.frozen(kw_only=True)
+class Checkpoint:
+    """A thread's state after a superstep, and what runs next.
+
+    Checkpoints are never changed once written. ``parent_id`` links each one to
+    the checkpoint it grew from, so a thread's checkpoints form a tree; the
+    latest is the one with the greatest ``id``.
+
+    Attributes:
+        id: Sorts lexically in creation order within a thread.
+        thread_id: The thread it belongs to.
+        parent_id: The checkpoint it grew from (``None`` for a thread's first).
+        plan_id: The checkpoint whose state ``next`` was planned from.
+        channels: The channel values that have been written (channels never
+            written read as their defaults and are absent here).
+        next: The tasks of the next superstep, in task order.
+        pending: The open pauses; empty unless the thread waits for a person.
+        task_journals: For a paused superstep, each task's journal as it stood
+            at the pause (by task key); resuming or forking from this
+            checkpoint replays them, so steps paid for are not paid again.
+        step: The superstep counter along this branch.
+        ts: When it was written (aware, UTC).
+        metadata: Free-form facts about how it came to be (``source``,
+            ``run_id``, ``writes``...).
+    """
+
+    id: str
+    thread_id: str
+    parent_id: str | None = None
+    plan_id: str | None = None
+    channels: Mapping[str, Any] = attrs.field(factory=dict, converter=_freeze_mapping)
+    next: tuple[ScheduledTask, ...] = attrs.field(default=(), converter=_tasks)
+    pending: tuple[Pending, ...] = attrs.field(default=(), converter=_pauses)
+    task_journals: Mapping[str, tuple[JournalEntry, ...]] = attrs.field(factory=dict, converter=_journals)
+    step: int = 0
+    ts: _dt.datetime = attrs.field(factory=utc_now)
+    metadata: Mapping[str, Any] = attrs.field(factory=dict, converter=_freeze_mapping)
+
+    @property
+    def status(self) -> ThreadStatus:
+        """``interrupted`` with open pauses, ``unfinished`` with tasks to run, else ``done``."""
+        if self.pending:
+            return "interrupted"
+        if self.next:
+            return "unfinished"
+        return "done"
+
+
+@attrs.frozen(kw_only=True)
+class ThreadInfo:
+    """A thread as the host API lists it."""
+
+    id: str
+    created_at: _dt.datetime
+    updated_at: _dt.datetime
+    status: ThreadStatus
+    step: int
+    checkpoint_id: str | None
+    metadata: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class Replace:
+    """A channel's new value, stored whole."""
+
+    value: Any
+
+
+@attrs.frozen
+class Extend:
+    """Items added to the end of a list channel; the rest of the list is unchanged."""
+
+    items: tuple[Any, ...] = attrs.field(converter=tuple)
+
+
+ChannelChange = Replace | Extend
+"""What a superstep did to one channel, so a backend can store only the change."""
+
+
+@attrs.frozen(kw_only=True)
+class Result:
+    """How a run ended.
+
+    Attributes:
+        status: ``done``, ``interrupted``, ``error`` or ``aborted``.
+        state: The state when the run ended (the typed view for a class schema).
+        pending: The open pauses, when ``interrupted``.
+        errors: ``(node, exception)`` pairs, when ``error``.
+        abort_reason: Why the run stopped, when ``aborted``.
+        thread_id: The thread.
+        run_id: This run.
+        checkpoint_id: The thread's latest checkpoint when the run ended.
+        events: Every event the run yielded, in order.
+        graph_name: The graph that ran.
+    """
+
+    status: RunStatus
+    state: Any = None
+    pending: tuple[Pending, ...] = ()
+    errors: tuple[tuple[str, BaseException], ...] = ()
+    abort_reason: str | None = None
+    thread_id: str
+    run_id: str
+    checkpoint_id: str | None = None
+    events: tuple[Any, ...] = ()
+    graph_name: str = ""
+
+    def raise_for_status(self) -> Result:
+        """Re-raise the first node error, if the run ended ``error``; else return self.
+
+        The exception gets a note naming the graph, the node and the thread.
+        """
+        if self.status == "error" and self.errors:
+            node, error = self.errors[0]
+            note = f"raised by node {node!r} of graph {self.graph_name!r}, thread {self.thread_id!r}"
+            if note not in getattr(error, "__notes__", ()):
+                error.add_note(note)
+            raise error
+        return self
+
+
+# --- task ids -----------------------------------------------------------------
+
+
+def task_id_for(thread_id: str, base_checkpoint_id: str, task_key: str) -> str:
+    """The journal id of a task: ``<thread>:<checkpoint it runs from>:<task key>``.
+
+    Node names may not contain ``:`` (the graph builder refuses them), and
+    checkpoint ids never do, so the thread id is everything before the last
+    two colons, whatever it contains.
+    """
+    return f"{thread_id}:{base_checkpoint_id}:{task_key}"
+
+
+def split_task_id(task_id: str) -> tuple[str, str, str]:
+    """Split a task id into ``(thread_id, checkpoint_id, task_key)``.
+
+    Raises:
+        ValueError: ``task_id`` was not made by :func:`task_id_for`.
+    """
+    parts = task_id.rsplit(":", 2)
+    if len(parts) != 3:
+        raise ValueError(f"task id {task_id!r} is not of the form '<thread>:<checkpoint>:<task key>'")
+    return parts[0], parts[1], parts[2]
+
+
+def thread_of_task(task_id: str) -> str:
+    """The thread a task id belongs to (the whole id, if it is not a task id)."""
+    try:
+        return split_task_id(task_id)[0]
+    except ValueError:
+        return task_id
+
+
+# --- checkpoint ids -----------------------------------------------------------
+
+_ID_LOCK = threading.Lock()
+_last_id_parts: tuple[int, int] = (0, 0)
+_SEQ_LIMIT = 0xFFFF
+
+
+def _format_id(millis: int, seq: int) -> str:
+    return f"{millis:012x}-{seq:04x}-{os.urandom(4).hex()}"
+
+
+def _parse_id(checkpoint_id: str) -> tuple[int, int] | None:
+    parts = checkpoint_id.split("-")
+    if len(parts) != 3 or len(parts[0]) != 12 or len(parts[1]) != 4:
+        return None
+    try:
+        return int(parts[0], 16), int(parts[1], 16)
+    except ValueError:
+        return None
+
+
+def new_checkpoint_id(after: str | None = None) -> str:
+    """A new checkpoint id, greater than ``after`` and than every id this process made.
+
+    Ids are ``<milliseconds>-<sequence>-<random>`` in fixed-width hex, so they
+    sort lexically in creation order. Passing the thread's latest id as
+    ``after`` keeps a thread's ids increasing even when machines' clocks
+    disagree.
+    """
+    global _last_id_parts
+    with _ID_LOCK:
+        candidate = (time.time_ns() // 1_000_000, 0)
+        floors = [_last_id_parts]
+        parsed_after = _parse_id(after) if after is not None else None
+        if parsed_after is not None:
+            floors.append(parsed_after)
+        for floor in floors:
+            if candidate <= floor:
+                millis, seq = floor
+                candidate = (millis + 1, 0) if seq >= _SEQ_LIMIT else (millis, seq + 1)
+        _last_id_parts = candidate
+        new_id = _format_id(*candidate)
+    if after is not None and parsed_after is None and new_id <= after:
+        # ``after`` was made by someone else and sorts above ours: extending it
+        # keeps the order (a string sorts before every extension of itself).
+        new_id = f"{after}.{new_id}"
+    return new_id

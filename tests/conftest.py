@@ -1,0 +1,117 @@
+"""Shared fixtures: the ``checkpointer`` fixture runs a test on every backend.
+
+Add a backend by adding one entry to ``BACKENDS``. Tests that need a second
+checkpointer on the same store (another "process") use ``reopen``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from ilmek import Checkpointer, InMemoryCheckpointer
+from ilmek.checkpoint.sqlite import SqliteCheckpointer
+
+pytest_plugins = ["tests.conftest_postgres"]
+
+
+class Backend:
+    """Opens checkpointers on one store for one test."""
+
+    def __init__(self, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self.request = request
+        self.tmp_path_factory = tmp_path_factory
+        self.opened: list[Checkpointer] = []
+
+    def open(self) -> Checkpointer:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        for checkpointer in reversed(self.opened):
+            checkpointer.close()
+
+
+class MemoryBackend(Backend):
+    shared: InMemoryCheckpointer | None = None
+
+    def open(self) -> Checkpointer:
+        # One process: every "reopen" sees the same memory.
+        if self.shared is None:
+            self.shared = InMemoryCheckpointer()
+        return self.shared
+
+
+class SqliteFileBackend(Backend):
+    """A SQLite file; every reopen is a new checkpointer on the same file."""
+
+    def __init__(self, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> None:
+        super().__init__(request, tmp_path_factory)
+        self.path = tmp_path_factory.mktemp("sqlite") / "checkpoints.db"
+
+    def open(self) -> Checkpointer:
+        checkpointer = SqliteCheckpointer(self.path, lease_seconds=2.0)
+        self.opened.append(checkpointer)
+        return checkpointer
+
+
+class SqliteMemoryBackend(MemoryBackend):
+    """``:memory:`` lives in one connection: every reopen shares the one checkpointer."""
+
+    def open(self) -> Checkpointer:
+        if self.shared is None:
+            self.shared = SqliteCheckpointer(":memory:")  # type: ignore[assignment]
+            self.opened.append(self.shared)  # type: ignore[arg-type]
+        return self.shared  # type: ignore[return-value]
+
+
+class SqliteCallerConnectionBackend(Backend):
+    """A connection the caller opened and keeps; ilmek must never close it."""
+
+    def __init__(self, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> None:
+        super().__init__(request, tmp_path_factory)
+        self.path = tmp_path_factory.mktemp("sqlite-conn") / "app.db"
+        self.connections: list[sqlite3.Connection] = []
+
+    def open(self) -> Checkpointer:
+        connection = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
+        self.connections.append(connection)
+        checkpointer = SqliteCheckpointer(connection, lease_seconds=2.0)
+        self.opened.append(checkpointer)
+        return checkpointer
+
+    def close(self) -> None:
+        super().close()
+        for connection in self.connections:
+            # Still open and usable: ilmek never closes a caller's connection.
+            connection.execute("SELECT 1")
+            connection.close()
+
+
+BACKENDS: dict[str, type[Backend]] = {
+    "memory": MemoryBackend,
+    "sqlite-file": SqliteFileBackend,
+    "sqlite-memory": SqliteMemoryBackend,
+    "sqlite-conn": SqliteCallerConnectionBackend,
+}
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
+    """The store a test runs on, one per backend."""
+    store = BACKENDS[request.param](request, tmp_path_factory)
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def checkpointer(backend: Backend) -> Checkpointer:
+    """A checkpointer on a fresh store, for each backend in turn."""
+    return backend.open()
+
+
+@pytest.fixture
+def reopen(backend: Backend) -> Callable[[], Checkpointer]:
+    """Opens another checkpointer on the same store, as another process would."""
+    return backend.open

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterator
+from typing import Any
 
+import psycopg2
+import psycopg2.pool
 import pytest
 
 from ilmek import Checkpointer, InMemoryCheckpointer
+from ilmek.checkpoint.postgres import PostgresCheckpointer
 from ilmek.checkpoint.sqlite import SqliteCheckpointer
 
 pytest_plugins = ["tests.conftest_postgres"]
@@ -89,12 +93,97 @@ class SqliteCallerConnectionBackend(Backend):
             connection.close()
 
 
+class PostgresBackend(Backend):
+    """A fresh database per test, cloned from a migrated template."""
+
+    def __init__(self, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> None:
+        super().__init__(request, tmp_path_factory)
+        self.dsn: str = request.getfixturevalue("postgres_dsn")
+        self.resources: list[Any] = []
+
+    def client(self) -> Any:
+        raise NotImplementedError
+
+    def open(self) -> Checkpointer:
+        checkpointer = PostgresCheckpointer(self.client(), lease_seconds=2.0)
+        self.opened.append(checkpointer)
+        return checkpointer
+
+    def close(self) -> None:
+        super().close()
+        for resource in reversed(self.resources):
+            resource.close()
+
+
+class PostgresConnectionBackend(PostgresBackend):
+    """A psycopg2 connection the caller opened (ilmek never closes it)."""
+
+    def client(self) -> Any:
+        connection = psycopg2.connect(self.dsn)
+        self.resources.append(connection)
+        return connection
+
+
+class PostgresPoolBackend(PostgresBackend):
+    """A psycopg2 pool: ilmek borrows with getconn and gives back with putconn."""
+
+    def client(self) -> Any:
+        pool = psycopg2.pool.ThreadedConnectionPool(1, 12, self.dsn)
+        self.resources.append(_ClosingPool(pool))
+        return pool
+
+
+class _ClosingPool:
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+
+    def close(self) -> None:
+        self.pool.closeall()
+
+
+class ExecuteClient:
+    """The smallest client ilmek accepts: ``execute(sql, params)`` returning rows."""
+
+    paramstyle = "pyformat"
+
+    def __init__(self, dsn: str) -> None:
+        self.connection = psycopg2.connect(dsn)
+        self.connection.autocommit = True
+
+    def execute(self, sql: str, params: Any) -> list[tuple[Any, ...]]:
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params or None)
+            return cursor.fetchall() if cursor.description is not None else []
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+class PostgresGenericBackend(PostgresBackend):
+    """Any object with ``execute(sql, params)``: holds become leases."""
+
+    def client(self) -> Any:
+        client = ExecuteClient(self.dsn)
+        self.resources.append(client)
+        return client
+
+
 BACKENDS: dict[str, type[Backend]] = {
     "memory": MemoryBackend,
     "sqlite-file": SqliteFileBackend,
     "sqlite-memory": SqliteMemoryBackend,
     "sqlite-conn": SqliteCallerConnectionBackend,
+    "postgres-conn": PostgresConnectionBackend,
+    "postgres-pool": PostgresPoolBackend,
+    "postgres-generic": PostgresGenericBackend,
 }
+
+
+@pytest.fixture(scope="session")
+def postgres_template_setup(postgres_template_dsn: str) -> None:
+    """Every test database starts with ilmek's tables under the default prefix."""
+    with PostgresCheckpointer.connect(postgres_template_dsn) as checkpointer:
+        checkpointer.migrate()
 
 
 @pytest.fixture(params=sorted(BACKENDS))

@@ -191,6 +191,12 @@ class Checkpointer(abc.ABC):
         The default holds within this process only; ilmek's SQL backends hold
         across processes and machines.
         """
+        with self.local_hold(thread_id) as handle:
+            yield handle
+
+    @contextlib.contextmanager
+    def local_hold(self, thread_id: str) -> Iterator[ThreadHold]:
+        """Hold a thread against other runs through this checkpointer object."""
         with self._local_holds_lock:
             if thread_id in self._local_holds:
                 raise busy_error(thread_id)

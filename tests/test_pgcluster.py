@@ -60,10 +60,13 @@ def test_databases_are_isolated(
 
 
 def test_each_test_gets_fresh_database(postgres_dsn: str) -> None:
-    """A postgres_dsn database starts empty (the previous test's table is not there)."""
+    """A postgres_dsn database holds only the template's tables (no earlier test's table)."""
     _query(postgres_dsn, "CREATE TABLE only_here (id int)")
-    rows = _query(postgres_dsn, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
-    assert [(1,)] == rows
+    rows = _query(
+        postgres_dsn,
+        "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename NOT LIKE 'ilmek%'",
+    )
+    assert [("only_here",)] == rows
 
 
 def test_stop_is_idempotent_and_kills_server(postgres_server: PostgresServer) -> None:

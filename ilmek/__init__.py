@@ -12,6 +12,8 @@ from . import channel, serde
 from .channel import UNSET, append_field, merge_field, reduce_field
 from .checkpoint.base import Checkpointer
 from .checkpoint.memory import InMemoryCheckpointer
+from .checkpoint.postgres import PostgresCheckpointer
+from .checkpoint.sqlite import SqliteCheckpointer
 from .context import NodeContext
 from .control import Command, RetryPolicy, Send, command, send
 from .engine import resume, resume_keyed, resume_keyed_stream, resume_stream, run, stream
@@ -58,6 +60,7 @@ __all__ = [
     "NodeContext",
     "NondeterminismError",
     "Pending",
+    "PostgresCheckpointer",
     "RecursionLimitError",
     "ReducerError",
     "Result",
@@ -67,6 +70,7 @@ __all__ = [
     "SchemaVersionError",
     "Send",
     "SerializationError",
+    "SqliteCheckpointer",
     "StorageError",
     "StreamPart",
     "ThreadBusyError",

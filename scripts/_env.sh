@@ -1,0 +1,22 @@
+# Shared by scripts/demo and scripts/test: a virtualenv in .venv with ilmek installed.
+# Sourced, not run. Uses python3.11+ from PATH (override with PYTHON=...).
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+python=${PYTHON:-python3}
+if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "ilmek needs Python 3.11 or newer; set PYTHON=/path/to/python3.11" >&2
+  exit 1
+fi
+venv="$repo/.venv"
+if [ ! -x "$venv/bin/python" ]; then
+  "$python" -m venv "$venv"
+fi
+ensure_installed() {
+  # $1: the extras to install, e.g. "" or "[test,lint]". Reinstalls only when setup.cfg changed.
+  local stamp="$venv/.ilmek-installed$1"
+  if [ ! -f "$stamp" ] || [ "$repo/setup.cfg" -nt "$stamp" ]; then
+    "$venv/bin/python" -m pip install --quiet --upgrade pip
+    "$venv/bin/python" -m pip install --quiet -e "$repo$1"
+    touch "$stamp"
+  fi
+}

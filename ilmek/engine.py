@@ -181,6 +181,9 @@ class _Run:
         self._hold: ThreadHold | None = None
         self._expect: str | None = None
         self._run_steps = 0
+        # Checkpoints this run committed: no journal can exist for their tasks
+        # yet (the run holds the thread), so there is nothing to look up.
+        self._committed: set[str] = set()
 
     # --- the stream -------------------------------------------------------------
 
@@ -351,6 +354,7 @@ class _Run:
             drop_journals=drop_journals,
         )
         self._expect = checkpoint.id
+        self._committed.add(checkpoint.id)
 
     # --- answering pauses ---------------------------------------------------------
 
@@ -423,7 +427,7 @@ class _Run:
         tasks = base.next
         yield self._event(StepStart, step=step, tasks=tuple(t.task_key for t in tasks))
         task_ids = [task_id_for(self.thread_id, base.id, t.task_key) for t in tasks]
-        stored = self.cp.get_journals(task_ids)
+        stored = {} if base.id in self._committed else self.cp.get_journals(task_ids)
         view = self.schema.view(values)
         runs: list[_TaskRun] = []
         for index, task in enumerate(tasks):

@@ -616,3 +616,47 @@ def test_history_lists_every_checkpoint_newest_first(
     assert sorted((c.id for c in records), reverse=True) == [c.id for c in records]
     assert ["charged"] == records[0].channels["log"]
     assert 2 == len(history(checkpointer, "hist", limit=2))
+
+
+def test_a_step_and_an_interrupt_sharing_a_key_is_nondeterminism(checkpointer: Checkpointer) -> None:
+    """On replay, asking for a step where the journal holds an interrupt of that key is refused."""
+    phase = {"ask": True}
+
+    def node(state: dict[str, Any], ctx: Any) -> None:
+        if phase["ask"]:
+            ctx.interrupt("ok?", key="check")
+        else:
+            ctx.step("check", lambda: "value")
+
+    g = graph("kinds", {"x": channel.last_write()}).node("n", node).edge(START, "n").compile()
+    run(g, {}, thread_id="kinds", checkpointer=checkpointer)
+    phase["ask"] = False
+    result = resume(g, "yes", thread_id="kinds", checkpointer=checkpointer)
+    ((_, error),) = result.errors
+    assert isinstance(error, NondeterminismError)
+    assert "check#0" == error.key
+    assert "the journal holds an interrupt under that key" in str(error)
+
+
+def test_resume_after_an_unfinished_resume_needs_the_same_answer(checkpointer: Checkpointer) -> None:
+    """A resume whose superstep failed keeps its answer: the same answer replays, another is refused."""
+    calls = Calls()
+    fail = {"on": True}
+
+    def node(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        answer = ctx.interrupt("charge?")
+        ctx.step("charge", calls.hit, f"charge:{answer}")
+        if fail["on"]:
+            raise RuntimeError("receipt printer jammed")
+        return {"x": answer}
+
+    g = graph("again", {"x": channel.last_write()}).node("n", node).edge(START, "n").compile()
+    run(g, {}, thread_id="again", checkpointer=checkpointer)
+    assert "error" == resume(g, "yes", thread_id="again", checkpointer=checkpointer).status
+    with pytest.raises(ResumeError) as different:
+        resume(g, "no", thread_id="again", checkpointer=checkpointer)
+    assert "already answered with 'yes'" in str(different.value)
+    fail["on"] = False
+    done = resume(g, "yes", thread_id="again", checkpointer=checkpointer)
+    assert {"x": "yes"} == done.state
+    assert {"charge:yes": 1} == dict(calls)

@@ -317,10 +317,21 @@ def _read_logs(
             known[name] = list(cached) if cached is not None else []
             need[name] = ref
     if need:
-        logs = store.fetch_logs(thread_id)
-        plan: dict[str, list[tuple[int, int, int]]] = {
-            name: _spans(logs, ref.log_id, len(known[name]), ref.length) for name, ref in need.items()
-        }
+        plan: dict[str, list[tuple[int, int, int]]] = {}
+        logs: dict[int, LogInfo] | None = None
+        for name, ref in need.items():
+            start = len(known[name])
+            base = cache.get(("base", ref.log_id)) if cache is not None else None
+            if base is not None and start >= base:
+                # Only this log's own items are missing: no need to walk its ancestry.
+                plan[name] = [(ref.log_id, start, ref.length)]
+                continue
+            if logs is None:
+                logs = store.fetch_logs(thread_id)
+                if cache is not None:
+                    for info in logs.values():
+                        cache.put(("base", info.log_id), info.base, 1)
+            plan[name] = _spans(logs, ref.log_id, start, ref.length)
         fetched = store.fetch_items(thread_id, [span for spans in plan.values() for span in spans])
         for name, spans in plan.items():
             items = known[name]

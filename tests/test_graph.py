@@ -1,0 +1,207 @@
+"""Building graphs: every structural mistake is a GraphError at compile time, naming the culprit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ilmek import END, START, GraphError, RetryPolicy, channel, command, graph, run, send
+
+
+def noop(state: Any) -> None:
+    return None
+
+
+def test_a_valid_graph_compiles_and_keeps_declaration_order() -> None:
+    """Nodes keep the order they were declared in: that is the task order."""
+    g = (
+        graph("ok", {"x": channel.last_write()})
+        .node("b", noop)
+        .node("a", noop)
+        .edge(START, "b")
+        .edge(START, "a")
+        .edge("a", END)
+        .compile()
+    )
+    assert ["b", "a"] == list(g.nodes)
+    assert {"x"} == set(g.channels)
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda g: g.node("a", noop).edge(START, "b"), "edge '__start__' -> 'b' names unknown node 'b'"),
+        (lambda g: g.node("a", noop).edge(START, "a").edge("ghost", "a"), "names unknown node 'ghost'"),
+        (lambda g: g.node("a", noop).node("a", noop).edge(START, "a"), "node 'a' is declared twice"),
+        (lambda g: g.node(START, noop).edge(START, END), "'__start__' is reserved"),
+        (lambda g: g.node(END, noop).edge(START, END), "'__end__' is reserved"),
+        (lambda g: g.node("a", noop), "has no edge from START"),
+        (
+            lambda g: g.node("a", noop).node("b", noop).edge(START, "a"),
+            "node 'b' of graph 'g' cannot be reached",
+        ),
+        (lambda g: g.node("a", noop).edge(START, "a").edge(END, "a"), "nothing can leave END"),
+        (lambda g: g.node("a", noop).edge(START, "a").edge("a", START), "nothing can enter START"),
+        (lambda g: g.node("a:b", noop).edge(START, "a:b"), "contains ':'"),
+        (lambda g: g.node("w#1", noop).edge(START, "w#1"), "contains '#'"),
+        (lambda g: g.node("", noop).edge(START, END), "non-empty strings"),
+        (lambda g: g.node("a", "not callable").edge(START, "a"), "must be callable"),
+        (lambda g: g.node("a", noop, retry=3).edge(START, "a"), "retry= must be a RetryPolicy"),
+        (
+            lambda g: g.node("a", noop).edge(START, "a").router("a", lambda s: END, destinations=["zz"]),
+            "router on 'a' names unknown node 'zz'",
+        ),
+        (
+            lambda g: g.node("a", noop, destinations=["nope"]).edge(START, "a"),
+            "destinations of node 'a' names unknown node 'nope'",
+        ),
+    ],
+)
+def test_structural_mistakes_are_graph_errors_naming_the_culprit(build: Any, message: str) -> None:
+    """compile() refuses the graph and says what is wrong with which part."""
+    builder = build(graph("g", {"x": channel.last_write()}))
+    with pytest.raises(GraphError) as caught:
+        builder.compile()
+    assert message in str(caught.value)
+
+
+def test_a_schema_that_is_not_channels_is_refused() -> None:
+    """A schema value that is not a channel, or a schema that is neither map nor attrs class, fails early."""
+    with pytest.raises(GraphError, match=r"channel 'x' must be declared with ilmek\.channel"):
+        graph("g", {"x": []})
+    with pytest.raises(GraphError, match="a schema is a dict of channels or an attrs class"):
+        graph("g", 42)  # type: ignore[arg-type]
+    with pytest.raises(GraphError, match="must be an attrs class"):
+        graph("g", dict)
+
+
+def test_router_destinations_and_node_destinations_make_nodes_reachable() -> None:
+    """A node reached only by a router or a command compiles once that route is declared."""
+    (
+        graph("r", {"x": channel.last_write()})
+        .node("a", noop)
+        .node("b", noop)
+        .edge(START, "a")
+        .router("a", lambda s: "b", destinations=["b", END])
+        .compile()
+    )
+    (
+        graph("c", {"x": channel.last_write()})
+        .node("a", lambda s: command(goto="b"), destinations=["b"])
+        .node("b", noop)
+        .edge(START, "a")
+        .compile()
+    )
+    # A router without declared destinations may go anywhere, so nothing is unreachable.
+    (
+        graph("any", {"x": channel.last_write()})
+        .node("a", noop)
+        .node("b", noop)
+        .edge(START, "a")
+        .router("a", lambda s: send("b", {}))
+        .compile()
+    )
+
+
+def test_a_router_straying_outside_its_destinations_ends_the_run_in_error() -> None:
+    """At run time a router may only go where it said it would."""
+    g = (
+        graph("stray", {"x": channel.last_write()})
+        .node("a", noop)
+        .node("b", noop)
+        .edge(START, "a")
+        .router("a", lambda s: "a", destinations=["b", END])
+        .compile()
+    )
+    result = run(g, {})
+    assert "error" == result.status
+    ((node, error),) = result.errors
+    assert "a" == node
+    assert isinstance(error, GraphError)
+    assert "not among its destinations" in str(error)
+
+
+def test_a_router_returning_garbage_is_a_graph_error() -> None:
+    """A router returning something that is not a target names what it returned."""
+    g = (
+        graph("junk", {"x": channel.last_write()})
+        .node("a", noop)
+        .edge(START, "a")
+        .router("a", lambda s: 42)
+        .compile()
+    )
+    ((_, error),) = run(g, {}).errors
+    assert isinstance(error, GraphError)
+    assert "returned 42" in str(error)
+
+
+def test_a_node_runs_once_per_superstep_however_many_edges_point_at_it() -> None:
+    """Two predecessors in one superstep schedule their common successor once."""
+    calls: list[str] = []
+    g = (
+        graph("join", {"log": channel.append()})
+        .node("a", lambda s: {"log": "a"})
+        .node("b", lambda s: {"log": "b"})
+        .node("c", lambda s: calls.append("c") or {"log": "c"})
+        .edge(START, "a")
+        .edge(START, "b")
+        .edge("a", "c")
+        .edge("b", "c")
+        .compile()
+    )
+    assert ["a", "b", "c"] == run(g, {}).state["log"]
+    assert ["c"] == calls
+
+
+def test_guards_see_the_state_and_the_context() -> None:
+    """`when` may take (state) or (state, ctx); a predicate dict works as a guard."""
+    seen: list[Any] = []
+
+    def guard(state: Any, ctx: Any) -> bool:
+        seen.append((ctx.thread_id, ctx.step_index))
+        return bool(state["go"])
+
+    g = (
+        graph("guards", {"go": channel.last_write(False), "log": channel.append()})
+        .node("a", lambda s: {"log": "a"})
+        .node("b", lambda s: {"log": "b"})
+        .node("c", lambda s: {"log": "c"})
+        .edge(START, "a")
+        .edge("a", "b", when=guard)
+        .edge("a", "c", when={"channel": "go", "eq": False})
+        .compile()
+    )
+    assert ["a", "b"] == run(g, {"go": True}, thread_id="t1").state["log"]
+    assert ["a", "c"] == run(g, {"go": False}, thread_id="t2").state["log"]
+    assert [("t1", 1), ("t2", 1)] == seen
+
+
+def test_retry_policy_validates_and_computes_bounded_backoff() -> None:
+    """RetryPolicy refuses max_attempts < 1 and caps its waits at max_backoff."""
+    with pytest.raises(ValueError, match="max_attempts must be at least 1"):
+        RetryPolicy(max_attempts=0)
+    policy = RetryPolicy(max_attempts=10, backoff=1.0, factor=3.0, max_backoff=5.0)
+    assert [1.0, 3.0, 5.0, 5.0] == [policy.delay(n) for n in range(1, 5)]
+    jittered = RetryPolicy(backoff=1.0, jitter=0.5)
+    assert all(0.5 <= jittered.delay(1) <= 1.0 for _ in range(50))
+
+
+def test_to_mermaid_draws_every_node_and_edge_kind() -> None:
+    """The drawing names every node and marks guarded and routed edges."""
+    g = (
+        graph("draw", {"go": channel.last_write()})
+        .node("plan", noop)
+        .node('say "hi"', noop)
+        .edge(START, "plan")
+        .edge("plan", 'say "hi"', when={"channel": "go", "eq": True})
+        .router("plan", lambda s: END, destinations=[END])
+        .compile()
+    )
+    drawing = g.to_mermaid()
+    assert drawing.startswith("flowchart TD")
+    assert 'n0["plan"]' in drawing
+    assert "say #quot;hi#quot;" in drawing
+    assert "start --> n0" in drawing
+    assert '-.->|"{#quot;channel#quot;: #quot;go#quot;, #quot;eq#quot;: true}"| n1' in drawing
+    assert 'n0 -.->|"router"| end' in drawing

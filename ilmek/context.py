@@ -48,6 +48,8 @@ class TaskJournal:
         self._persist = persist
         self._counts: dict[str, int] = {}
         self._requested: set[str] = set()
+        # A node may call ctx.step from threads of its own.
+        self._lock = threading.Lock()
 
     def begin_attempt(self) -> None:
         """Reset the per-pass key counters: the body runs again from the top."""
@@ -58,10 +60,11 @@ class TaskJournal:
         """The journal key of the next use of ``key`` in this pass (``key#n``)."""
         if not isinstance(key, str) or not key:
             raise TypeError(f"journal keys are non-empty strings, got {key!r}")
-        index = self._counts.get(key, 0)
-        self._counts[key] = index + 1
-        full = f"{key}#{index}"
-        self._requested.add(full)
+        with self._lock:
+            index = self._counts.get(key, 0)
+            self._counts[key] = index + 1
+            full = f"{key}#{index}"
+            self._requested.add(full)
         return full
 
     def get(self, key: str) -> JournalEntry | None:
@@ -70,9 +73,11 @@ class TaskJournal:
 
     def record(self, entry: JournalEntry, *, durable: bool = True) -> None:
         """Add or replace an entry; with ``durable``, persist before returning."""
-        self._entries[entry.key] = entry
+        with self._lock:
+            self._entries[entry.key] = entry
+            snapshot = tuple(self._entries.values())
         if durable:
-            self._persist(self.task_id, self.entries())
+            self._persist(self.task_id, snapshot)
 
     def entries(self) -> tuple[JournalEntry, ...]:
         """Every entry, in the order first recorded."""
@@ -81,6 +86,14 @@ class TaskJournal:
     def unrequested(self) -> list[str]:
         """Recorded keys this pass never asked for (what strict mode checks)."""
         return [key for key in self._entries if key not in self._requested]
+
+    def open_pause(self) -> str | None:
+        """A pause this pass asked for and that has no answer (a node that swallowed it)."""
+        for key in self._requested:
+            entry = self._entries.get(key)
+            if entry is not None and entry.kind == "interrupt" and not entry.answered:
+                return key
+        return None
 
     def view(self) -> Mapping[str, JournalEntry]:
         """A read-only view of the entries by key."""

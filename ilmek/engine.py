@@ -656,6 +656,18 @@ class _Run:
                 task_run.outcome, task_run.error = "error", error
                 return
             break
+        swallowed = task_run.journal.open_pause()
+        if swallowed is not None:
+            task_run.outcome = "error"
+            task_run.error = NondeterminismError(
+                f"node {task_run.spec.name!r} returned although its pause {swallowed!r} has no answer "
+                f"(thread {self.thread_id!r}): it caught the InterruptSignal. Let InterruptSignal "
+                "propagate (catch Exception, not BaseException)",
+                key=swallowed,
+                node=task_run.spec.name,
+                thread_id=self.thread_id,
+            )
+            return
         if self.strict:
             vanished = task_run.journal.unrequested()
             if vanished:

@@ -660,3 +660,40 @@ def test_resume_after_an_unfinished_resume_needs_the_same_answer(checkpointer: C
     done = resume(g, "yes", thread_id="again", checkpointer=checkpointer)
     assert {"x": "yes"} == done.state
     assert {"charge:yes": 1} == dict(calls)
+
+
+def test_a_node_that_swallows_its_pause_fails_loudly(checkpointer: Checkpointer) -> None:
+    """Catching BaseException around ctx.interrupt would lose the pause: the run ends in error instead."""
+
+    def node(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        try:
+            ctx.interrupt("approve?")
+        except BaseException:  # the mistake under test
+            pass
+        return {"x": "went on"}
+
+    g = graph("swallow", {"x": channel.last_write()}).node("n", node).edge(START, "n").compile()
+    result = run(g, {}, thread_id="swallow", checkpointer=checkpointer)
+    ((_, error),) = result.errors
+    assert isinstance(error, NondeterminismError)
+    assert "caught the InterruptSignal" in str(error)
+    assert {} == thread_state(g, checkpointer, "swallow")
+
+
+def test_steps_may_run_from_threads_the_node_starts(checkpointer: Checkpointer) -> None:
+    """ctx.step is safe to call from several threads of one node; each key is recorded once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    calls = Calls()
+
+    def fan(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        with ThreadPoolExecutor(4) as pool:
+            results = list(
+                pool.map(lambda i: ctx.step(f"fetch:{i}", lambda: calls.hit(f"f{i}") or i), range(8))
+            )
+        return {"x": sum(results)}
+
+    g = graph("threads", {"x": channel.last_write()}).node("n", fan).edge(START, "n").compile()
+    assert {"x": 28} == run(g, {}, thread_id="th", checkpointer=checkpointer).state
+    assert 8 == len(calls)
+    assert {1} == set(calls.values())

@@ -41,6 +41,7 @@ __all__ = [
     "manifest_to_plain",
     "read_channel_slice",
     "read_channels",
+    "same_value",
     "write_channels",
 ]
 
@@ -129,6 +130,25 @@ class DeltaStore(Protocol):
         """
 
 
+def same_value(left: Any, right: Any) -> bool:
+    """Whether two values would be stored alike: equal, and of the same types all the way down.
+
+    Plain ``==`` is not enough: ``1 == True == 1.0``, yet each is stored
+    differently and must come back as itself.
+    """
+    if left is right:
+        return True
+    if type(left) is not type(right):
+        return False
+    if type(left) in (list, tuple):
+        return len(left) == len(right) and all(same_value(a, b) for a, b in zip(left, right, strict=True))
+    if type(left) is dict:
+        return left.keys() == right.keys() and all(same_value(left[k], right[k]) for k in left)
+    if type(left) is float:
+        return repr(left) == repr(right)  # tells -0.0 from 0.0, and NaN equals NaN
+    return bool(left == right)
+
+
 def diff_channels(parent: Mapping[str, Any] | None, channels: Mapping[str, Any]) -> dict[str, ChannelChange]:
     """What changed from ``parent`` to ``channels``, for a checkpoint put without a hint.
 
@@ -139,18 +159,16 @@ def diff_channels(parent: Mapping[str, Any] | None, channels: Mapping[str, Any])
     for name, value in channels.items():
         if parent is not None and name in parent:
             before = parent[name]
-            if before is value:
-                continue
             if (
                 type(before) is list
                 and type(value) is list
                 and len(value) >= len(before)
-                and value[: len(before)] == before
+                and all(same_value(a, b) for a, b in zip(before, value[: len(before)], strict=True))
             ):
                 if len(value) > len(before):
                     changes[name] = Extend(tuple(value[len(before) :]))
                 continue
-            if type(before) is type(value) and before == value:
+            if same_value(before, value):
                 continue
         elif type(value) is list:
             changes[name] = Extend(tuple(value))

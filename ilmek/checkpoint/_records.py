@@ -30,6 +30,8 @@ __all__ = [
     "encode_next",
     "encode_pending",
     "encode_task_journals",
+    "json_equal",
+    "metadata_matches",
 ]
 
 
@@ -197,6 +199,34 @@ def encode_changes(changes: Mapping[str, ChannelChange]) -> list[EncodedChange]:
         else:
             raise TypeError(f"unknown channel change {change!r} for channel {name!r}")
     return encoded
+
+
+def json_equal(left: Any, right: Any) -> bool:
+    """Equality as JSON sees it: bools are not numbers, numbers compare by value, objects ignore key order."""
+    if isinstance(left, bool) or isinstance(right, bool):
+        return type(left) is type(right) and left == right
+    if isinstance(left, (int, float)) and isinstance(right, (int, float)):
+        return left == right
+    if isinstance(left, dict) and isinstance(right, dict):
+        return left.keys() == right.keys() and all(json_equal(left[k], right[k]) for k in left)
+    if isinstance(left, list) and isinstance(right, list):
+        return len(left) == len(right) and all(json_equal(a, b) for a, b in zip(left, right, strict=True))
+    return type(left) is type(right) and bool(left == right)
+
+
+def metadata_matches(metadata: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    """Whether every key of ``wanted`` is in ``metadata`` with a JSON-equal value.
+
+    Both sides are compared in their stored (tagged JSON) form, so a tuple
+    matches a tuple and a datetime a datetime.
+    """
+    for key, value in wanted.items():
+        if key not in metadata:
+            return False
+        stored = serde.to_jsonable(metadata[key], where=f"metadata {key!r}")
+        if not json_equal(stored, serde.to_jsonable(value, where=f"the metadata filter {key!r}")):
+            return False
+    return True
 
 
 def check_thread(thread_id: str, checkpoint: Checkpoint) -> None:

@@ -138,9 +138,10 @@ _SQL: dict[str, str] = {
     "touch_thread": (
         "INSERT INTO {p}_threads (thread_id, created_at, updated_at, status, step, checkpoint_id, "
         "metadata) VALUES (:thread_id, :now, :now, :status, :step, :checkpoint_id, {ji_empty}) "
-        "ON CONFLICT (thread_id) DO UPDATE SET checkpoint_id = excluded.checkpoint_id, "
-        "status = excluded.status, step = excluded.step, updated_at = excluded.updated_at "
-        "WHERE {p}_threads.checkpoint_id IS NULL OR {p}_threads.checkpoint_id < excluded.checkpoint_id"
+        "ON CONFLICT (thread_id) DO UPDATE SET updated_at = excluded.updated_at, "
+        "checkpoint_id = CASE WHEN {newer} THEN excluded.checkpoint_id ELSE {p}_threads.checkpoint_id END, "
+        "status = CASE WHEN {newer} THEN excluded.status ELSE {p}_threads.status END, "
+        "step = CASE WHEN {newer} THEN excluded.step ELSE {p}_threads.step END"
     ),
     "thread_latest": "SELECT checkpoint_id FROM {p}_threads WHERE thread_id = :thread_id",
     "insert_blob": (
@@ -259,6 +260,10 @@ class SqlCheckpointer(Checkpointer):
     def _format(self, template: str) -> str:
         columns = ("manifest", "next", "pending", "task_journals", "metadata", "value", "entries")
         fields: dict[str, str] = {"p": self.table_prefix, "now": self.NOW}
+        fields["newer"] = (
+            f"({self.table_prefix}_threads.checkpoint_id IS NULL "
+            f"OR {self.table_prefix}_threads.checkpoint_id < excluded.checkpoint_id)"
+        )
         for column in columns:
             fields[f"ji_{column}"] = self.JSON_IN.format(f":{column}")
             fields[f"jo_{column}"] = self.JSON_OUT.format(column)
@@ -290,9 +295,13 @@ class SqlCheckpointer(Checkpointer):
     def _in_params(values: Sequence[Any]) -> dict[str, Any]:
         return {f"v{i}": value for i, value in enumerate(values)}
 
-    def metadata_filter(self, index: int, key: str, value: Any) -> tuple[str, dict[str, Any]]:
-        """A WHERE fragment matching threads whose metadata has ``key`` equal to ``value``."""
-        raise NotImplementedError
+    def metadata_filter(self, index: int, key: str, value: Any) -> tuple[str, dict[str, Any]] | None:
+        """A WHERE fragment matching threads whose metadata has ``key`` equal to ``value``.
+
+        ``None`` (the default) filters in Python instead, after the other
+        conditions narrowed the rows in SQL.
+        """
+        return None
 
     # --- schema -----------------------------------------------------------------------
 
@@ -703,13 +712,17 @@ class SqlCheckpointer(Checkpointer):
         if status is not None:
             conditions.append("status = :status")
             params["status"] = status
+        in_python: dict[str, Any] = {}
         for index, (key, value) in enumerate((metadata or {}).items()):
-            fragment, more = self.metadata_filter(index, key, value)
-            conditions.append(fragment)
-            params.update(more)
+            filtered = self.metadata_filter(index, key, value)
+            if filtered is None:
+                in_python[key] = value
+                continue
+            conditions.append(filtered[0])
+            params.update(filtered[1])
         where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
         page = ""
-        if limit is not None or offset:
+        if (limit is not None or offset) and not in_python:
             page = " LIMIT :limit OFFSET :offset"
             params["limit"] = limit if limit is not None else _NO_LIMIT
             params["offset"] = offset
@@ -722,7 +735,11 @@ class SqlCheckpointer(Checkpointer):
             return session.query(self._statement(template), **params)
 
         rows = self._run(work, what="list threads", write=False)
-        return [self._info(row) for row in rows]
+        infos = [self._info(row) for row in rows]
+        if in_python:
+            matching = [i for i in infos if _records.metadata_matches(i.metadata, in_python)]
+            infos = matching[offset : None if limit is None else offset + limit]
+        return infos
 
     def get_thread(self, thread_id: str) -> ThreadInfo | None:
         rows = self._run(

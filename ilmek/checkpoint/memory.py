@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from .. import serde
-from ..errors import CheckpointNotFoundError
+from ..errors import CheckpointNotFoundError, ConcurrentUpdateError
 from ..types import (
     ChannelChange,
     Checkpoint,
@@ -163,6 +163,13 @@ class InMemoryCheckpointer(Checkpointer):
                 found = thread.ids[-1] if thread is not None and thread.ids else None
                 if found != expect_latest:
                     raise concurrent_update_error(thread_id, expect_latest, found)
+            if thread is not None and checkpoint.id in thread.checkpoints:
+                raise ConcurrentUpdateError(
+                    f"checkpoint {checkpoint.id!r} of thread {thread_id!r} already exists; "
+                    "checkpoints are never overwritten: write a new one with a new id",
+                    thread_id=thread_id,
+                    checkpoint_id=checkpoint.id,
+                )
             parent = None
             if thread is not None and checkpoint.parent_id is not None:
                 parent = thread.checkpoints.get(checkpoint.parent_id)
@@ -191,8 +198,7 @@ class InMemoryCheckpointer(Checkpointer):
                 status=checkpoint.status,
                 **stored_fields,
             )
-            if checkpoint.id not in thread.checkpoints:
-                bisect.insort(thread.ids, checkpoint.id)
+            bisect.insort(thread.ids, checkpoint.id)
             thread.checkpoints[checkpoint.id] = stored
             thread.updated_at = utc_now()
             for task_id in drop_journals:
@@ -305,9 +311,7 @@ class InMemoryCheckpointer(Checkpointer):
             needle = search.casefold()
             infos = [i for i in infos if needle in i.id.casefold()]
         if metadata:
-            infos = [
-                i for i in infos if all(k in i.metadata and i.metadata[k] == v for k, v in metadata.items())
-            ]
+            infos = [i for i in infos if _records.metadata_matches(i.metadata, metadata)]
         if status is not None:
             infos = [i for i in infos if i.status == status]
         infos.sort(key=lambda i: (i.updated_at, i.id), reverse=True)

@@ -491,6 +491,25 @@ class _DedicatedLockHold(ThreadHold):
         borrowed.__exit__(None, None, None)
 
 
+class _BothHolds(ThreadHold):
+    """The database's hold and this process's, released together."""
+
+    def __init__(self, database: ThreadHold, local: ThreadHold) -> None:
+        super().__init__(database.thread_id)
+        self._database = database
+        self._local = local
+        self.keep_alive_interval = database.keep_alive_interval
+
+    def keep_alive(self) -> None:
+        self._database.keep_alive()
+
+    def release(self) -> None:
+        try:
+            self._database.release()
+        finally:
+            self._local.release()
+
+
 class PostgresCheckpointer(SqlCheckpointer):
     """Checkpoints in Postgres, through the client the application already has.
 
@@ -546,8 +565,15 @@ class PostgresCheckpointer(SqlCheckpointer):
         session.execute(_XACT_LOCK, key=advisory_key(self.table_prefix, "\0migrate"))
 
     def metadata_filter(self, index: int, key: str, value: Any) -> tuple[str, dict[str, Any]]:
-        encoded = serde.encode({key: value}, where=f"the metadata filter {key!r}")
-        return f"metadata @> CAST(:mf{index} AS jsonb)", {f"mf{index}": encoded}
+        # Containment lets the GIN index find candidates; jsonb equality then
+        # demands the whole value (containment alone would match a sub-dict).
+        whole = serde.encode({key: value}, where=f"the metadata filter {key!r}")
+        single = serde.encode(value, where=f"the metadata filter {key!r}")
+        fragment = (
+            f"metadata @> CAST(:mf{index} AS jsonb) "
+            f"AND metadata -> CAST(:mk{index} AS text) = CAST(:mv{index} AS jsonb)"
+        )
+        return fragment, {f"mf{index}": whole, f"mk{index}": key, f"mv{index}": single}
 
     @contextlib.contextmanager
     def hold(self, thread_id: str) -> Iterator[ThreadHold]:
@@ -558,14 +584,14 @@ class PostgresCheckpointer(SqlCheckpointer):
         self._ensure_schema()
         # A session lock is re-entrant within its session, so a second run in
         # this process sharing the connection must be stopped here first.
-        with self.local_hold(thread_id):
+        with self.local_hold(thread_id) as local:
             key = advisory_key(self.table_prefix, thread_id)
-            handle: ThreadHold
+            database: ThreadHold
             if self._adapter.dedicates:
                 dedicated = _DedicatedLockHold(self, thread_id)
                 if not dedicated.acquire(key):
                     raise busy_error(thread_id)
-                handle = dedicated
+                database = dedicated
             else:
                 granted = self._adapter.run(
                     lambda session: session.query(_TRY_SESSION_LOCK, key=key)[0][0],
@@ -574,7 +600,8 @@ class PostgresCheckpointer(SqlCheckpointer):
                 )
                 if not granted:
                     raise busy_error(thread_id)
-                handle = _SessionLockHold(self, thread_id, key)
+                database = _SessionLockHold(self, thread_id, key)
+            handle = _BothHolds(database, local)
             try:
                 yield handle
             finally:

@@ -18,7 +18,6 @@ import threading
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-from .. import serde
 from ..dbapi import Adapter, ErrorKind, LockedConnection, Session, Statement
 from ._sql import SqlCheckpointer
 
@@ -243,15 +242,6 @@ class SqliteCheckpointer(SqlCheckpointer):
     def table_exists(self, session: Session, table: str) -> bool:
         rows = session.query(_TABLE_EXISTS, name=table)
         return bool(rows)
-
-    def metadata_filter(self, index: int, key: str, value: Any) -> tuple[str, dict[str, Any]]:
-        encoded = serde.encode(value, where=f"the metadata filter {key!r}")
-        fragment = (
-            f"EXISTS (SELECT 1 FROM json_each({self.table_prefix}_threads.metadata) AS m "
-            f"WHERE m.key = :mk{index} AND m.type = json_type(:mv{index}) "
-            f"AND m.value IS json_extract(:mv{index}, '$'))"
-        )
-        return fragment, {f"mk{index}": key, f"mv{index}": encoded}
 
     def __repr__(self) -> str:
         where = self.path if self.path is not None else "a caller's connection"

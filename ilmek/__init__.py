@@ -36,6 +36,7 @@ from .errors import (
 from .events import Event, StreamPart, stream_modes
 from .graph import END, START, CompiledGraph, GraphBuilder, graph
 from .host import history, pending_interrupts, thread_state, update_state
+from .spec import from_spec, to_spec
 from .types import Checkpoint, JournalEntry, Pending, Result, ScheduledTask, ThreadInfo
 
 __version__ = "0.1.0"
@@ -79,6 +80,7 @@ __all__ = [
     "append_field",
     "channel",
     "command",
+    "from_spec",
     "graph",
     "history",
     "merge_field",
@@ -94,5 +96,6 @@ __all__ = [
     "stream",
     "stream_modes",
     "thread_state",
+    "to_spec",
     "update_state",
 ]

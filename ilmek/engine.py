@@ -117,7 +117,7 @@ class _TaskRun:
     spec: NodeSpec
     task_id: str
     journal: TaskJournal
-    outcome: str = "running"  # ok | interrupt | error
+    outcome: str = "running"  # ok | interrupt | error | cancelled
     update: dict[str, Any] = attrs.Factory(dict)
     command: Command | None = None
     error: BaseException | None = None
@@ -250,8 +250,7 @@ class _Run:
                 if not base.next:
                     raise _Finished(self._end("done", base, values))
                 if self.cancel.is_set():
-                    reason = getattr(self.cancel, "reason", None) or "the cancel event was set"
-                    raise _Finished(self._end("aborted", base, values, abort_reason=str(reason)))
+                    raise _Finished(self._end("aborted", base, values, abort_reason=self._abort_reason()))
                 if self._run_steps >= self.limit:
                     yield self._end("error", base, values)
                     raise RecursionLimitError(
@@ -266,6 +265,9 @@ class _Run:
                 base, values = yield from self._superstep(base, values)
         except _Finished as finished:
             yield finished.end
+
+    def _abort_reason(self) -> str:
+        return str(getattr(self.cancel, "reason", None) or "the cancel event was set")
 
     def _end(
         self,
@@ -469,13 +471,20 @@ class _Run:
                 meta=self.meta,
                 cancel=self.cancel,
             )
-            yield self._event(NodeStart, node=task_run.spec.name, task_id=task_run.task_id)
             pool.submit(self._task_body, task_run, state, ctx)
+        # Every task starts now, however slowly the stream is read; what they
+        # emit meanwhile waits in the queue until their node_start was yielded.
+        for task_run in runs:
+            yield self._event(NodeStart, node=task_run.spec.name, task_id=task_run.task_id)
         yield from self._collect(runs)
 
         errors = tuple((r.spec.name, r.error) for r in runs if r.outcome == "error" and r.error)
         if errors:
             raise _Finished(self._end("error", base, values, errors=errors))
+        if any(r.outcome == "cancelled" for r in runs):
+            # A task gave up its retries because the run was cancelled: nothing
+            # of this superstep is kept but its journals, as at any boundary.
+            raise _Finished(self._end("aborted", base, values, abort_reason=self._abort_reason()))
         if any(r.outcome == "interrupt" for r in runs):
             yield from self._pause(base, values, runs, task_ids)
         new_values, changes = self._reduce(base, values, runs)
@@ -650,9 +659,11 @@ class _Run:
             except Exception as error:
                 if policy is not None and not self.cancel.is_set() and policy.should_retry(attempt, error):
                     self._queue.put(("retry", task_run.index, attempt, error))
-                    if not self.cancel.wait(policy.delay(attempt)):
-                        attempt += 1
-                        continue
+                    if self.cancel.wait(policy.delay(attempt)):
+                        task_run.outcome, task_run.error = "cancelled", error
+                        return
+                    attempt += 1
+                    continue
                 task_run.outcome, task_run.error = "error", error
                 return
             break

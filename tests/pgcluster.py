@@ -90,7 +90,7 @@ def find_bindir() -> str | None:
     return None
 
 
-def _dsn_to_url(dsn: str) -> str:
+def dsn_to_url(dsn: str) -> str:
     """Render a libpq DSN as a ``postgresql://`` URL (same parameters)."""
     params = parse_dsn(dsn)
     user = quote(params.pop("user", ""), safe="")
@@ -106,6 +106,7 @@ def _dsn_to_url(dsn: str) -> str:
     return url
 
 
+_dsn_to_url = dsn_to_url  # old name, still imported by tests being written; to be removed
 class PostgresServer:
     """A reachable PostgreSQL server on which the tests may create databases.
 
@@ -115,7 +116,7 @@ class PostgresServer:
 
     def __init__(self, dsn: str) -> None:
         self.dsn = make_dsn(dsn)
-        self.url = _dsn_to_url(self.dsn)
+        self.url = dsn_to_url(self.dsn)
         self._conn: psycopg2.extensions.connection | None = None
 
     def dsn_for(self, name: str) -> str:

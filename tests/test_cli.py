@@ -26,7 +26,7 @@ from ilmek.checkpoint.sqlite import SqliteCheckpointer
 from ilmek.cli import main, open_checkpointer, render_history, render_value
 from ilmek.demo import CART, build_checkout_graph
 from ilmek.graph import END, START, CompiledGraph
-from tests.pgcluster import _dsn_to_url
+from tests.pgcluster import dsn_to_url
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 COMMANDS = ["demo", "threads", "history", "show", "delete", "prune", "migrate", "ddl"]
@@ -670,7 +670,7 @@ def test_an_unsupported_url_is_an_error_that_hides_the_password(
 @pytest.mark.postgres
 def test_demo_on_a_postgres_url_across_two_processes(home: pathlib.Path, postgres_dsn: str) -> None:
     """On a postgresql:// URL the demo creates its tables, pauses, and is answered by another process."""
-    url = _dsn_to_url(postgres_dsn)
+    url = dsn_to_url(postgres_dsn)
     first = run_module(home, "--db", url, "demo")
     assert (0, "") == (first.returncode, first.stderr)
     assert "Charge 249.9?" in first.stdout
@@ -688,7 +688,6 @@ def test_demo_on_a_postgres_url_across_two_processes(home: pathlib.Path, postgre
     assert not (home / ".ilmek").exists()
 
 
-@pytest.mark.xfail(strict=False, reason="postgres backend not written yet")
 def test_postgres_url_opens_postgres_checkpointer() -> None:
     """A postgresql:// URL is handed to the Postgres backend (its module is imported), not to SQLite."""
     # An option libpq does not know fails at once, before any network I/O.

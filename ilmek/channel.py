@@ -100,8 +100,12 @@ class Channel:
         if self.kind == "last_write":
             return incoming
         if self.kind == "append":
-            base = [] if current is UNSET else list(current)
-            return base + _list_items(incoming)
+            # One copy of the list per write: it is the bulk of a long conversation.
+            if current is UNSET:
+                return _list_items(incoming)
+            if isinstance(incoming, (list, tuple)):
+                return [*current, *incoming]
+            return [*current, incoming]
         if self.kind == "merge":
             if not isinstance(incoming, Mapping):
                 raise TypeError(f"a merge channel takes a mapping, got {type(incoming).__name__}")

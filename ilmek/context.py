@@ -154,6 +154,7 @@ class NodeContext(PlanContext):
         journal: TaskJournal,
         emit: Callable[[Any], None],
         strict: bool,
+        verify: Callable[[], None] | None = None,
         **plan: Any,
     ) -> None:
         super().__init__(**plan)
@@ -161,6 +162,7 @@ class NodeContext(PlanContext):
         self.task_id = task_id
         self._journal = journal
         self._emit = emit
+        self._verify = verify
         self.strict = strict
         self.log = logging.LoggerAdapter(
             _LOG, {"thread_id": self.thread_id, "run_id": self.run_id, "node": node}
@@ -183,6 +185,7 @@ class NodeContext(PlanContext):
         Raises:
             NondeterminismError: ``key`` names an interrupt in the journal.
             SerializationError: the result cannot be stored.
+            ThreadBusyError: the run lost its hold on the thread; ``fn`` did not run.
         """
         full = self._journal.claim(key)
         entry = self._journal.get(full)
@@ -197,6 +200,10 @@ class NodeContext(PlanContext):
                     thread_id=self.thread_id,
                 )
             return entry.value  # type: ignore[no-any-return]
+        if self._verify is not None:
+            # Where a hold can be lost without the writes failing, make sure
+            # it is still ours before the effect rather than after.
+            self._verify()
         value = fn(*args, **kwargs)
         self._journal.record(JournalEntry(key=full, kind="step", value=value))
         return value

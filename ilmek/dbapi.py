@@ -147,7 +147,12 @@ class Session:
             self.adapter.execute(self.connection, text, None)
 
 
-_SECRET = re.compile(r"(password|passwd|pwd|secret)\s*=\s*\S+", re.IGNORECASE)
+# A secret's value runs to the end of a quoted string (libpq allows spaces in
+# quoted values, with \' inside) or else to the next space.
+_SECRET = re.compile(
+    r"""(password|passwd|pwd|secret)\s*=\s*(?:'(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|\S+)""",
+    re.IGNORECASE,
+)
 
 
 def describe_error(error: BaseException) -> str:
@@ -233,7 +238,7 @@ class Adapter(abc.ABC):
         Inside a transaction the caller already has open, a savepoint is used
         instead and the commit is left to the caller.
         """
-        with self.connection() as connection:
+        with _connecting(self.connection()) as connection:
             if self.in_transaction(connection):
                 with self._savepoint(connection) as session:
                     yield session
@@ -319,6 +324,31 @@ class Adapter(abc.ABC):
                     f"could not {what}{where}: {describe_error(error)}; nothing was written",
                     thread_id=thread_id,
                 ) from error
+
+
+CONNECTING = "ilmek_while_connecting"
+"""The attribute set on an error raised while a connection was being obtained."""
+
+
+@contextlib.contextmanager
+def _connecting(source: contextlib.AbstractContextManager[Any]) -> Iterator[Any]:
+    """Enter ``source``, marking an error raised while connecting as such.
+
+    Drivers do not always say whether an error came from logging in or from
+    a connection in use; the difference decides whether a retry can help.
+    """
+    try:
+        connection = source.__enter__()
+    except BaseException as error:
+        setattr(error, CONNECTING, True)
+        raise
+    try:
+        yield connection
+    except BaseException as error:
+        if not source.__exit__(type(error), error, error.__traceback__):
+            raise
+    else:
+        source.__exit__(None, None, None)
 
 
 class LockedConnection:

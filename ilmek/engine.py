@@ -155,6 +155,8 @@ class _Run:
             )
         if checkpointer is not None and thread_id is None:
             raise ValueError("a checkpointer needs a thread_id: pass thread_id=...")
+        if thread_id is not None and (not isinstance(thread_id, str) or not thread_id or "\0" in thread_id):
+            raise ValueError(f"a thread_id is a non-empty string without NUL, got {thread_id!r}")
         if recursion_limit < 1:
             raise ValueError(f"recursion_limit must be at least 1, got {recursion_limit}")
         if checkpointer is None:
@@ -354,6 +356,9 @@ class _Run:
             changes=changes,
             expect_latest=self._expect,
             drop_journals=drop_journals,
+            # A pause or a finished plan is the run's last write: the hold can
+            # go back in the same transaction.
+            release_hold=bool(checkpoint.pending) or not checkpoint.next,
         )
         self._expect = checkpoint.id
         self._committed.add(checkpoint.id)
@@ -460,6 +465,7 @@ class _Run:
                 task_id=task_run.task_id,
                 journal=task_run.journal,
                 emit=_emitter(self._queue, task_run.index),
+                verify=self._verify_hold if self._hold is not None and self._hold.verifies else None,
                 strict=self.strict,
                 graph=self.graph,
                 thread_id=self.thread_id,
@@ -623,7 +629,16 @@ class _Run:
 
     def _persist(self, task_id: str, entries: tuple[JournalEntry, ...]) -> None:
         """Called on a worker: have the driving thread store a journal, and wait."""
-        request = _Request(lambda: self.cp.put_journal(task_id, entries))
+        self._ask_driver(lambda: self.cp.put_journal(task_id, entries))
+
+    def _verify_hold(self) -> None:
+        """Called on a worker before a step's effect: is the thread still ours?"""
+        assert self._hold is not None
+        self._ask_driver(self._hold.verify)
+
+    def _ask_driver(self, work: Callable[[], None]) -> None:
+        """Run ``work`` on the driving thread (the only one that touches storage) and wait."""
+        request = _Request(work)
         with self._close_lock:
             if self._closed:
                 raise _RunClosed(

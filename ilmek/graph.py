@@ -27,7 +27,7 @@ START: Final = "__start__"
 END: Final = "__end__"
 """The virtual exit node."""
 
-_RESERVED_CHARACTERS = (":", "#")
+_RESERVED_CHARACTERS = (":", "#", "\0")
 
 
 def _takes_context(fn: Callable[..., Any]) -> bool:
@@ -276,9 +276,9 @@ def _check_node(spec: NodeSpec, seen: Mapping[str, NodeSpec]) -> None:
         raise GraphError(f"{name!r} is reserved for the virtual entry and exit", node=name)
     for character in _RESERVED_CHARACTERS:
         if character in name:
+            why = "no database can store" if character == "\0" else "delimits task and pause ids"
             raise GraphError(
-                f"node name {name!r} contains {character!r}, which delimits task and pause ids; "
-                "rename the node",
+                f"node name {name!r} contains {character!r}, which {why}; rename the node",
                 node=name,
             )
     if name in seen:

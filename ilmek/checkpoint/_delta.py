@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -246,20 +246,20 @@ def _spans(logs: Mapping[int, LogInfo], log_id: int, start: int, stop: int) -> l
 
 
 class ValueCache:
-    """Decoded values of stored blobs and logs, shared by reads in one process.
+    """Decoded stored data that never changes once written, shared by reads in one process.
 
-    Stored blobs and log items never change once written, so a cached value
-    is always right; a log read at a greater length fetches only the items
-    it is missing. Bounded by the approximate size of what it holds.
+    Log items and checkpoint manifests are immutable, so a cached value is
+    always right; a log read at a greater length fetches only the items it
+    is missing. Bounded by the approximate size of what it holds.
     """
 
     def __init__(self, max_bytes: int = 64 * 1024 * 1024) -> None:
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[str, int], tuple[Any, int]] = OrderedDict()
+        self._entries: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._size = 0
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, int]) -> Any:
+    def get(self, key: Hashable) -> Any:
         with self._lock:
             found = self._entries.get(key)
             if found is None:
@@ -267,7 +267,7 @@ class ValueCache:
             self._entries.move_to_end(key)
             return found[0]
 
-    def put(self, key: tuple[str, int], value: Any, size: int) -> None:
+    def put(self, key: Hashable, value: Any, size: int) -> None:
         if size > self.max_bytes:
             return
         with self._lock:

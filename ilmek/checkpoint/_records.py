@@ -30,6 +30,7 @@ __all__ = [
     "encode_next",
     "encode_pending",
     "encode_task_journals",
+    "encode_thread_metadata",
     "json_equal",
     "metadata_matches",
 ]
@@ -52,7 +53,8 @@ def load_plain(stored: Any) -> Any:
 def _journal_to_plain(entries: Iterable[JournalEntry], where: str) -> list[dict[str, Any]]:
     plain: list[dict[str, Any]] = []
     for entry in entries:
-        record: dict[str, Any] = {"key": entry.key, "kind": entry.kind}
+        # Keys are the author's text and may hold NUL, which JSONB refuses bare.
+        record: dict[str, Any] = {"key": serde.to_jsonable(entry.key, where=where), "kind": entry.kind}
         if entry.kind == "step" or entry.answered:
             record["value"] = serde.to_jsonable(entry.value, where=f"{where} step {entry.key!r}")
         if entry.kind == "interrupt":
@@ -70,7 +72,7 @@ def _journal_from_plain(plain: Any) -> tuple[JournalEntry, ...]:
         try:
             entries.append(
                 JournalEntry(
-                    key=record["key"],
+                    key=serde.from_jsonable(record["key"]),
                     kind=record["kind"],
                     value=serde.from_jsonable(record.get("value")),
                     payload=serde.from_jsonable(record.get("payload")),
@@ -143,10 +145,10 @@ def encode_pending(pending: Sequence[Pending]) -> str:
     return dump_plain(
         [
             {
-                "id": p.id,
+                "id": serde.to_jsonable(p.id, where=f"the pause {p.id!r}"),
                 "task_id": p.task_id,
                 "node": p.node,
-                "key": p.key,
+                "key": serde.to_jsonable(p.key, where=f"the pause {p.id!r}"),
                 "payload": serde.to_jsonable(p.payload, where=f"the payload of pause {p.id!r}"),
             }
             for p in pending
@@ -159,10 +161,10 @@ def decode_pending(stored: Any) -> tuple[Pending, ...]:
     try:
         return tuple(
             Pending(
-                id=p["id"],
+                id=serde.from_jsonable(p["id"]),
                 task_id=p["task_id"],
                 node=p["node"],
-                key=p["key"],
+                key=serde.from_jsonable(p["key"]),
                 payload=serde.from_jsonable(p["payload"]),
             )
             for p in load_plain(stored)
@@ -227,6 +229,21 @@ def metadata_matches(metadata: Mapping[str, Any], wanted: Mapping[str, Any]) -> 
         if not json_equal(stored, serde.to_jsonable(value, where=f"the metadata filter {key!r}")):
             return False
     return True
+
+
+def encode_thread_metadata(thread_id: str, metadata: Mapping[str, Any]) -> str:
+    """A thread's metadata as JSON text; its keys must be plain text, since filters query them.
+
+    Raises:
+        ValueError: a key that is not a string or contains NUL.
+    """
+    for key in metadata:
+        if not isinstance(key, str) or "\0" in key:
+            raise ValueError(
+                f"metadata keys of thread {thread_id!r} must be strings without NUL "
+                f"(list_threads filters by them), got {key!r}"
+            )
+    return serde.encode(dict(metadata), where=f"the metadata of thread {thread_id!r}")
 
 
 def check_thread(thread_id: str, checkpoint: Checkpoint) -> None:

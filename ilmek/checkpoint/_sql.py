@@ -218,13 +218,22 @@ class LeaseHold(ThreadHold):
         self.keep_alive_interval = max(owner.lease_seconds / 4, 0.05)
         self._released = False
 
+    verifies = True
+
     def keep_alive(self) -> None:
         self._owner._renew_hold(self.thread_id, self.token)
+
+    def verify(self) -> None:
+        # Renewed lately (by a commit, a journal write or keep_alive): still
+        # ours. Otherwise renew now, which fails if another run took it.
+        if time.monotonic() - self._owner._renewed_at(self.thread_id) > self._owner.lease_seconds / 2:
+            self.keep_alive()
 
     def release(self) -> None:
         if not self._released:
             self._released = True
-            self._owner._release_hold(self.thread_id, self.token)
+            if self._owner._forget_hold(self.thread_id, self.token):
+                self._owner._release_hold(self.thread_id, self.token)
 
 
 class SqlCheckpointer(Checkpointer):
@@ -243,7 +252,9 @@ class SqlCheckpointer(Checkpointer):
 
     def __init__(self, adapter: Adapter, *, table_prefix: str = "ilmek", lease_seconds: float = 5.0) -> None:
         super().__init__()
-        self.table_prefix = validate_prefix(table_prefix)
+        # Unquoted SQL identifiers ignore case (Postgres folds them, SQLite
+        # compares them case-blind): "Billing" and "billing" are one prefix.
+        self.table_prefix = validate_prefix(table_prefix).lower()
         if lease_seconds <= 0:
             raise ValueError(f"lease_seconds must be positive, got {lease_seconds}")
         self.lease_seconds = float(lease_seconds)
@@ -253,6 +264,9 @@ class SqlCheckpointer(Checkpointer):
         self._schema_ready = False
         self._schema_lock = threading.Lock()
         self._held: dict[str, str] = {}
+        self._renewals: dict[str, float] = {}
+        # Manifests never change once written: remember the ones this process saw.
+        self._manifests = ValueCache(max_bytes=4 * 1024 * 1024)
         self._held_lock = threading.Lock()
 
     # --- SQL text ---------------------------------------------------------------------
@@ -399,6 +413,7 @@ class SqlCheckpointer(Checkpointer):
         changes: Mapping[str, ChannelChange] | None = None,
         expect_latest: str | _AnyLatest | None = ANY_LATEST,
         drop_journals: Sequence[str] = (),
+        release_hold: bool = False,
     ) -> None:
         _records.check_thread(thread_id, checkpoint)
         fields = _records.encode_fields(checkpoint)
@@ -406,14 +421,24 @@ class SqlCheckpointer(Checkpointer):
         status = checkpoint.status
         now = time.time()
 
-        def work(session: Session) -> None:
+        with self._held_lock:
+            lease = self._held.get(thread_id) if release_hold else None
+
+        def work(session: Session) -> dict[str, ChannelRef] | None:
             self._fence(session, thread_id)
             if not self._advance_thread(session, thread_id, checkpoint, status, expect_latest, now):
-                return
+                return None
             store = _Store(self, session)
             parent_manifest: dict[str, ChannelRef] = {}
             if checkpoint.parent_id is not None:
-                parent_manifest = self._manifest(session, thread_id, checkpoint.parent_id) or {}
+                # After a successful compare-and-set the thread is as this
+                # process last saw it, so a manifest it remembers is current.
+                known = (
+                    None
+                    if isinstance(expect_latest, _AnyLatest)
+                    else self._manifests.get((thread_id, checkpoint.parent_id))
+                )
+                parent_manifest = known or self._manifest(session, thread_id, checkpoint.parent_id) or {}
             keep: set[str] | None = None
             to_write = encoded
             if to_write is None:
@@ -444,8 +469,18 @@ class SqlCheckpointer(Checkpointer):
                 )
             if drop_journals:
                 self._drop_journals(session, drop_journals)
+            if lease is not None:
+                session.execute(self._sql("release_hold"), thread_id=thread_id, owner=lease)
+            return manifest
 
-        self._run(work, what="commit a checkpoint", thread_id=thread_id)
+        manifest = self._run(work, what="commit a checkpoint", thread_id=thread_id)
+        if manifest is not None:
+            self._remember_manifest(thread_id, checkpoint.id, manifest)
+        if lease is not None:
+            self._forget_hold(thread_id, lease)
+
+    def _remember_manifest(self, thread_id: str, checkpoint_id: str, manifest: dict[str, ChannelRef]) -> None:
+        self._manifests.put((thread_id, checkpoint_id), manifest, 64 * (len(manifest) + 1))
 
     def _advance_thread(
         self,
@@ -498,6 +533,7 @@ class SqlCheckpointer(Checkpointer):
             if not rows:
                 return None
             manifest = manifest_from_plain(_records.load_plain(rows[0][5]))
+            self._remember_manifest(thread_id, rows[0][0], manifest)
             values = read_channels(_Store(self, session), thread_id, manifest, self._cache)
             return self._checkpoint(thread_id, rows[0], values)
 
@@ -639,39 +675,49 @@ class SqlCheckpointer(Checkpointer):
         handle = LeaseHold(self, thread_id, token)
         with self._held_lock:
             self._held[thread_id] = token
+            self._renewals[thread_id] = time.monotonic()
         try:
             yield handle
         finally:
-            with self._held_lock:
-                if self._held.get(thread_id) == token:
-                    del self._held[thread_id]
             handle.release()
+
+    def _forget_hold(self, thread_id: str, token: str) -> bool:
+        """Stop renewing a lease; False if it was already given back (by a final commit)."""
+        with self._held_lock:
+            if self._held.get(thread_id) != token:
+                return False
+            del self._held[thread_id]
+            self._renewals.pop(thread_id, None)
+            return True
 
     def _fence(self, session: Session, thread_id: str) -> None:
         """Inside a write: renew this process's hold on the thread, or fail if it was lost."""
         with self._held_lock:
             token = self._held.get(thread_id)
-        if token is None:
-            return
+        # Renewed less than a quarter lease ago: it cannot have lapsed, and
+        # renewing again would cost a page write in every commit.
+        if token is not None and time.monotonic() - self._renewed_at(thread_id) > self.lease_seconds / 4:
+            self._renew_in(session, thread_id, token)
+
+    def _renew_in(self, session: Session, thread_id: str, token: str) -> None:
+        renewed = time.monotonic()
         rows = session.query(
             self._sql("renew_hold"), thread_id=thread_id, owner=token, ttl=self.lease_seconds, now=time.time()
         )
         if not rows:
             raise busy_error(thread_id)
+        self._renewals[thread_id] = renewed
+
+    def _renewed_at(self, thread_id: str) -> float:
+        """When this process last renewed its lease on the thread (monotonic clock)."""
+        return self._renewals.get(thread_id, 0.0)
 
     def _renew_hold(self, thread_id: str, token: str) -> None:
-        def work(session: Session) -> None:
-            rows = session.query(
-                self._sql("renew_hold"),
-                thread_id=thread_id,
-                owner=token,
-                ttl=self.lease_seconds,
-                now=time.time(),
-            )
-            if not rows:
-                raise busy_error(thread_id)
-
-        self._run(work, what="renew the hold", thread_id=thread_id)
+        self._run(
+            lambda session: self._renew_in(session, thread_id, token),
+            what="renew the hold",
+            thread_id=thread_id,
+        )
 
     def _release_hold(self, thread_id: str, token: str) -> None:
         self._run(
@@ -751,7 +797,7 @@ class SqlCheckpointer(Checkpointer):
         return self._info(rows[0]) if rows else None
 
     def put_thread_metadata(self, thread_id: str, metadata: Mapping[str, Any]) -> None:
-        text = serde.encode(dict(metadata), where=f"the metadata of thread {thread_id!r}")
+        text = _records.encode_thread_metadata(thread_id, metadata)
         self._run(
             lambda session: session.execute(
                 self._sql("put_thread_metadata"), thread_id=thread_id, metadata=text, now=time.time()

@@ -39,12 +39,23 @@ class ThreadHold:
         thread_id: The thread held.
         keep_alive_interval: How often, in seconds, :meth:`keep_alive` should
             be called while the hold is in use (``None``: never needed).
+        verifies: Whether :meth:`verify` can tell a lost hold (holds that can
+            only be lost with the connection that writes need not check).
     """
 
     keep_alive_interval: float | None = None
+    #: Whether :meth:`verify` does anything (the engine skips it otherwise).
+    verifies: bool = False
 
     def __init__(self, thread_id: str) -> None:
         self.thread_id = thread_id
+
+    def verify(self) -> None:
+        """Confirm the hold is still this run's, just before a step's side effect.
+
+        Raises:
+            ThreadBusyError: the hold was lost; the step must not run.
+        """
 
     def keep_alive(self) -> None:
         """Renew the hold.
@@ -144,6 +155,7 @@ class Checkpointer(abc.ABC):
         changes: Mapping[str, ChannelChange] | None = None,
         expect_latest: str | _AnyLatest | None = ANY_LATEST,
         drop_journals: Sequence[str] = (),
+        release_hold: bool = False,
     ) -> None:
         """Store a checkpoint and drop the journals it supersedes, all or nothing.
 
@@ -155,6 +167,8 @@ class Checkpointer(abc.ABC):
             expect_latest: The id the thread's latest checkpoint must still
                 have (``None``: the thread must have none).
             drop_journals: Task ids whose journals the checkpoint supersedes.
+            release_hold: This is the run's last write: a backend may give the
+                thread's hold back in the same transaction.
 
         Raises:
             ConcurrentUpdateError: the thread's latest checkpoint is not

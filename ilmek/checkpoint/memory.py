@@ -155,6 +155,7 @@ class InMemoryCheckpointer(Checkpointer):
         changes: Mapping[str, ChannelChange] | None = None,
         expect_latest: str | _AnyLatest | None = ANY_LATEST,
         drop_journals: Sequence[str] = (),
+        release_hold: bool = False,
     ) -> None:
         _records.check_thread(thread_id, checkpoint)
         with self._lock:
@@ -324,7 +325,7 @@ class InMemoryCheckpointer(Checkpointer):
             return self._info(thread_id, thread) if thread is not None else None
 
     def put_thread_metadata(self, thread_id: str, metadata: Mapping[str, Any]) -> None:
-        text = serde.encode(dict(metadata), where=f"the metadata of thread {thread_id!r}")
+        text = _records.encode_thread_metadata(thread_id, metadata)
         with self._lock:
             thread = self._threads.get(thread_id)
             if thread is None:

@@ -22,9 +22,9 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from .. import serde
-from ..dbapi import Adapter, ErrorKind, LockedConnection, Session, Statement
+from ..dbapi import CONNECTING, Adapter, ErrorKind, LockedConnection, Session, Statement
 from ..errors import StorageError
-from ._sql import SqlCheckpointer
+from ._sql import SqlCheckpointer, validate_prefix
 from .base import ThreadHold, busy_error
 
 __all__ = ["PostgresCheckpointer"]
@@ -65,7 +65,7 @@ _MIGRATIONS: list[list[str]] = [
 # server shutting down or starting up, too many clients; and class 08, every
 # connection exception.
 _TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57P01", "57P02", "57P03", "53300"})
-_DRIVER_MODULES = ("psycopg2", "psycopg")
+_DRIVER_MODULES = ("psycopg2", "psycopg", "psycopg_pool")
 _STATUS_IDLE = 0  # psycopg2 and psycopg 3 number transaction states alike
 
 _TABLE_EXISTS = Statement("SELECT to_regclass(:name) IS NOT NULL")
@@ -100,9 +100,20 @@ def classify_postgres_error(error: BaseException) -> ErrorKind | None:
     if driver_error is None:
         return "permanent" if code is not None else None
     if code is None and type(driver_error).__name__ in ("OperationalError", "InterfaceError"):
-        # No SQLSTATE: the connection itself failed (reset, closed, server gone).
+        if _while_connecting(error) or _while_connecting(driver_error):
+            # Logging in failed (a refused login, a wrong password, no such
+            # host): retrying in the next second would not change that.
+            return "permanent"
+        # No SQLSTATE on a connection in use: it broke (reset, closed, server gone).
         return "transient"
     return "permanent"
+
+
+def _while_connecting(error: BaseException) -> bool:
+    """Whether a driver error was raised by a connection attempt, not by a connection in use."""
+    # ilmek marks the errors of the connections it asks for; psycopg 3 also
+    # keeps the failed attempt on the error itself.
+    return bool(getattr(error, CONNECTING, False)) or getattr(error, "pgconn", None) is not None
 
 
 def advisory_key(table_prefix: str, thread_id: str) -> int:
@@ -439,6 +450,9 @@ class _DedicatedLockHold(ThreadHold):
     """
 
     keep_alive_interval = 5.0
+    # Writes go through other pooled connections, which keep working after
+    # this one died: so a lost hold must be noticed before each step.
+    verifies = True
 
     def __init__(self, owner: PostgresCheckpointer, thread_id: str) -> None:
         super().__init__(thread_id)
@@ -480,6 +494,9 @@ class _DedicatedLockHold(ThreadHold):
             self._adapter.discard(self._connection)
             raise busy_error(self.thread_id) from error
 
+    def verify(self) -> None:
+        self.keep_alive()
+
     def release(self) -> None:
         if self._borrowed is None:
             return
@@ -499,9 +516,13 @@ class _BothHolds(ThreadHold):
         self._database = database
         self._local = local
         self.keep_alive_interval = database.keep_alive_interval
+        self.verifies = database.verifies
 
     def keep_alive(self) -> None:
         self._database.keep_alive()
+
+    def verify(self) -> None:
+        self._database.verify()
 
     def release(self) -> None:
         try:
@@ -548,6 +569,7 @@ class PostgresCheckpointer(SqlCheckpointer):
     @classmethod
     def connect(cls, dsn: str, *, table_prefix: str = "ilmek", **options: Any) -> PostgresCheckpointer:
         """Open a connection of ilmek's own (closed by :meth:`close`) with psycopg2, or psycopg 3."""
+        validate_prefix(table_prefix)  # before a session is opened for nothing
         try:
             import psycopg2
 
@@ -593,14 +615,24 @@ class PostgresCheckpointer(SqlCheckpointer):
                     raise busy_error(thread_id)
                 database = dedicated
             else:
-                granted = self._adapter.run(
-                    lambda session: session.query(_TRY_SESSION_LOCK, key=key)[0][0],
-                    what="hold the thread",
-                    thread_id=thread_id,
+
+                def take(session: Session) -> tuple[bool, bool]:
+                    # Inside the caller's open transaction, ilmek's writes only
+                    # land when the caller commits: the hold must last until
+                    # then too, so it is a transaction lock the commit releases.
+                    lock = _TRY_XACT_LOCK if session.nested else _TRY_SESSION_LOCK
+                    return bool(session.query(lock, key=key)[0][0]), session.nested
+
+                granted, in_callers_transaction = self._adapter.run(
+                    take, what="hold the thread", thread_id=thread_id
                 )
                 if not granted:
                     raise busy_error(thread_id)
-                database = _SessionLockHold(self, thread_id, key)
+                database = (
+                    ThreadHold(thread_id)
+                    if in_callers_transaction
+                    else _SessionLockHold(self, thread_id, key)
+                )
             handle = _BothHolds(database, local)
             try:
                 yield handle

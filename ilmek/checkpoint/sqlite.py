@@ -15,6 +15,7 @@ import os
 import pathlib
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
@@ -258,5 +259,25 @@ def _connect(path: str, busy_timeout: float, synchronous: str, *, wal: bool = Fa
     connection.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
     connection.execute(f"PRAGMA synchronous = {synchronous.upper()}")
     if wal:
-        connection.execute("PRAGMA journal_mode = WAL")
+        _enable_wal(connection, busy_timeout)
     return connection
+
+
+def _enable_wal(connection: sqlite3.Connection, busy_timeout: float) -> None:
+    # Switching a fresh file to WAL needs it to itself, and SQLite answers
+    # "database is locked" at once, without its busy handler, while another
+    # process creates the same file: so wait here, as the busy timeout would.
+    deadline = time.monotonic() + busy_timeout
+    delay = 0.005
+    while True:
+        try:
+            mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except sqlite3.OperationalError as error:
+            if error.sqlite_errorcode & 0xFF not in _TRANSIENT_CODES or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+            continue
+        if str(mode).lower() == "wal":
+            return
+        raise sqlite3.OperationalError(f"could not switch the database to WAL (it stays in {mode!r} mode)")

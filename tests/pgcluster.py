@@ -106,7 +106,6 @@ def dsn_to_url(dsn: str) -> str:
     return url
 
 
-_dsn_to_url = dsn_to_url  # old name, still imported by tests being written; to be removed
 class PostgresServer:
     """A reachable PostgreSQL server on which the tests may create databases.
 

@@ -1,0 +1,31 @@
+"""Run the Django example: ``DATABASE_URL=postgresql://localhost/shop python -m examples.django_app``.
+
+Creates ilmek's tables and the shop's, then runs a Django management
+command: ``runserver`` when none is given (``python -m examples.django_app
+runserver 8001``, ``... check``). Then::
+
+    curl -X POST localhost:8000/checkout -d '{"thread_id": "order-1", "cart": ["coffee", "mug"]}'
+    curl -X POST localhost:8000/checkout/order-1/approve -d '{"answer": "yes"}'
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main() -> None:
+    """Set Django up on this project's settings, create the tables, run the command (default: serve)."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", f"{__package__}.settings")
+    import django
+    from django.core.management import execute_from_command_line
+
+    django.setup()
+    from . import views
+
+    views.create_tables()
+    execute_from_command_line([sys.argv[0], *(sys.argv[1:] or ["runserver"])])
+
+
+if __name__ == "__main__":
+    main()

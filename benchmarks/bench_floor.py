@@ -1,0 +1,240 @@
+"""How far is one ilmek superstep from the physical floor of a durable write?
+
+Side by side, in batches whose order rotates from round to round:
+
+* **bare**: ``BEGIN IMMEDIATE; INSERT`` of a 200-byte payload ``; COMMIT``
+  on a fresh file beside ilmek's, with the same pragmas (WAL, the same
+  ``synchronous``): the least a durable step can cost;
+* **superstep**: one superstep of a running loop graph whose node appends a
+  200-byte message (one checkpoint);
+* **turn**: ``run(g, {"messages": msg})`` on a chat thread (an input
+  checkpoint, one superstep, and the run's hold taken and released);
+* **superstep, in memory**: the superstep on ``InMemoryCheckpointer``: the
+  engine's own cost, without a database.
+
+Then, traced with ``sqlite3.Connection.set_trace_callback`` on every
+connection the checkpointer opened, the SQL each operation sends, and the
+statements of one superstep.
+
+Usage: ``python benchmarks/bench_floor.py [--samples 50] [--batch 10]
+[--synchronous FULL|NORMAL] [--db FOLDER]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Callable, Sequence
+
+from _common import (
+    MESSAGE_BYTES,
+    NEVER_ENDING,
+    Growth,
+    SuperstepStream,
+    Target,
+    Timings,
+    add_target_options,
+    chat_graph,
+    loop_graph,
+    message,
+    open_target,
+    positive_int,
+    print_header,
+    print_table,
+    ratio,
+)
+
+from ilmek import InMemoryCheckpointer, run, stream
+from ilmek.checkpoint.base import Checkpointer
+
+
+class Operation:
+    """One kind of operation: how to run a timed batch of it, and what it measured."""
+
+    def __init__(
+        self,
+        label: str,
+        batch: Callable[[int], Timings],
+        measure_growth: Callable[[], contextlib.AbstractContextManager[Growth]] | None,
+    ) -> None:
+        self.label = label
+        self.batch = batch
+        self.measure_growth = measure_growth
+        self.timings = Timings()
+        self.growth = Growth()
+
+    def round(self, size: int, *, record: bool) -> None:
+        """Run one timed batch; keep its figures if ``record``."""
+        if self.measure_growth is None:
+            timings = self.batch(size)
+        else:
+            with self.measure_growth() as growth:
+                timings = self.batch(size)
+            if record:
+                self.growth += growth
+        if record:
+            self.timings.extend(timings)
+
+    def bytes_per_operation(self, total: int) -> float | str:
+        """``total`` bytes spread over the recorded operations (``-`` when not measured)."""
+        if self.measure_growth is None or not self.timings:
+            return "-"
+        return total / len(self.timings)
+
+
+class Workloads:
+    """The running things each operation advances: a loop run, a chat thread, a bare table."""
+
+    def __init__(self, target: Target, checkpointer: Checkpointer) -> None:
+        self.checkpointer = checkpointer
+        self.memory = InMemoryCheckpointer()
+        self.chat = chat_graph()
+        loop = loop_graph()
+        first = {"messages": message("user", 0)}
+        self.loop = SuperstepStream(
+            stream(
+                loop, first, thread_id="floor-loop", checkpointer=checkpointer, recursion_limit=NEVER_ENDING
+            )
+        )
+        self.memory_loop = SuperstepStream(
+            stream(
+                loop, first, thread_id="floor-loop", checkpointer=self.memory, recursion_limit=NEVER_ENDING
+            )
+        )
+        self.bare = target.bare_writer(message("assistant", 0))
+        self._turns = 0
+
+    def bare_batch(self, size: int) -> Timings:
+        write = self.bare.write
+        timings = Timings()
+        for _ in range(size):
+            write()
+            timings.lap()
+        return timings
+
+    def turn_batch(self, size: int) -> Timings:
+        updates = [{"messages": message("user", self._turns + n)} for n in range(size)]
+        self._turns += size
+        timings = Timings()
+        for update in updates:
+            run(self.chat, update, thread_id="floor-turns", checkpointer=self.checkpointer)
+            timings.lap()
+        return timings
+
+    def close(self) -> None:
+        self.loop.close()
+        self.memory_loop.close()
+        self.bare.close()
+
+
+def trace(target: Target, workloads: Workloads, operations: int) -> tuple[dict[str, list[str]], list[str]]:
+    """The SQL each traced operation sent (``operations`` of each), and one superstep's statements."""
+    sent: list[str] = []
+    traced: dict[str, list[str]] = {}
+    workloads.bare.trace_statements(sent.append)
+    workloads.bare_batch(operations)
+    workloads.bare.trace_statements(None)
+    traced["bare"] = list(sent)
+    stop = target.trace_statements(workloads.checkpointer, sent.append)
+    try:
+        sent.clear()
+        workloads.loop.advance(operations)
+        traced["superstep"] = list(sent)
+        sent.clear()
+        workloads.turn_batch(operations)
+        traced["turn"] = list(sent)
+        sent.clear()
+        workloads.loop.advance(1)
+        one_superstep = list(sent)
+    finally:
+        stop()
+    return traced, one_superstep
+
+
+def count(statements: Sequence[str], operations: int) -> list[float]:
+    """Statements, write transactions, read transactions and commits, per operation."""
+    verbs = [statement.split(None, 2)[:2] for statement in statements]
+    writes = sum(1 for verb in verbs if verb == ["BEGIN", "IMMEDIATE"])
+    reads = sum(1 for verb in verbs if verb == ["BEGIN"])
+    commits = sum(1 for verb in verbs if verb[:1] == ["COMMIT"])
+    return [len(statements) / operations, writes / operations, reads / operations, commits / operations]
+
+
+def parse_options(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--samples", type=positive_int, default=50, help="measured rounds (default 50)")
+    parser.add_argument(
+        "--batch", type=positive_int, default=10, help="operations of each kind per round (default 10)"
+    )
+    add_target_options(parser)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    options = parse_options(argv)
+    with open_target(options, "floor") as target:
+        print_header(
+            "bench_floor",
+            target,
+            [
+                f"{options.samples} rounds of {options.batch} operations of each kind, order rotating; "
+                f"payload {MESSAGE_BYTES} bytes",
+                "stored B: database growth between two wal_checkpoint(TRUNCATE), per operation; "
+                "WAL B: bytes written to the WAL (whole pages), per operation",
+            ],
+        )
+        checkpointer = target.make_checkpointer()
+        workloads = Workloads(target, checkpointer)
+        try:
+            operations = [
+                Operation("bare insert + commit", workloads.bare_batch, workloads.bare.measure_growth),
+                Operation("ilmek superstep", workloads.loop.advance, target.measure_growth),
+                Operation("ilmek turn (input + superstep)", workloads.turn_batch, target.measure_growth),
+                Operation("ilmek superstep, in memory", workloads.memory_loop.advance, None),
+            ]
+            for number in range(options.samples + 1):
+                # Round 0 warms up (connections, caches, thread pools) and is not recorded.
+                start = number % len(operations)
+                for operation in operations[start:] + operations[:start]:
+                    operation.round(options.batch, record=number > 0)
+            traced, one_superstep = trace(target, workloads, options.batch)
+        finally:
+            workloads.close()
+            checkpointer.close()
+
+        bare = operations[0].timings
+        print_table(
+            "time and bytes per operation (medians; ratio = this / bare)",
+            ["operation", "ms/op", "ratio to bare", "CPU ms/op", "CPU ratio", "stored B/op", "WAL B/op"],
+            [
+                [
+                    operation.label,
+                    operation.timings.wall_ms(),
+                    ratio(operation.timings.wall_ms(), bare.wall_ms()),
+                    operation.timings.cpu_ms(),
+                    ratio(operation.timings.cpu_ms(), bare.cpu_ms()),
+                    operation.bytes_per_operation(operation.growth.stored),
+                    operation.bytes_per_operation(operation.growth.logged),
+                ]
+                for operation in operations
+            ],
+        )
+        print_table(
+            f"SQL per operation (traced over {options.batch} of each)",
+            ["operation", "statements", "write transactions", "read transactions", "commits"],
+            [[label, *count(statements, options.batch)] for label, statements in traced.items()],
+        )
+        print_table(
+            "the statements of one superstep, in order",
+            ["#", "statement"],
+            [[index, _abridged(statement)] for index, statement in enumerate(one_superstep, 1)],
+        )
+
+
+def _abridged(statement: str, width: int = 100) -> str:
+    flat = " ".join(statement.split())
+    return flat[: width - 3] + "..." if len(flat) > width else flat
+
+
+if __name__ == "__main__":
+    main()

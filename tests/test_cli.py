@@ -22,6 +22,7 @@ from collections.abc import Iterator
 import pytest
 
 from ilmek import Checkpoint, Pending, channel, graph, resume, run
+from ilmek.checkpoint.postgres import PostgresCheckpointer
 from ilmek.checkpoint.sqlite import SqliteCheckpointer
 from ilmek.cli import main, open_checkpointer, render_history, render_value
 from ilmek.demo import CART, build_checkout_graph
@@ -696,3 +697,45 @@ def test_postgres_url_opens_postgres_checkpointer() -> None:
         open_checkpointer(url, "ilmek").close()
     assert not isinstance(raised.value, ImportError)
     assert "ilmek.checkpoint.postgres" in sys.modules
+
+
+# --- every command on a postgresql:// URL ----------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_every_command_works_on_a_postgres_url(capsys: pytest.CaptureFixture[str], postgres_dsn: str) -> None:
+    """migrate, ddl, threads, history, show, prune and delete take a postgresql:// URL like a file path."""
+    url = dsn_to_url(postgres_dsn)
+    prefix = ["--db", url, "--table-prefix", "shop"]
+    status, out, _ = cli(capsys, *prefix, "ddl")
+    assert 0 == status
+    assert "CREATE TABLE IF NOT EXISTS shop_checkpoints" in out
+    assert "CREATE TABLE IF NOT EXISTS shop_journals" in out
+    status, out, err = cli(capsys, *prefix, "migrate")
+    assert (0, "") == (status, err)
+    assert "schema version 1" in out
+
+    with PostgresCheckpointer.connect(postgres_dsn, table_prefix="shop") as store:
+        pause_id = paused_order(store, "pg-order")  # type: ignore[arg-type]
+        resume(build_checkout_graph(), "yes", thread_id="pg-order", checkpointer=store)
+        resume(build_checkout_graph(), "no", thread_id="pg-order", checkpointer=store, checkpoint_id=pause_id)
+
+    status, out, _ = cli(capsys, *prefix, "threads")
+    assert 0 == status
+    assert "pg-order" in out
+    status, out, _ = cli(capsys, *prefix, "history", "pg-order")
+    assert 0 == status
+    assert "├─" in out  # the fork opened two branches
+    assert "└─" in out
+    assert pause_id in out
+    status, out, _ = cli(capsys, *prefix, "show", "pg-order")
+    assert 0 == status
+    assert 'log: ["not charged"]' in out  # the latest is the fork that answered "no"
+    status, out, _ = cli(capsys, *prefix, "prune", "pg-order", "--keep-last", "1")
+    assert 0 == status
+    assert "dropped" in out
+    status, out, err = cli(capsys, *prefix, "delete", "pg-order", "--yes")
+    assert (0, "") == (status, err)
+    status, _, err = cli(capsys, *prefix, "show", "pg-order")
+    assert 1 == status
+    assert "pg-order" in err

@@ -216,12 +216,16 @@ class Adapter(abc.ABC):
             if params is None:
                 cursor.execute(sql)
             else:
-                cursor.execute(sql, params)
+                self.execute_with_params(connection, cursor, sql, params)
             if cursor.description is None:
                 return []
             return [tuple(row) for row in cursor.fetchall()]
         finally:
             cursor.close()
+
+    def execute_with_params(self, connection: Any, cursor: Any, sql: str, params: Any) -> None:
+        """``cursor.execute(sql, params)``, for a driver that needs more arguments to override."""
+        cursor.execute(sql, params)
 
     def discard(self, connection: Any) -> None:
         """Forget a connection that broke (a pool adapter closes it instead of reusing it)."""

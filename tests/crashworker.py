@@ -29,6 +29,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import pathlib
@@ -139,6 +140,10 @@ class Effects:
         except FileNotFoundError:
             return []
         return text.splitlines()
+
+    def counts(self) -> collections.Counter[str]:
+        """How many times each effect happened, in every process so far."""
+        return collections.Counter(self.lines())
 
 
 # --- the graphs -----------------------------------------------------------------------

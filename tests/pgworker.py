@@ -25,10 +25,8 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import os
-import pathlib
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -46,6 +44,7 @@ from ilmek import (
     resume,
     run,
 )
+from tests.crashworker import Effects
 
 # How long the charge of a racing resume takes: long enough that a rival
 # started at the same moment usually finds the thread held (either outcome
@@ -61,28 +60,6 @@ Reached = Callable[[str], None]
 
 def _carry_on(point: str) -> None:
     """The default :data:`Reached`: do nothing."""
-
-
-class Effects:
-    """An append-only file with one line per real execution of a step function."""
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = pathlib.Path(path)
-
-    def record(self, key: str) -> None:
-        """Note that the effect ``key`` happened."""
-        descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(descriptor, f"{key}\n".encode())
-        finally:
-            os.close(descriptor)
-
-    def counts(self) -> collections.Counter[str]:
-        """How many times each effect happened, in every process so far."""
-        try:
-            return collections.Counter(self.path.read_text(encoding="utf-8").splitlines())
-        except FileNotFoundError:
-            return collections.Counter()
 
 
 def checkout_graph(effects: Effects, *, charge_seconds: float = 0.0) -> CompiledGraph:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime
 import threading
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -29,20 +28,9 @@ from ilmek import (
     send,
     thread_state,
 )
+from tests.helpers import Calls
 
 pytestmark = pytest.mark.timeout(60)
-
-
-class Calls(Counter[str]):
-    """Counts calls by name, thread-safely."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._lock = threading.Lock()
-
-    def hit(self, name: str) -> None:
-        with self._lock:
-            self[name] += 1
 
 
 def tasks_of(result: Any) -> list[tuple[str, ...]]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
 from typing import Any
 
 import pytest
@@ -33,20 +32,9 @@ from ilmek import (
     stream,
     thread_state,
 )
+from tests.helpers import Calls
 
 pytestmark = pytest.mark.timeout(60)
-
-
-class Calls(Counter[str]):
-    """Counts calls by name, thread-safely."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._lock = threading.Lock()
-
-    def hit(self, name: str) -> None:
-        with self._lock:
-            self[name] += 1
 
 
 def checkout_graph(calls: Calls, charges: list[Any]) -> Any:

@@ -134,6 +134,14 @@ class _PostgresAdapter(Adapter):
     def classify(self, error: BaseException) -> ErrorKind | None:
         return classify_postgres_error(error)
 
+    def execute_with_params(self, connection: Any, cursor: Any, sql: str, params: Any) -> None:
+        if _is_psycopg3(connection):
+            # Never prepare server-side: a transaction-mode pooler may hand the
+            # next statement to another session that never saw the PREPARE.
+            cursor.execute(sql, params, prepare=False)
+        else:
+            cursor.execute(sql, params)
+
     def in_transaction(self, connection: Any) -> bool:
         return _transaction_status(connection) != _STATUS_IDLE
 
@@ -176,9 +184,6 @@ class _SingleConnection(_PostgresAdapter):
 
     def connection(self) -> contextlib.AbstractContextManager[Any]:
         return self._shared.borrow()
-
-    def execute(self, connection: Any, sql: str, params: Any) -> list[tuple[Any, ...]]:
-        return _execute(connection, sql, params)
 
     def close(self) -> None:
         if self._owned:
@@ -225,9 +230,6 @@ class _Pool(_PostgresAdapter):
     def in_transaction(self, connection: Any) -> bool:
         # A borrowed connection carries no transaction of the caller's.
         return False
-
-    def execute(self, connection: Any, sql: str, params: Any) -> list[tuple[Any, ...]]:
-        return _execute(connection, sql, params)
 
     def discard(self, connection: Any) -> None:
         self._broken.add(id(connection))
@@ -368,24 +370,6 @@ class _Generic(_PostgresAdapter):
     def execute(self, connection: Any, sql: str, params: Any) -> list[tuple[Any, ...]]:
         rows = connection.execute(sql, params if params is not None else ())
         return [tuple(row) for row in rows] if rows else []
-
-
-def _execute(connection: Any, sql: str, params: Any) -> list[tuple[Any, ...]]:
-    cursor = connection.cursor()
-    try:
-        if params is None:
-            cursor.execute(sql)
-        elif _is_psycopg3(connection):
-            # Never prepare server-side: a transaction-mode pooler may hand the
-            # next statement to another session that never saw the PREPARE.
-            cursor.execute(sql, params, prepare=False)
-        else:
-            cursor.execute(sql, params)
-        if cursor.description is None:
-            return []
-        return [tuple(row) for row in cursor.fetchall()]
-    finally:
-        cursor.close()
 
 
 def _is_psycopg3(connection: Any) -> bool:

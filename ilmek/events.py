@@ -11,7 +11,7 @@ commits; ``interrupt`` when it pauses; ``run_end`` last.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, ClassVar
+from typing import Any
 
 import attrs
 
@@ -39,7 +39,7 @@ __all__ = [
 class Event:
     """The envelope every event shares."""
 
-    type: ClassVar[str] = "event"
+    type: str = attrs.field(default="event", init=False)
     run_id: str
     thread_id: str
     seq: int
@@ -50,14 +50,14 @@ class Event:
 class RunStart(Event):
     """The run began."""
 
-    type: ClassVar[str] = "run_start"
+    type: str = attrs.field(default="run_start", init=False)
 
 
 @attrs.frozen(kw_only=True)
 class StepStart(Event):
     """A superstep began; ``tasks`` are its task keys in task order."""
 
-    type: ClassVar[str] = "step_start"
+    type: str = attrs.field(default="step_start", init=False)
     step: int
     tasks: tuple[str, ...]
 
@@ -66,7 +66,7 @@ class StepStart(Event):
 class NodeStart(Event):
     """A task began."""
 
-    type: ClassVar[str] = "node_start"
+    type: str = attrs.field(default="node_start", init=False)
     node: str
     task_id: str
 
@@ -75,7 +75,7 @@ class NodeStart(Event):
 class CustomEvent(Event):
     """A node called ``ctx.emit`` (or ``ctx.emit_token``)."""
 
-    type: ClassVar[str] = "custom"
+    type: str = attrs.field(default="custom", init=False)
     payload: Any
     node: str
     task_id: str
@@ -85,7 +85,7 @@ class CustomEvent(Event):
 class NodeRetry(Event):
     """A task's attempt number ``attempt`` failed with ``error``; it runs again."""
 
-    type: ClassVar[str] = "node_retry"
+    type: str = attrs.field(default="node_retry", init=False)
     node: str
     attempt: int
     error: BaseException
@@ -96,7 +96,7 @@ class NodeRetry(Event):
 class NodeEnd(Event):
     """A task returned ``update`` (its channel writes)."""
 
-    type: ClassVar[str] = "node_end"
+    type: str = attrs.field(default="node_end", init=False)
     node: str
     update: Mapping[str, Any]
     task_id: str
@@ -106,7 +106,7 @@ class NodeEnd(Event):
 class NodeError(Event):
     """A task failed for good with ``error``."""
 
-    type: ClassVar[str] = "node_error"
+    type: str = attrs.field(default="node_error", init=False)
     node: str
     error: BaseException
     task_id: str
@@ -116,7 +116,7 @@ class NodeError(Event):
 class StateEvent(Event):
     """The channel values after a superstep's writes were folded in."""
 
-    type: ClassVar[str] = "state"
+    type: str = attrs.field(default="state", init=False)
     channels: Mapping[str, Any]
 
 
@@ -124,7 +124,7 @@ class StateEvent(Event):
 class CheckpointEvent(Event):
     """A checkpoint was committed."""
 
-    type: ClassVar[str] = "checkpoint"
+    type: str = attrs.field(default="checkpoint", init=False)
     id: str
 
 
@@ -132,7 +132,7 @@ class CheckpointEvent(Event):
 class InterruptEvent(Event):
     """The run paused; ``pending`` are the open pauses."""
 
-    type: ClassVar[str] = "interrupt"
+    type: str = attrs.field(default="interrupt", init=False)
     pending: tuple[Pending, ...]
 
 
@@ -140,7 +140,7 @@ class InterruptEvent(Event):
 class RunEnd(Event):
     """The run ended with ``status`` ``done``, ``interrupted``, ``error`` or ``aborted``."""
 
-    type: ClassVar[str] = "run_end"
+    type: str = attrs.field(default="run_end", init=False)
     status: str
     state: Any = None
     pending: tuple[Pending, ...] = ()

@@ -465,7 +465,9 @@ class _Run:
                 task_id=task_run.task_id,
                 journal=task_run.journal,
                 emit=_emitter(self._queue, task_run.index),
-                verify=self._verify_hold if self._hold is not None and self._hold.verifies else None,
+                verify=self._verify_hold
+                if self._hold is not None and self._hold.verifies
+                else self._check_open,
                 strict=self.strict,
                 graph=self.graph,
                 thread_id=self.thread_id,
@@ -630,6 +632,14 @@ class _Run:
     def _persist(self, task_id: str, entries: tuple[JournalEntry, ...]) -> None:
         """Called on a worker: have the driving thread store a journal, and wait."""
         self._ask_driver(lambda: self.cp.put_journal(task_id, entries))
+
+    def _check_open(self) -> None:
+        """Called on a worker before a step's effect: a closed run starts no new effect."""
+        if self._closed:
+            raise _RunClosed(
+                f"the run of thread {self.thread_id!r} was closed; step not run",
+                thread_id=self.thread_id,
+            )
 
     def _verify_hold(self) -> None:
         """Called on a worker before a step's effect: is the thread still ours?"""

@@ -17,6 +17,7 @@ import pytest
 from ilmek import Checkpointer, InMemoryCheckpointer
 from ilmek.checkpoint.postgres import PostgresCheckpointer
 from ilmek.checkpoint.sqlite import SqliteCheckpointer
+from tests.pgcluster import dsn_to_url
 
 pytest_plugins = ["tests.conftest_postgres"]
 
@@ -141,6 +142,37 @@ class _ClosingPool:
         self.pool.closeall()
 
 
+class PostgresPsycopg3PoolBackend(PostgresBackend):
+    """A psycopg 3 ``ConnectionPool``: the other driver, its own transaction states."""
+
+    def client(self) -> Any:
+        import psycopg_pool
+
+        pool = psycopg_pool.ConnectionPool(self.dsn, min_size=1, max_size=12, open=True)
+        self.resources.append(pool)
+        return pool
+
+
+class PostgresSqlAlchemyBackend(PostgresBackend):
+    """A SQLAlchemy ``Engine``: raw DB-API connections from its pool."""
+
+    def client(self) -> Any:
+        import sqlalchemy
+
+        url = dsn_to_url(self.dsn).replace("postgresql://", "postgresql+psycopg2://", 1)
+        engine = sqlalchemy.create_engine(url, pool_size=12)
+        self.resources.append(_DisposingEngine(engine))
+        return engine
+
+
+class _DisposingEngine:
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
 class ExecuteClient:
     """The smallest client ilmek accepts: ``execute(sql, params)`` returning rows."""
 
@@ -176,6 +208,8 @@ BACKENDS: dict[str, type[Backend]] = {
     "postgres-conn": PostgresConnectionBackend,
     "postgres-pool": PostgresPoolBackend,
     "postgres-generic": PostgresGenericBackend,
+    "postgres-psycopg3-pool": PostgresPsycopg3PoolBackend,
+    "postgres-sqlalchemy": PostgresSqlAlchemyBackend,
 }
 
 

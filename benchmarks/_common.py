@@ -1,10 +1,12 @@
 """What the benchmark scripts share: the graphs, timing, tables and the databases under test.
 
-A *target* is one kind of database (``sqlite`` today). It opens checkpointers,
-measures how many bytes a batch of work wrote, counts the SQL statements a
-checkpointer issues and offers a bare insert + commit for the floor. Adding a
-database (Postgres) means adding a :class:`Target` subclass to ``TARGETS``;
-the scripts do not change.
+A *target* is one kind of database: ``sqlite`` (a file in WAL mode) or
+``postgres`` (a server reached through a psycopg2 ``ThreadedConnectionPool``:
+the one named by ``--dsn`` or ``ILMEK_BENCH_POSTGRES_DSN``, else a throwaway
+cluster started for the run). It opens checkpointers, measures how many bytes
+a batch of work wrote, counts the SQL statements a checkpointer issues and
+offers a bare insert + commit for the floor. Adding a database means adding a
+:class:`Target` subclass to ``TARGETS``; the scripts do not change.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import argparse
 import contextlib
 import os
 import pathlib
+import re
 import sqlite3
 import statistics
 import sys
@@ -28,6 +31,7 @@ if str(_CHECKOUT) not in sys.path:
 
 from ilmek import END, START, CompiledGraph, channel, graph  # noqa: E402
 from ilmek.checkpoint.base import Checkpointer  # noqa: E402
+from ilmek.checkpoint.postgres import PostgresCheckpointer  # noqa: E402
 from ilmek.checkpoint.sqlite import SqliteCheckpointer  # noqa: E402
 from ilmek.events import CheckpointEvent, Event  # noqa: E402
 
@@ -223,16 +227,24 @@ class Target:
     """
 
     name = "?"
+    #: How the build of a long history trades durability for speed (printed with its time).
+    setup_note = "?"
+    #: How :meth:`measure_growth` counts stored and logged bytes (printed under the header).
+    bytes_note = "?"
+    #: How :meth:`trace_statements` sees the SQL, and what a statement costs (printed with the counts).
+    trace_note = "?"
 
     def describe(self) -> str:
         """One line naming the database and its durability settings."""
         raise NotImplementedError
 
-    def make_checkpointer(self, *, for_setup: bool = False) -> Checkpointer:
+    def make_checkpointer(self, *, for_setup: bool = False, concurrent_runs: int = 2) -> Checkpointer:
         """A checkpointer on this database.
 
         ``for_setup`` asks for one that may trade durability for speed: it
         only builds histories that are then measured with a normal one.
+        ``concurrent_runs`` is how many runs will use it at once (a pool is
+        sized for them).
         """
         raise NotImplementedError
 
@@ -252,6 +264,10 @@ class Target:
     def bare_writer(self, payload: str) -> BareWriter:
         """A :class:`BareWriter` of ``payload`` beside the checkpointer's tables."""
         raise NotImplementedError
+
+    def server_cpu_seconds(self) -> float | None:
+        """CPU seconds the database server's processes have used so far (``None``: in-process or remote)."""
+        return None
 
     def close(self) -> None:
         """Close what the target opened."""
@@ -327,6 +343,15 @@ class SqliteTarget(Target):
     """A SQLite file in WAL mode, with the ``synchronous`` level of the run."""
 
     name = "sqlite"
+    setup_note = "synchronous=OFF"
+    bytes_note = (
+        "stored B: database growth between two wal_checkpoint(TRUNCATE), per operation; "
+        "WAL B: bytes the batch wrote to the WAL (whole pages), per operation"
+    )
+    trace_note = (
+        "traced with sqlite3's set_trace_callback on every connection the checkpointer opened; "
+        "SQLite runs in-process, so a statement is a function call, not a round trip"
+    )
 
     def __init__(self, folder: pathlib.Path, synchronous: str, file_name: str) -> None:
         self.folder = folder
@@ -336,7 +361,8 @@ class SqliteTarget(Target):
     def describe(self) -> str:
         return f"SQLite {sqlite3.sqlite_version}, WAL, synchronous={self.synchronous}, file {self._file.path}"
 
-    def make_checkpointer(self, *, for_setup: bool = False) -> Checkpointer:
+    def make_checkpointer(self, *, for_setup: bool = False, concurrent_runs: int = 2) -> Checkpointer:
+        # One connection per thread, opened by the checkpointer itself: nothing to size.
         return SqliteCheckpointer(self._file.path, synchronous="OFF" if for_setup else self.synchronous)
 
     def measure_growth(self) -> contextlib.AbstractContextManager[Growth]:
@@ -378,28 +404,434 @@ def _sqlite_connect(path: pathlib.Path, synchronous: str) -> sqlite3.Connection:
     return connection
 
 
-TARGETS: dict[str, Callable[[argparse.Namespace, str], Target]] = {
-    "sqlite": lambda options, name: SqliteTarget(options.db_folder, options.synchronous, f"{name}.db"),
+# --- Postgres -------------------------------------------------------------------------------
+
+_BENCH_DATABASE = "ilmek_bench"
+"""The database a throwaway cluster's benchmark runs in."""
+
+_STATUS_IDLE = 0
+"""psycopg2's ``TRANSACTION_STATUS_IDLE``: no transaction open on the connection."""
+
+# A throwaway cluster from tests/pgcluster.py is tuned for tests (fsync and
+# full-page writes off, on tmpfs). Measured as it is, a commit would cost a
+# fraction of a durable one and the floor would mean nothing: the benchmark
+# turns durability back on and keeps the cluster on disk, like SQLite's file.
+_DURABLE_SETTINGS = {"fsync": "on", "full_page_writes": "on"}
+
+
+def _table_names(prefix: str) -> list[str]:
+    """ilmek's tables under ``prefix``, read from its own DDL so that a new table is not missed."""
+    names = []
+    for step in PostgresCheckpointer.MIGRATIONS:
+        for statement in step:
+            match = re.match(r"CREATE TABLE IF NOT EXISTS \{p\}_(\w+)", statement)
+            if match:
+                names.append(f"{prefix}_{match.group(1)}")
+    return names
+
+
+class _TracingPool:
+    """A psycopg2 pool seen through a tap: every statement a borrowed connection sends is recorded.
+
+    What is recorded is what goes over the wire, one entry per round trip:
+    psycopg2's implicit ``BEGIN`` (it sends one before the first statement on
+    an idle connection outside autocommit), each statement with its
+    parameters bound, and ``COMMIT`` / ``ROLLBACK`` when a transaction is open
+    (psycopg2 sends nothing for them otherwise).
+    """
+
+    def __init__(self, pool: Any, record: Callable[[str], None]) -> None:
+        self.pool = pool
+        self._record = record
+        self.outstanding = 0
+
+    def getconn(self) -> _TracingConnection:
+        connection = _TracingConnection(self.pool.getconn(), self._record)
+        self.outstanding += 1
+        return connection
+
+    def putconn(self, connection: Any, close: bool = False) -> None:
+        if isinstance(connection, _TracingConnection):
+            self.outstanding -= 1
+            connection = connection.wrapped
+        self.pool.putconn(connection, close=close)
+
+
+class _TracingConnection:
+    """A psycopg2 connection that records what it sends; everything else is the connection's own."""
+
+    def __init__(self, connection: Any, record: Callable[[str], None]) -> None:
+        self.wrapped = connection
+        self._record = record
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.wrapped, name)
+
+    def in_transaction(self) -> bool:
+        return int(self.wrapped.info.transaction_status) != _STATUS_IDLE
+
+    def cursor(self) -> _TracingCursor:
+        return _TracingCursor(self.wrapped.cursor(), self, self._record)
+
+    def commit(self) -> None:
+        if self.in_transaction():
+            self._record("COMMIT")
+        self.wrapped.commit()
+
+    def rollback(self) -> None:
+        if self.in_transaction():
+            self._record("ROLLBACK")
+        self.wrapped.rollback()
+
+
+class _TracingCursor:
+    def __init__(self, cursor: Any, connection: _TracingConnection, record: Callable[[str], None]) -> None:
+        self._cursor = cursor
+        self._connection = connection
+        self._record = record
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
+
+    def execute(self, sql: str, params: Any = None) -> None:
+        if not self._connection.wrapped.autocommit and not self._connection.in_transaction():
+            self._record("BEGIN")
+        self._record(self._cursor.mogrify(sql, params).decode())
+        self._cursor.execute(sql, params)
+
+
+class _PostgresBareWriter(BareWriter):
+    """``INSERT`` of the payload into a table of its own, then ``COMMIT``, through the checkpointer's pool."""
+
+    def __init__(self, target: PostgresTarget, pool: Any, payload: str) -> None:
+        self._target = target
+        self._real_pool = pool
+        self._pool: Any = pool
+        self.table = f"{target.prefix}_bare"
+        # Like ilmek's tables: an identity key, and the payload as text (the same bytes).
+        target.admin_execute(
+            f"CREATE TABLE {self.table} (row_id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
+            "value TEXT NOT NULL)"
+        )
+        self._insert = f"INSERT INTO {self.table} (value) VALUES (%s)"
+        self._payload = (payload,)
+
+    def write(self) -> None:
+        # What ilmek's pool adapter does for one write, minus ilmek: borrow,
+        # one statement on a fresh cursor, commit, give back.
+        pool = self._pool
+        connection = pool.getconn()
+        try:
+            cursor = connection.cursor()
+            try:
+                cursor.execute(self._insert, self._payload)
+            finally:
+                cursor.close()
+            connection.commit()
+        finally:
+            pool.putconn(connection)
+
+    def measure_growth(self) -> contextlib.AbstractContextManager[Growth]:
+        return self._target.measure_tables([self.table])
+
+    def trace_statements(self, record: Callable[[str], None] | None) -> None:
+        self._pool = self._real_pool if record is None else _TracingPool(self._real_pool, record)
+
+
+class PostgresTarget(Target):
+    """A Postgres database reached through psycopg2 ``ThreadedConnectionPool`` s, tables ``bench_<name>_*``.
+
+    Without a DSN it starts a throwaway cluster (``tests/pgcluster.py``) in the
+    system temporary folder, with fsync and full-page writes on, and stops it
+    at the end. ``synchronous`` maps SQLite's levels onto the session setting
+    ``synchronous_commit``: ``FULL`` waits for the WAL flush of every commit
+    (``on``), ``NORMAL`` does not (``off``; a crash may lose the last commits,
+    never corrupt).
+
+    Bytes: *stored* is the growth of ``pg_total_relation_size`` summed over
+    the measured tables (heap, indexes and TOAST, in whole 8 kB pages);
+    *WAL* is ``pg_wal_lsn_diff`` of ``pg_current_wal_insert_lsn()`` around the
+    batch: every WAL record the server inserted meanwhile (the insert
+    position, not the write position, so that a commit not yet flushed under
+    ``synchronous_commit=off`` counts too). The WAL is the whole server's, so
+    a DSN shared with other work counts theirs too.
+    """
+
+    name = "postgres"
+    setup_note = "synchronous_commit=off"
+    bytes_note = (
+        "stored B: growth of pg_total_relation_size summed over the tables (8 kB pages), per operation; "
+        "WAL B: pg_wal_lsn_diff of pg_current_wal_insert_lsn() around the batch, per operation"
+    )
+    trace_note = (
+        "traced by wrapping the pool's connections; each statement (BEGIN, which psycopg2 sends by "
+        "itself, and COMMIT included) is one round trip to the server"
+    )
+
+    def __init__(
+        self, dsn: str | None, cluster_parent: pathlib.Path | None, synchronous: str, name: str
+    ) -> None:
+        import psycopg2  # only the Postgres target needs a driver
+
+        self._psycopg2 = psycopg2
+        self.synchronous = synchronous.upper()
+        self.prefix = f"bench_{name}"
+        self.tables = _table_names(self.prefix)
+        self._pools: list[Any] = []
+        self._main_pool: Any = None
+        self._migrated = False
+        self._cluster: Any = None
+        if dsn is None:
+            dsn = self._start_cluster(cluster_parent)
+        self.dsn = dsn
+        try:
+            self._admin = psycopg2.connect(dsn)
+            self._admin.autocommit = True
+            self._drop_tables()
+        except BaseException:
+            self._stop_cluster()
+            raise
+
+    # --- the server ---------------------------------------------------------------------
+
+    def _start_cluster(self, parent: pathlib.Path | None) -> str:
+        from tests.pgcluster import PostgresCluster  # the repository root is on sys.path
+
+        self._cluster = PostgresCluster.start(tmpdir=str(parent or tempfile.gettempdir()))
+        try:
+            with contextlib.closing(self._psycopg2.connect(self._cluster.dsn)) as connection:
+                connection.autocommit = True
+                with connection.cursor() as cursor:
+                    for setting, value in _DURABLE_SETTINGS.items():
+                        cursor.execute(f"ALTER SYSTEM SET {setting} = {value}")
+                    cursor.execute("SELECT pg_reload_conf()")
+            self._wait_for_settings(self._cluster.dsn, _DURABLE_SETTINGS)
+            return str(self._cluster.create_database(_BENCH_DATABASE))
+        except BaseException:
+            self._stop_cluster()
+            raise
+
+    def _wait_for_settings(self, dsn: str, settings: dict[str, str]) -> None:
+        # The postmaster rereads its configuration on its own time; new
+        # sessions see the new values once it has.
+        deadline = time.monotonic() + 30
+        while True:
+            found = self._settings(dsn, list(settings))
+            if found == settings:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not take the settings {settings}: it shows {found}")
+            time.sleep(0.05)
+
+    def _settings(self, dsn: str, names: Sequence[str], **connect: Any) -> dict[str, str]:
+        with contextlib.closing(self._psycopg2.connect(dsn, **connect)) as connection:
+            with connection.cursor() as cursor:
+                found = {}
+                for setting in names:
+                    cursor.execute(f"SHOW {setting}")
+                    found[setting] = cursor.fetchone()[0]
+            connection.rollback()
+        return found
+
+    def _stop_cluster(self) -> None:
+        if self._cluster is not None:
+            self._cluster.stop()
+            self._cluster = None
+
+    def admin_execute(self, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+        """Run one statement on the target's own autocommit connection (never ilmek's pools)."""
+        with self._admin.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall() if cursor.description is not None else []
+
+    def _drop_tables(self) -> None:
+        self.admin_execute(f"DROP TABLE IF EXISTS {', '.join([*self.tables, f'{self.prefix}_bare'])}")
+
+    def _session_options(self, *, for_setup: bool) -> str:
+        durable = not for_setup and self.synchronous == "FULL"
+        return f"-c synchronous_commit={'on' if durable else 'off'}"
+
+    def describe(self) -> str:
+        settings = self._settings(
+            self.dsn,
+            ["server_version", "fsync", "full_page_writes", "synchronous_commit"],
+            options=self._session_options(for_setup=False),
+        )
+        version = settings.pop("server_version").split()[0]
+        if self._cluster is not None:
+            where = f"throwaway cluster in {self._cluster.base}"
+        else:
+            params = self._admin.get_dsn_parameters()
+            where = f"database {params.get('dbname')} at {params.get('host')}:{params.get('port')}"
+        durability = ", ".join(f"{key}={value}" for key, value in settings.items())
+        client = f"psycopg2 {self._psycopg2.__version__.split()[0]} ThreadedConnectionPool"
+        return f"PostgreSQL {version}, {where}, {durability}; client {client}; tables {self.prefix}_*"
+
+    # --- what the scripts use -------------------------------------------------------------
+
+    def make_checkpointer(self, *, for_setup: bool = False, concurrent_runs: int = 2) -> Checkpointer:
+        import psycopg2.pool
+
+        # A running run holds one connection for its hold and borrows another
+        # for each write: two per run, and two to spare (the bare writer,
+        # a hold being taken while another is given back). minconn equals
+        # maxconn because psycopg2's pool closes a returned connection when
+        # minconn are already idle: below that every burst would reconnect.
+        size = 2 * concurrent_runs + 2
+        pool = psycopg2.pool.ThreadedConnectionPool(
+            size, size, self.dsn, options=self._session_options(for_setup=for_setup)
+        )
+        self._pools.append(pool)
+        if not for_setup and self._main_pool is None:
+            self._main_pool = pool
+        checkpointer = PostgresCheckpointer(pool, table_prefix=self.prefix)
+        if not self._migrated:
+            checkpointer.migrate()
+            self._migrated = True
+        return checkpointer
+
+    @contextlib.contextmanager
+    def measure_tables(self, tables: Sequence[str]) -> Iterator[Growth]:
+        """Growth of ``tables`` and of the server's WAL around the block."""
+        growth = Growth()
+        table_list = list(tables)
+        sizes = "(SELECT COALESCE(sum(pg_total_relation_size(to_regclass(t))), 0) FROM unnest(%s::text[]) t)"
+        [(lsn, size_before)] = self.admin_execute(
+            f"SELECT pg_current_wal_insert_lsn()::text, {sizes}", (table_list,)
+        )
+        yield growth
+        [(logged, size_after)] = self.admin_execute(
+            f"SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s::pg_lsn), {sizes}", (lsn, table_list)
+        )
+        growth.stored = int(size_after) - int(size_before)
+        growth.logged = int(logged)
+
+    def measure_growth(self) -> contextlib.AbstractContextManager[Growth]:
+        return self.measure_tables(self.tables)
+
+    def trace_statements(
+        self, checkpointer: Checkpointer, record: Callable[[str], None]
+    ) -> Callable[[], None]:
+        assert isinstance(checkpointer, PostgresCheckpointer)
+        # Benchmark-only reach into the checkpointer: its pool adapter borrows
+        # through ``_pool``; swapping in a tap sees every connection it lends.
+        adapter = checkpointer._adapter
+        real = adapter._pool  # type: ignore[attr-defined]
+        tracing = _TracingPool(real, record)
+        adapter._pool = tracing  # type: ignore[attr-defined]
+
+        def stop() -> None:
+            adapter._pool = real  # type: ignore[attr-defined]
+            if tracing.outstanding:
+                raise RuntimeError(
+                    "a traced connection is still lent out: it would go back to the wrong pool"
+                )
+
+        return stop
+
+    def bare_writer(self, payload: str) -> BareWriter:
+        if self._main_pool is None:
+            self.make_checkpointer()
+        return _PostgresBareWriter(self, self._main_pool, payload)
+
+    def server_cpu_seconds(self) -> float | None:
+        # The server's processes for this database plus its background ones
+        # (WAL writer, checkpointer...), read from /proc: only when the server
+        # runs on this machine.
+        rows = self.admin_execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "OR backend_type <> 'client backend'"
+        )
+        total = 0.0
+        seen = False
+        for (pid,) in rows:
+            used = _process_cpu_seconds(int(pid))
+            if used is not None:
+                total += used
+                seen = True
+        return total if seen else None
+
+    def close(self) -> None:
+        try:
+            for pool in self._pools:
+                pool.closeall()
+            self._pools.clear()
+            if self._cluster is None:
+                # A server of the caller's: leave it as it was found.
+                self._drop_tables()
+            self._admin.close()
+        finally:
+            self._stop_cluster()
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a Postgres process on this machine, or ``None``."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            if b"postgres" not in cmdline.read():
+                return None  # not a local server: the pid is someone else's
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    # Fields 14 and 15 of stat (utime, stime), counted after the ")" that ends the name.
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+POSTGRES_DSN_VARIABLE = "ILMEK_BENCH_POSTGRES_DSN"
+"""The environment variable naming a Postgres server to measure (``--dsn`` wins over it)."""
+
+
+def _open_sqlite(options: argparse.Namespace, name: str, stack: contextlib.ExitStack) -> Target:
+    if options.db is None:
+        folder = pathlib.Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ilmek-")))
+    else:
+        options.db.mkdir(parents=True, exist_ok=True)
+        folder = options.db
+    return SqliteTarget(folder, options.synchronous, f"{name}.db")
+
+
+def _open_postgres(options: argparse.Namespace, name: str, stack: contextlib.ExitStack) -> Target:
+    dsn = options.dsn or os.environ.get(POSTGRES_DSN_VARIABLE, "").strip() or None
+    return PostgresTarget(dsn, options.db, options.synchronous, name)
+
+
+TARGETS: dict[str, Callable[[argparse.Namespace, str, contextlib.ExitStack], Target]] = {
+    "sqlite": _open_sqlite,
+    "postgres": _open_postgres,
 }
 """How to open each kind of database from the command line's options and a name for the script's data."""
 
 
-def add_target_options(parser: argparse.ArgumentParser) -> None:
+def add_target_options(parser: argparse.ArgumentParser, *, default: str = "sqlite") -> None:
     """The options every script takes to choose and configure its database."""
-    parser.add_argument("--target", choices=sorted(TARGETS), default="sqlite", help="the database kind")
+    parser.add_argument(
+        "--target", choices=sorted(TARGETS), default=default, help=f"the database kind (default {default})"
+    )
     parser.add_argument(
         "--synchronous",
         type=str.upper,
         choices=("FULL", "NORMAL"),
         default="FULL",
-        help="SQLite's synchronous pragma for ilmek and the bare floor (default FULL)",
+        help="durability of a commit, for ilmek and the bare floor alike: SQLite's synchronous pragma; "
+        "on Postgres FULL is synchronous_commit=on and NORMAL synchronous_commit=off (default FULL)",
     )
     parser.add_argument(
         "--db",
         type=pathlib.Path,
         default=None,
-        help="a folder for the SQLite files; the script's own files there are replaced "
-        "(default: a fresh temporary folder, removed after)",
+        help="sqlite: a folder for the files, the script's own files there are replaced (default: a "
+        "fresh temporary folder, removed after); postgres: the parent folder of the throwaway "
+        "cluster (default: the system temporary folder, on disk like SQLite's files)",
+    )
+    parser.add_argument(
+        "--dsn",
+        default=None,
+        help=f"postgres: the database to measure (default ${POSTGRES_DSN_VARIABLE}, else a throwaway "
+        "cluster started and stopped by the script); its bench_* tables are dropped before and after",
     )
 
 
@@ -407,17 +839,11 @@ def add_target_options(parser: argparse.ArgumentParser) -> None:
 def open_target(options: argparse.Namespace, name: str) -> Iterator[Target]:
     """The target the options name, holding the script's data under ``name``.
 
-    SQLite files go to ``--db`` or to a temporary folder removed afterwards.
+    SQLite files go to ``--db`` or to a temporary folder removed afterwards;
+    Postgres tables are ``bench_<name>_*`` on ``--dsn`` or on a throwaway cluster.
     """
     with contextlib.ExitStack() as stack:
-        if options.db is None:
-            options.db_folder = pathlib.Path(
-                stack.enter_context(tempfile.TemporaryDirectory(prefix="ilmek-"))
-            )
-        else:
-            options.db.mkdir(parents=True, exist_ok=True)
-            options.db_folder = options.db
-        target = TARGETS[options.target](options, name)
+        target = TARGETS[options.target](options, name, stack)
         stack.callback(target.close)
         yield target
 

@@ -2,9 +2,11 @@
 
 Side by side, in batches whose order rotates from round to round:
 
-* **bare**: ``BEGIN IMMEDIATE; INSERT`` of a 200-byte payload ``; COMMIT``
-  on a fresh file beside ilmek's, with the same pragmas (WAL, the same
-  ``synchronous``): the least a durable step can cost;
+* **bare**: the least a durable step can cost on the target. On SQLite,
+  ``BEGIN IMMEDIATE; INSERT`` of a 200-byte payload ``; COMMIT`` on a fresh
+  file beside ilmek's, with the same pragmas (WAL, the same ``synchronous``);
+  on Postgres, the ``INSERT`` of the same payload into a table of its own
+  and ``COMMIT``, on a connection borrowed from the checkpointer's own pool;
 * **superstep**: one superstep of a running loop graph whose node appends a
   200-byte message (one checkpoint);
 * **turn**: ``run(g, {"messages": msg})`` on a chat thread (an input
@@ -12,12 +14,13 @@ Side by side, in batches whose order rotates from round to round:
 * **superstep, in memory**: the superstep on ``InMemoryCheckpointer``: the
   engine's own cost, without a database.
 
-Then, traced with ``sqlite3.Connection.set_trace_callback`` on every
-connection the checkpointer opened, the SQL each operation sends, and the
-statements of one superstep.
+Then the SQL each operation sends, and the statements of one superstep: on
+SQLite traced with ``sqlite3.Connection.set_trace_callback`` on every
+connection the checkpointer opened; on Postgres by wrapping the connections
+its pool lends (every statement there is a round trip to the server).
 
 Usage: ``python benchmarks/bench_floor.py [--samples 50] [--batch 10]
-[--synchronous FULL|NORMAL] [--db FOLDER]``
+[--synchronous FULL|NORMAL] [--target sqlite|postgres] [--db FOLDER] [--dsn DSN]``
 """
 
 from __future__ import annotations
@@ -152,12 +155,38 @@ def trace(target: Target, workloads: Workloads, operations: int) -> tuple[dict[s
 
 
 def count(statements: Sequence[str], operations: int) -> list[float]:
-    """Statements, write transactions, read transactions and commits, per operation."""
-    verbs = [statement.split(None, 2)[:2] for statement in statements]
-    writes = sum(1 for verb in verbs if verb == ["BEGIN", "IMMEDIATE"])
-    reads = sum(1 for verb in verbs if verb == ["BEGIN"])
-    commits = sum(1 for verb in verbs if verb[:1] == ["COMMIT"])
-    return [len(statements) / operations, writes / operations, reads / operations, commits / operations]
+    """Statements, write and read transactions, commits and rollbacks, per operation.
+
+    A transaction runs from a ``BEGIN`` to its ``COMMIT`` or ``ROLLBACK``; it
+    writes if it began with ``BEGIN IMMEDIATE`` (SQLite's write lock) or
+    changed a row, and reads otherwise.
+    """
+    writes = reads = commits = rollbacks = 0
+    open_transaction: bool | None = None  # None: outside a transaction; else whether it wrote
+    for statement in statements:
+        words = statement.split(None, 2)
+        verb = words[0].upper() if words else ""
+        if verb == "BEGIN":
+            open_transaction = words[1:2] == ["IMMEDIATE"]
+        elif verb in ("COMMIT", "ROLLBACK"):
+            if verb == "COMMIT":
+                commits += 1
+            else:
+                rollbacks += 1
+            if open_transaction:
+                writes += 1
+            elif open_transaction is not None:
+                reads += 1
+            open_transaction = None
+        elif verb in ("INSERT", "UPDATE", "DELETE") and open_transaction is not None:
+            open_transaction = True
+    return [
+        len(statements) / operations,
+        writes / operations,
+        reads / operations,
+        commits / operations,
+        rollbacks / operations,
+    ]
 
 
 def parse_options(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -179,8 +208,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             [
                 f"{options.samples} rounds of {options.batch} operations of each kind, order rotating; "
                 f"payload {MESSAGE_BYTES} bytes",
-                "stored B: database growth between two wal_checkpoint(TRUNCATE), per operation; "
-                "WAL B: bytes written to the WAL (whole pages), per operation",
+                target.bytes_note,
             ],
         )
         checkpointer = target.make_checkpointer()
@@ -219,9 +247,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                 for operation in operations
             ],
         )
+        print(f"\n{target.trace_note}")
         print_table(
             f"SQL per operation (traced over {options.batch} of each)",
-            ["operation", "statements", "write transactions", "read transactions", "commits"],
+            ["operation", "statements", "write transactions", "read transactions", "commits", "rollbacks"],
             [[label, *count(statements, options.batch)] for label, statements in traced.items()],
         )
         print_table(

@@ -13,8 +13,14 @@ Per workload it prints the median wall and CPU time per operation, the
 bytes each operation left stored and wrote to the WAL, and the ratios long /
 short (flat, 1.0, is the goal; 1.5 is the most we accept).
 
+On ``--target postgres`` the same, through a psycopg2 ``ThreadedConnectionPool``
+on ``--dsn`` (or ``$ILMEK_BENCH_POSTGRES_DSN``, or a throwaway cluster): stored
+bytes are table growth (``pg_total_relation_size``), WAL bytes the WAL
+position's advance (``pg_wal_lsn_diff``).
+
 Usage: ``python benchmarks/bench_history.py [--history 10000] [--samples 50]
-[--batch 8] [--synchronous FULL|NORMAL] [--db FOLDER]``
+[--batch 8] [--synchronous FULL|NORMAL] [--target sqlite|postgres] [--db FOLDER]
+[--dsn DSN]``
 """
 
 from __future__ import annotations
@@ -315,8 +321,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             [
                 f"history {options.history}, {options.samples} rounds of {options.batch} operations "
                 "per thread, short and long alternating",
-                "stored B: database growth between two wal_checkpoint(TRUNCATE), per operation; "
-                "WAL B: bytes the batch wrote to the WAL (whole pages), per operation",
+                target.bytes_note,
             ],
         )
         summary = []
@@ -328,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     seconds = workload.build_long()
                     built = workload.long_history
                     print(f"\n{workload.name}: built a {built}-checkpoint thread in {seconds:.1f} s", end="")
-                    print(" (synchronous=OFF)")
+                    print(f" ({target.setup_note})")
                     workload.round(record=False)
                     for _ in range(options.samples):
                         workload.round(record=True)

@@ -46,6 +46,8 @@ class TaskJournal:
         self.task_id = task_id
         self._entries: dict[str, JournalEntry] = {e.key: e for e in entries}
         self._persist = persist
+        #: Whether a journal is stored under this task id (so a commit must drop it).
+        self.stored = False
         self._counts: dict[str, int] = {}
         self._requested: set[str] = set()
         # A node may call ctx.step from threads of its own.
@@ -78,6 +80,7 @@ class TaskJournal:
             snapshot = tuple(self._entries.values())
         if durable:
             self._persist(self.task_id, snapshot)
+            self.stored = True
 
     def entries(self) -> tuple[JournalEntry, ...]:
         """Every entry, in the order first recorded."""

@@ -448,15 +448,9 @@ class _Run:
                     checkpoint_id=base.id,
                 )
             entries = stored.get(task_ids[index]) or base.task_journals.get(task.task_key, ())
-            runs.append(
-                _TaskRun(
-                    index=index,
-                    task=task,
-                    spec=spec,
-                    task_id=task_ids[index],
-                    journal=TaskJournal(task_ids[index], entries, self._persist),
-                )
-            )
+            journal = TaskJournal(task_ids[index], entries, self._persist)
+            journal.stored = task_ids[index] in stored
+            runs.append(_TaskRun(index=index, task=task, spec=spec, task_id=task_ids[index], journal=journal))
         pool = self._workers()
         for task_run in runs:
             state = task_run.task.input if task_run.task.is_send else _task_copy(view)
@@ -493,8 +487,10 @@ class _Run:
             # A task gave up its retries because the run was cancelled: nothing
             # of this superstep is kept but its journals, as at any boundary.
             raise _Finished(self._end("aborted", base, values, abort_reason=self._abort_reason()))
+        # Only journals that exist need dropping: most supersteps have none left.
+        superseded = [r.task_id for r in runs if r.journal.stored]
         if any(r.outcome == "interrupt" for r in runs):
-            yield from self._pause(base, values, runs, task_ids)
+            yield from self._pause(base, values, runs, superseded)
         new_values, changes = self._reduce(base, values, runs)
         next_tasks = self._plan(base, new_values, runs, step)
         checkpoint_id = new_checkpoint_id(after=self._expect)
@@ -508,7 +504,7 @@ class _Run:
             step=step,
             metadata=self._metadata("loop", tasks=[r.task.task_key for r in runs]),
         )
-        self._commit(checkpoint, changes, task_ids)
+        self._commit(checkpoint, changes, superseded)
         yield self._event(StateEvent, channels=self.schema.full_values(new_values))
         yield self._event(CheckpointEvent, id=checkpoint.id)
         return checkpoint, new_values
@@ -544,7 +540,7 @@ class _Run:
         base: Checkpoint,
         values: dict[str, Any],
         runs: Sequence[_TaskRun],
-        task_ids: Sequence[str],
+        superseded: Sequence[str],
     ) -> Iterator[Event]:
         checkpoint_id = new_checkpoint_id(after=self._expect)
         pending = tuple(
@@ -570,7 +566,7 @@ class _Run:
             step=base.step,
             metadata=self._metadata("pause"),
         )
-        self._commit(checkpoint, {}, task_ids)
+        self._commit(checkpoint, {}, superseded)
         yield self._event(CheckpointEvent, id=checkpoint.id)
         yield self._event(InterruptEvent, pending=pending)
         raise _Finished(self._end("interrupted", checkpoint, values, pending=pending))

@@ -129,7 +129,9 @@ class PostgresPoolBackend(PostgresBackend):
     """A psycopg2 pool: ilmek borrows with getconn and gives back with putconn."""
 
     def client(self) -> Any:
-        pool = psycopg2.pool.ThreadedConnectionPool(1, 12, self.dsn)
+        # psycopg2 closes a returned connection when minconn others are idle:
+        # keep a few, or every burst reconnects.
+        pool = psycopg2.pool.ThreadedConnectionPool(4, 12, self.dsn)
         self.resources.append(_ClosingPool(pool))
         return pool
 

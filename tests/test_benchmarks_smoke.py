@@ -2,15 +2,21 @@
 
 Not a timing test: the machine may be slow or busy, so only the exit code
 and the tables' headers are checked; the figures are for people to read.
+The Postgres variants run against the test session's server, in a database
+of their own.
 """
 
 from __future__ import annotations
 
+import os
 import pathlib
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
+
+from tests.pgcluster import PostgresServer
 
 BENCHMARKS = pathlib.Path(__file__).resolve().parent.parent / "benchmarks"
 
@@ -19,49 +25,113 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 def run_script(name: str, *arguments: str) -> str:
     """Run ``benchmarks/<name>`` in a fresh interpreter; return its output, failing on a non-zero exit."""
+    # The tests choose the server: a DSN in the developer's environment must not redirect them.
+    environment = {key: value for key, value in os.environ.items() if key != "ILMEK_BENCH_POSTGRES_DSN"}
     completed = subprocess.run(
         [sys.executable, str(BENCHMARKS / name), *arguments],
         capture_output=True,
         text=True,
         timeout=150,
         check=False,
+        env=environment,
     )
     assert 0 == completed.returncode, completed.stderr
     return completed.stdout
 
 
+HISTORY_HEADERS = (
+    "turns: one turn = an input checkpoint + 1 superstep",
+    "loop: one superstep = 1 checkpoint",
+    "ms/turn",
+    "stored B/turn",
+    "WAL B/turn",
+    "ms/superstep",
+    "long/short",
+    "summary: long (20) / short (10) history",
+)
+HISTORY_TINY = ("--history", "20", "--samples", "2", "--batch", "2", "--synchronous", "NORMAL")
+
+FLOOR_HEADERS = (
+    "time and bytes per operation",
+    "ratio to bare",
+    "bare insert + commit",
+    "ilmek superstep",
+    "SQL per operation",
+    "write transactions",
+    "rollbacks",
+    "the statements of one superstep, in order",
+    "COMMIT",
+)
+FLOOR_TINY = ("--samples", "2", "--batch", "2")
+
+CONCURRENCY_HEADERS = (
+    "supersteps per second, all workers together",
+    "supersteps/s",
+    "client CPU ms/superstep",
+    "speed-up, 2 workers / 1 (ideal 2.0)",
+    "median of round pairs",
+    "cores, shared by this process and the database server",
+)
+CONCURRENCY_TINY = ("--workers", "2", "--supersteps", "3", "--seconds", "0.2", "--rounds", "1")
+
+
+def assert_headers(output: str, headers: tuple[str, ...]) -> None:
+    for header in headers:
+        assert header in output
+
+
 def test_history_prints_both_workloads_and_the_ratios(tmp_path: pathlib.Path) -> None:
     """bench_history.py measures turns and loop supersteps on a short and a long thread."""
-    output = run_script(
-        "bench_history.py",
-        "--history", "20", "--samples", "2", "--batch", "2", "--synchronous", "NORMAL", "--db", str(tmp_path),
-    )  # fmt: skip
+    output = run_script("bench_history.py", *HISTORY_TINY, "--db", str(tmp_path))
 
-    for header in (
-        "turns: one turn = an input checkpoint + 1 superstep",
-        "loop: one superstep = 1 checkpoint",
-        "ms/turn",
-        "stored B/turn",
-        "WAL B/turn",
-        "ms/superstep",
-        "long/short",
-        "summary: long (20) / short (10) history",
-    ):
-        assert header in output
+    assert_headers(output, HISTORY_HEADERS)
 
 
 def test_floor_prints_times_ratios_and_statements(tmp_path: pathlib.Path) -> None:
     """bench_floor.py compares a superstep with a bare insert and lists the SQL it sent."""
-    output = run_script("bench_floor.py", "--samples", "2", "--batch", "2", "--db", str(tmp_path))
+    output = run_script("bench_floor.py", *FLOOR_TINY, "--db", str(tmp_path))
 
-    for header in (
-        "time and bytes per operation",
-        "ratio to bare",
-        "bare insert + commit",
-        "ilmek superstep",
-        "SQL per operation",
-        "write transactions",
-        "the statements of one superstep, in order",
-        "COMMIT",
-    ):
-        assert header in output
+    assert_headers(output, (*FLOOR_HEADERS, "BEGIN IMMEDIATE"))
+
+
+def test_concurrency_on_sqlite_prints_rates_and_the_speed_up(tmp_path: pathlib.Path) -> None:
+    """bench_concurrency.py --target sqlite compares 1 and N workers on one SQLite file."""
+    output = run_script(
+        "bench_concurrency.py", *CONCURRENCY_TINY, "--target", "sqlite", "--db", str(tmp_path)
+    )
+
+    assert_headers(output, (*CONCURRENCY_HEADERS, "SQLite 3."))
+
+
+@pytest.fixture(scope="module")
+def benchmark_dsn(postgres_server: PostgresServer) -> Iterator[str]:
+    """A database of its own on the session's server; each script drops its tables when done."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    name = "ilmek_benchmarks_smoke" + (f"_{worker}" if worker else "")
+    postgres_server.drop_database(name)
+    yield postgres_server.create_database(name)
+    postgres_server.drop_database(name)
+
+
+@pytest.mark.postgres
+def test_history_on_postgres_prints_both_workloads_and_the_ratios(benchmark_dsn: str) -> None:
+    """bench_history.py --target postgres, through a psycopg2 pool on the session's server."""
+    output = run_script("bench_history.py", *HISTORY_TINY, "--target", "postgres", "--dsn", benchmark_dsn)
+
+    assert_headers(output, (*HISTORY_HEADERS, "PostgreSQL", "ThreadedConnectionPool", "pg_wal_lsn_diff"))
+
+
+@pytest.mark.postgres
+def test_floor_on_postgres_prints_times_ratios_and_round_trips(benchmark_dsn: str) -> None:
+    """bench_floor.py --target postgres: the bare insert goes through the checkpointer's pool."""
+    output = run_script("bench_floor.py", *FLOOR_TINY, "--target", "postgres", "--dsn", benchmark_dsn)
+
+    assert_headers(output, (*FLOOR_HEADERS, "round trip", "BEGIN"))
+
+
+@pytest.mark.postgres
+def test_concurrency_on_postgres_prints_rates_and_the_speed_up(benchmark_dsn: str) -> None:
+    """bench_concurrency.py (Postgres, its default): 1 and N workers through one pool."""
+    output = run_script("bench_concurrency.py", *CONCURRENCY_TINY, "--dsn", benchmark_dsn)
+
+    assert_headers(output, (*CONCURRENCY_HEADERS, "PostgreSQL", "server CPU ms/superstep"))

@@ -37,6 +37,7 @@ __all__ = [
     "LogRef",
     "ValueCache",
     "diff_channels",
+    "extend_cached_logs",
     "manifest_from_plain",
     "manifest_to_plain",
     "read_channel_slice",
@@ -363,6 +364,30 @@ def _read_logs(
             if cache is not None:
                 cache.put(("l", need[name].log_id), tuple(items), _approximate_size(items))
     return known
+
+
+def extend_cached_logs(
+    cache: ValueCache,
+    parent_manifest: Mapping[str, ChannelRef],
+    manifest: Mapping[str, ChannelRef],
+    changes: Sequence[EncodedChange],
+) -> None:
+    """After a commit, grow the cached lists by the items it appended.
+
+    The next read of the thread then finds them here instead of asking the
+    database for what this process just wrote. Items are decoded from their
+    stored text, so the cache never shares objects with the caller.
+    """
+    for change in changes:
+        if change.items is None:
+            continue
+        before, after = parent_manifest.get(change.channel), manifest.get(change.channel)
+        if not (isinstance(before, LogRef) and isinstance(after, LogRef) and before.log_id == after.log_id):
+            continue
+        cached = cache.get(("l", after.log_id))
+        if cached is not None and len(cached) == before.length:
+            items = tuple(cached) + tuple(serde.decode(text) for text in change.items)
+            cache.put(("l", after.log_id), items, _approximate_size(items))
 
 
 def read_channel_slice(

@@ -52,6 +52,7 @@ from ._delta import (
     LogInfo,
     ValueCache,
     diff_channels,
+    extend_cached_logs,
     manifest_from_plain,
     manifest_to_plain,
     read_channel_slice,
@@ -123,9 +124,12 @@ _SQL: dict[str, str] = {
         "{ji_task_journals}, {ji_metadata}) ON CONFLICT (thread_id, checkpoint_id) DO NOTHING "
         "RETURNING checkpoint_id"
     ),
+    # updated_at (indexed) moves when the status does, else at most once a second:
+    # rewriting it every superstep would rewrite its index entries every time.
     "advance_thread": (
         "UPDATE {p}_threads SET checkpoint_id = :checkpoint_id, status = :status, step = :step, "
-        "updated_at = :now WHERE thread_id = :thread_id AND checkpoint_id = :expected "
+        "updated_at = CASE WHEN status <> :status OR updated_at < :now - 1.0 THEN :now "
+        "ELSE updated_at END WHERE thread_id = :thread_id AND checkpoint_id = :expected "
         "RETURNING thread_id"
     ),
     "start_thread": (
@@ -424,7 +428,9 @@ class SqlCheckpointer(Checkpointer):
         with self._held_lock:
             lease = self._held.get(thread_id) if release_hold else None
 
-        def work(session: Session) -> dict[str, ChannelRef] | None:
+        def work(
+            session: Session,
+        ) -> tuple[dict[str, ChannelRef], dict[str, ChannelRef], list[_records.EncodedChange]] | None:
             self._fence(session, thread_id)
             if not self._advance_thread(session, thread_id, checkpoint, status, expect_latest, now):
                 return None
@@ -471,11 +477,13 @@ class SqlCheckpointer(Checkpointer):
                 self._drop_journals(session, drop_journals)
             if lease is not None:
                 session.execute(self._sql("release_hold"), thread_id=thread_id, owner=lease)
-            return manifest
+            return manifest, parent_manifest, to_write
 
-        manifest = self._run(work, what="commit a checkpoint", thread_id=thread_id)
-        if manifest is not None:
+        written = self._run(work, what="commit a checkpoint", thread_id=thread_id)
+        if written is not None:
+            manifest, parent_manifest, to_write = written
             self._remember_manifest(thread_id, checkpoint.id, manifest)
+            extend_cached_logs(self._cache, parent_manifest, manifest, to_write)
         if lease is not None:
             self._forget_hold(thread_id, lease)
 

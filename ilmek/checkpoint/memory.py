@@ -34,6 +34,7 @@ from ._delta import (
     LogInfo,
     ValueCache,
     diff_channels,
+    extend_cached_logs,
     read_channel_slice,
     read_channels,
     write_channels,
@@ -186,9 +187,9 @@ class InMemoryCheckpointer(Checkpointer):
             if thread is None:
                 now = utc_now()
                 thread = self._threads[thread_id] = _Thread(created_at=now, updated_at=now)
-            manifest = write_channels(
-                self._store, thread_id, parent.manifest if parent else {}, encoded, keep
-            )
+            parent_manifest = parent.manifest if parent else {}
+            manifest = write_channels(self._store, thread_id, parent_manifest, encoded, keep)
+            extend_cached_logs(self._cache, parent_manifest, manifest, encoded)
             stored = _StoredCheckpoint(
                 id=checkpoint.id,
                 parent_id=checkpoint.parent_id,

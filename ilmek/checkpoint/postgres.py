@@ -35,7 +35,7 @@ _MIGRATIONS: list[list[str]] = [
         'CREATE TABLE IF NOT EXISTS {p}_threads (thread_id TEXT COLLATE "C" PRIMARY KEY,'
         " created_at DOUBLE PRECISION NOT NULL, updated_at DOUBLE PRECISION NOT NULL,"
         ' status TEXT NOT NULL, step BIGINT NOT NULL, checkpoint_id TEXT COLLATE "C",'
-        " metadata JSONB NOT NULL DEFAULT '{{}}'::jsonb)",
+        " metadata JSONB NOT NULL DEFAULT '{{}}'::jsonb) WITH (fillfactor = 85)",
         "CREATE INDEX IF NOT EXISTS {p}_threads_updated ON {p}_threads (updated_at DESC, thread_id DESC)",
         "CREATE INDEX IF NOT EXISTS {p}_threads_status ON {p}_threads (status, updated_at DESC)",
         "CREATE INDEX IF NOT EXISTS {p}_threads_metadata ON {p}_threads USING GIN (metadata jsonb_path_ops)",

@@ -15,3 +15,18 @@ def test_readme_examples_run() -> None:
     )
     assert tried > 10
     assert 0 == failures
+
+
+def test_readme_renders_without_warnings() -> None:
+    """README.rst is valid reStructuredText: PyPI would render it as written."""
+    import io
+
+    import docutils.core
+
+    warnings = io.StringIO()
+    docutils.core.publish_string(
+        (ROOT / "README.rst").read_text(encoding="utf-8"),
+        writer_name="html",
+        settings_overrides={"warning_stream": warnings, "report_level": 2, "halt_level": 5},
+    )
+    assert "" == warnings.getvalue()

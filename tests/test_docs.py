@@ -26,7 +26,7 @@ def test_readme_renders_without_warnings() -> None:
     warnings = io.StringIO()
     docutils.core.publish_string(
         (ROOT / "README.rst").read_text(encoding="utf-8"),
-        writer_name="html",
+        writer="html",
         settings_overrides={"warning_stream": warnings, "report_level": 2, "halt_level": 5},
     )
     assert "" == warnings.getvalue()

@@ -213,19 +213,19 @@ class Adapter(abc.ABC):
         """Run one statement and return its rows."""
         cursor = connection.cursor()
         try:
-            if params is None:
-                cursor.execute(sql)
-            else:
-                self.execute_with_params(connection, cursor, sql, params)
+            self.run_statement(connection, cursor, sql, params)
             if cursor.description is None:
                 return []
             return [tuple(row) for row in cursor.fetchall()]
         finally:
             cursor.close()
 
-    def execute_with_params(self, connection: Any, cursor: Any, sql: str, params: Any) -> None:
-        """``cursor.execute(sql, params)``, for a driver that needs more arguments to override."""
-        cursor.execute(sql, params)
+    def run_statement(self, connection: Any, cursor: Any, sql: str, params: Any) -> None:
+        """``cursor.execute``: a driver that needs more arguments overrides this."""
+        if params is None:
+            cursor.execute(sql)
+        else:
+            cursor.execute(sql, params)
 
     def discard(self, connection: Any) -> None:
         """Forget a connection that broke (a pool adapter closes it instead of reusing it)."""

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from .. import serde
-from ..dbapi import CONNECTING, Adapter, ErrorKind, LockedConnection, Session, Statement
+from ..dbapi import CONNECTING, Adapter, ErrorKind, LockedConnection, Session, Statement, describe_error
 from ..errors import StorageError
 from ._sql import SqlCheckpointer, validate_prefix
 from .base import ThreadHold, busy_error
@@ -134,13 +134,14 @@ class _PostgresAdapter(Adapter):
     def classify(self, error: BaseException) -> ErrorKind | None:
         return classify_postgres_error(error)
 
-    def execute_with_params(self, connection: Any, cursor: Any, sql: str, params: Any) -> None:
+    def run_statement(self, connection: Any, cursor: Any, sql: str, params: Any) -> None:
         if _is_psycopg3(connection):
-            # Never prepare server-side: a transaction-mode pooler may hand the
-            # next statement to another session that never saw the PREPARE.
+            # Never prepare server-side, not even "SELECT 1": a transaction-mode
+            # pooler may hand the next statement, or psycopg's DEALLOCATE, to
+            # another session than the one that saw the PREPARE.
             cursor.execute(sql, params, prepare=False)
         else:
-            cursor.execute(sql, params)
+            super().run_statement(connection, cursor, sql, params)
 
     def in_transaction(self, connection: Any) -> bool:
         return _transaction_status(connection) != _STATUS_IDLE
@@ -473,9 +474,16 @@ class _DedicatedLockHold(ThreadHold):
             # A statement also resets the server's idle-in-transaction timer.
             self._adapter.execute(self._connection, "SELECT 1", None)
         except Exception as error:
-            if self._adapter.classify(error) is None:
+            kind = self._adapter.classify(error)
+            if kind is None:
                 raise
             self._adapter.discard(self._connection)
+            if kind == "permanent":
+                raise StorageError(
+                    f"could not keep thread {self.thread_id!r} held: {describe_error(error)}",
+                    thread_id=self.thread_id,
+                ) from error
+            # The hold's session is gone, and its lock with it.
             raise busy_error(self.thread_id) from error
 
     def verify(self) -> None:

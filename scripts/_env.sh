@@ -15,8 +15,14 @@ ensure_installed() {
   # $1: the extras to install, e.g. "" or "[test,lint]". Reinstalls only when setup.cfg changed.
   local stamp="$venv/.ilmek-installed$1"
   if [ ! -f "$stamp" ] || [ "$repo/setup.cfg" -nt "$stamp" ]; then
-    "$venv/bin/python" -m pip install --quiet --upgrade pip
-    "$venv/bin/python" -m pip install --quiet -e "$repo$1"
+    echo "installing ilmek$1 into $venv (once)..." >&2
+    # pip's own chatter goes to a log, shown only if the install fails.
+    if ! { "$venv/bin/python" -m pip install --upgrade pip &&
+           "$venv/bin/python" -m pip install -e "$repo$1"; } >"$venv/pip.log" 2>&1; then
+      cat "$venv/pip.log" >&2
+      echo "installing ilmek$1 failed; the log above is also in $venv/pip.log" >&2
+      exit 1
+    fi
     touch "$stamp"
   fi
 }

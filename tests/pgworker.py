@@ -54,6 +54,9 @@ CHARGE_SECONDS = 0.3
 LINGER_SECONDS = 60.0
 GO_FILE_SECONDS = 30.0
 
+CART = {"cart": ["coffee", "mug"]}
+CHECKOUT_DONE = {"cart": ["coffee", "mug"], "log": ["charged"]}
+
 Reached = Callable[[str], None]
 """Called by a node when it reaches a named point."""
 
@@ -86,6 +89,18 @@ def checkout_graph(effects: Effects, *, charge_seconds: float = 0.0) -> Compiled
         .edge("checkout", END)
         .compile()
     )
+
+
+def run_checkout(checkpointer: PostgresCheckpointer, effects: Effects, thread_id: str) -> None:
+    """The checkout flow: run -> interrupted -> resume -> done, each step once."""
+    checkout = checkout_graph(effects)
+    paused = run(checkout, CART, thread_id=thread_id, checkpointer=checkpointer)
+    assert "interrupted" == paused.status
+    assert [{"question": "Charge 249.9?"}] == [pending.payload for pending in paused.pending]
+    finished = resume(checkout, "yes", thread_id=thread_id, checkpointer=checkpointer)
+    assert "done" == finished.status
+    assert CHECKOUT_DONE == finished.state
+    assert {"create_order": 1, "charge:yes": 1} == effects.counts()
 
 
 def two_step_graph(effects: Effects, reached: Reached = _carry_on) -> CompiledGraph:

@@ -53,12 +53,10 @@ from ilmek import (
 from tests.crashworker import Effects
 from tests.pgbouncer import PgBouncer
 from tests.pgcluster import PostgresCluster, PostgresServer, dsn_to_url
-from tests.pgworker import checkout_graph
+from tests.pgworker import CART, CHECKOUT_DONE, checkout_graph, run_checkout
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(90)]
 
-CART = {"cart": ["coffee", "mug"]}
-CHECKOUT_DONE = {"cart": ["coffee", "mug"], "log": ["charged"]}
 CLIENT_KINDS = ("psycopg2-pool", "psycopg-pool", "sqlalchemy-psycopg2")
 # psycopg 3 prepares a statement the sixth time one connection runs it
 # (prepare_threshold 5), unless told not to. The conversation and the
@@ -231,18 +229,6 @@ def many_steps_graph(effects: Effects, steps: int) -> CompiledGraph:
         .edge(START, "work")
         .compile()
     )
-
-
-def run_checkout(checkpointer: PostgresCheckpointer, effects: Effects, thread_id: str) -> None:
-    """The checkout flow: run -> interrupted -> resume -> done, each step once."""
-    checkout = checkout_graph(effects)
-    paused = run(checkout, CART, thread_id=thread_id, checkpointer=checkpointer)
-    assert "interrupted" == paused.status
-    assert [{"question": "Charge 249.9?"}] == [pending.payload for pending in paused.pending]
-    finished = resume(checkout, "yes", thread_id=thread_id, checkpointer=checkpointer)
-    assert "done" == finished.status
-    assert CHECKOUT_DONE == finished.state
-    assert {"create_order": 1, "charge:yes": 1} == effects.counts()
 
 
 def server_sessions(bouncer: PgBouncer, dsn: str) -> list[tuple[int, list[str]]]:

@@ -61,13 +61,20 @@ from ilmek.checkpoint.postgres import adapter_for, classify_postgres_error
 from ilmek.dbapi import Session, Statement
 from ilmek.types import JournalEntry, new_checkpoint_id, task_id_for
 from tests.pgcluster import PostgresServer
-from tests.pgworker import TWO_STEP_FINAL, TWO_STEP_INPUT, Effects, checkout_graph, two_step_graph
+from tests.pgworker import (
+    CART,
+    CHECKOUT_DONE,
+    TWO_STEP_FINAL,
+    TWO_STEP_INPUT,
+    Effects,
+    checkout_graph,
+    run_checkout,
+    two_step_graph,
+)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-CART = {"cart": ["coffee", "mug"]}
-CHECKOUT_DONE = {"cart": ["coffee", "mug"], "log": ["charged"]}
 ILMEK_TABLES = {"meta", "threads", "checkpoints", "blobs", "logs", "items", "journals", "holds"}
 
 
@@ -114,18 +121,6 @@ def fresh_checkpointer(dsn: str, **options: Any) -> Iterator[PostgresCheckpointe
         yield checkpointer
     finally:
         checkpointer.close()
-
-
-def run_checkout(checkpointer: PostgresCheckpointer, effects: Effects, thread_id: str) -> None:
-    """The checkout flow: run -> interrupted -> resume -> done, each step once."""
-    checkout = checkout_graph(effects)
-    paused = run(checkout, CART, thread_id=thread_id, checkpointer=checkpointer)
-    assert "interrupted" == paused.status
-    assert [{"question": "Charge 249.9?"}] == [pending.payload for pending in paused.pending]
-    finished = resume(checkout, "yes", thread_id=thread_id, checkpointer=checkpointer)
-    assert "done" == finished.status
-    assert CHECKOUT_DONE == finished.state
-    assert {"create_order": 1, "charge:yes": 1} == effects.counts()
 
 
 class RecordingClient:

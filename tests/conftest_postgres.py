@@ -40,6 +40,7 @@ import os
 import subprocess
 import warnings
 from collections.abc import Iterator
+from typing import NoReturn
 
 import psycopg2
 import pytest
@@ -49,8 +50,16 @@ from tests.pgcluster import PostgresCluster, PostgresServer
 TEMPLATE_NAME = "ilmek_template"
 
 
-def _in_ci() -> bool:
+def in_ci() -> bool:
+    """Whether the tests run under CI (``CI`` set, and not ``0`` or ``false``)."""
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false")
+
+
+def unavailable(problem: str) -> NoReturn:
+    """A service a test needs cannot be had: fail under CI, skip elsewhere."""
+    if in_ci():
+        pytest.fail(problem, pytrace=False)
+    pytest.skip(problem)
 
 
 def _suffix() -> str:
@@ -81,9 +90,7 @@ def postgres_server() -> Iterator[PostgresServer]:
         server = None
     # Outside the except block, so the report is not cluttered by exception chaining.
     if server is None:
-        if _in_ci():
-            pytest.fail(problem, pytrace=False)
-        pytest.skip(problem)
+        unavailable(problem)
     try:
         yield server
     finally:

@@ -50,6 +50,7 @@ from ilmek import (
     run,
     thread_state,
 )
+from tests.conftest_postgres import unavailable
 from tests.crashworker import Effects
 from tests.pgbouncer import PgBouncer
 from tests.pgcluster import PostgresCluster, PostgresServer, dsn_to_url
@@ -65,10 +66,6 @@ CLIENT_KINDS = ("psycopg2-pool", "psycopg-pool", "sqlalchemy-psycopg2")
 PSYCOPG_PREPARE_THRESHOLD = 5
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false")
-
-
 # --- fixtures -----------------------------------------------------------------------------------
 
 
@@ -82,9 +79,7 @@ def pgbouncer(postgres_server: PostgresServer) -> Iterator[PgBouncer]:
         bouncer = None
     # Outside the except block, so the report is not cluttered by exception chaining.
     if bouncer is None:
-        if _in_ci():
-            pytest.fail(problem, pytrace=False)
-        pytest.skip(problem)
+        unavailable(problem)
     try:
         yield bouncer
     finally:
@@ -288,9 +283,7 @@ def test_stop_ends_the_process_and_removes_its_folder(postgres_server: PostgresS
     try:
         bouncer = PgBouncer.start(postgres_server.dsn, pool_size=2)
     except RuntimeError as exc:
-        if _in_ci():
-            raise
-        pytest.skip(f"no pgbouncer available: {exc}")
+        unavailable(f"no pgbouncer available: {exc}")
     pid = bouncer.pid
     assert pid is not None
     assert "transaction" == {row["key"]: row["value"] for row in bouncer.show("CONFIG")}["pool_mode"]

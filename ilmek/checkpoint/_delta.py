@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -36,6 +36,7 @@ __all__ = [
     "LogInfo",
     "LogRef",
     "ValueCache",
+    "blob_ids",
     "diff_channels",
     "extend_cached_logs",
     "manifest_from_plain",
@@ -101,6 +102,11 @@ def manifest_from_plain(plain: Any) -> dict[str, ChannelRef]:
                 f"channel {name!r} has a malformed stored reference {ref!r}", where="stored data"
             )
     return manifest
+
+
+def blob_ids(manifests: Iterable[Mapping[str, ChannelRef]]) -> set[int]:
+    """The blobs some of these manifests still point at (what pruning must keep)."""
+    return {ref.blob_id for manifest in manifests for ref in manifest.values() if isinstance(ref, BlobRef)}
 
 
 class DeltaStore(Protocol):

@@ -47,10 +47,10 @@ from ..types import (
 )
 from . import _records
 from ._delta import (
-    BlobRef,
     ChannelRef,
     LogInfo,
     ValueCache,
+    blob_ids,
     diff_channels,
     extend_cached_logs,
     manifest_from_plain,
@@ -865,13 +865,10 @@ class SqlCheckpointer(Checkpointer):
                     thread_id=thread_id,
                     **self._in_params(chunk),
                 )
-            used: set[int] = set()
-            for (stored,) in session.query(self._sql("manifests"), thread_id=thread_id):
-                used.update(
-                    ref.blob_id
-                    for ref in manifest_from_plain(_records.load_plain(stored)).values()
-                    if isinstance(ref, BlobRef)
-                )
+            used = blob_ids(
+                manifest_from_plain(_records.load_plain(stored))
+                for (stored,) in session.query(self._sql("manifests"), thread_id=thread_id)
+            )
             if ceiling is not None:
                 # Only blobs that existed when we looked: a commit racing this
                 # prune may have written newer ones that it still needs.

@@ -29,10 +29,10 @@ from ..types import (
 )
 from . import _records
 from ._delta import (
-    BlobRef,
     ChannelRef,
     LogInfo,
     ValueCache,
+    blob_ids,
     diff_channels,
     extend_cached_logs,
     read_channel_slice,
@@ -375,12 +375,7 @@ class InMemoryCheckpointer(Checkpointer):
             for checkpoint_id in dropped:
                 del thread.checkpoints[checkpoint_id]
             thread.ids = [i for i in thread.ids if i in keep]
-            used = {
-                ref.blob_id
-                for stored in thread.checkpoints.values()
-                for ref in stored.manifest.values()
-                if isinstance(ref, BlobRef)
-            }
+            used = blob_ids(stored.manifest for stored in thread.checkpoints.values())
             for blob_id in builtins.list(thread.blobs):
                 if blob_id not in used:
                     del thread.blobs[blob_id]

@@ -274,7 +274,7 @@ class _Run:
     def _end(
         self,
         status: str,
-        base: Checkpoint,
+        base: Checkpoint | None,
         values: Mapping[str, Any],
         *,
         pending: tuple[Pending, ...] = (),
@@ -288,7 +288,7 @@ class _Run:
             pending=pending,
             errors=errors,
             abort_reason=abort_reason,
-            checkpoint_id=base.id,
+            checkpoint_id=base.id if base is not None else None,
         )
         assert isinstance(end, RunEnd)
         return end
@@ -318,15 +318,7 @@ class _Run:
         try:
             names, sends = self.graph.targets(START, None, view, self._plan_context(view, step))
         except Exception as error:
-            raise _Finished(
-                self._event(  # type: ignore[arg-type]
-                    RunEnd,
-                    status="error",
-                    state=view,
-                    errors=((START, error),),
-                    checkpoint_id=base.id if base is not None else None,
-                )
-            ) from error
+            raise _Finished(self._end("error", base, values, errors=((START, error),))) from error
         checkpoint_id = new_checkpoint_id(after=self._expect)
         checkpoint = Checkpoint(
             id=checkpoint_id,

@@ -20,9 +20,11 @@ from .engine import resume, resume_keyed, resume_keyed_stream, resume_stream, ru
 from .errors import (
     CheckpointNotFoundError,
     ConcurrentUpdateError,
+    CorruptCheckpointError,
     GraphError,
     IlmekError,
     InterruptSignal,
+    InvalidArgumentError,
     NondeterminismError,
     RecursionLimitError,
     ReducerError,
@@ -37,7 +39,8 @@ from .events import Event, StreamPart, stream_modes
 from .graph import END, START, CompiledGraph, GraphBuilder, graph
 from .host import history, pending_interrupts, thread_state, update_state
 from .spec import from_spec, to_spec
-from .types import Checkpoint, JournalEntry, Pending, Result, ScheduledTask, ThreadInfo
+from .checkpoint.holds import Hold, HoldLostError
+from .types import Checkpoint, JournalEntry, Pending, Result, ScheduledTask, ThreadError, ThreadInfo
 
 __version__ = "0.1.0"
 
@@ -51,12 +54,16 @@ __all__ = [
     "Command",
     "CompiledGraph",
     "ConcurrentUpdateError",
+    "CorruptCheckpointError",
     "Event",
     "GraphBuilder",
     "GraphError",
+    "Hold",
+    "HoldLostError",
     "IlmekError",
     "InMemoryCheckpointer",
     "InterruptSignal",
+    "InvalidArgumentError",
     "JournalEntry",
     "NodeContext",
     "NondeterminismError",
@@ -75,6 +82,7 @@ __all__ = [
     "StorageError",
     "StreamPart",
     "ThreadBusyError",
+    "ThreadError",
     "ThreadInfo",
     "TransientStorageError",
     "append_field",

@@ -1,9 +1,11 @@
 """The context a node receives: journaled steps, interrupts, live events.
 
 :class:`TaskJournal` is the replay memory of one task: ``ctx.step`` and
-``ctx.interrupt`` look keys up in it and record what is new, persisting each
-record before returning. :class:`PlanContext` is the narrower view that
-guards and routers receive at plan time.
+``ctx.interrupt`` look keys up in it and record what is new. A record is
+*persisted first, then remembered, then returned*, so a step whose record
+did not land is never replayed from memory. :class:`PlanContext` is the
+narrower view that guards and routers receive at plan time: it has no
+journal, so ``step`` and ``interrupt`` refuse, and ``emit`` does nothing.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .errors import InterruptSignal, NondeterminismError
+from .errors import GraphError, InterruptSignal, NondeterminismError, ResumeError
 from .types import JournalEntry
 
 if TYPE_CHECKING:
@@ -33,30 +35,30 @@ class TaskJournal:
     Args:
         task_id: The journal's id (``<thread>:<checkpoint>:<task key>``).
         entries: What earlier passes recorded.
-        persist: Stores the whole journal; called with every new record and
-            must not return before the record is durable.
+        persist: Stores one new entry; must not return before it is durable.
     """
 
     def __init__(
         self,
         task_id: str,
         entries: Sequence[JournalEntry],
-        persist: Callable[[str, tuple[JournalEntry, ...]], None],
+        persist: Callable[[JournalEntry], None],
     ) -> None:
         self.task_id = task_id
         self._entries: dict[str, JournalEntry] = {e.key: e for e in entries}
         self._persist = persist
-        #: Whether a journal is stored under this task id (so a commit must drop it).
-        self.stored = False
         self._counts: dict[str, int] = {}
         self._requested: set[str] = set()
         # A node may call ctx.step from threads of its own.
         self._lock = threading.Lock()
+        # Which of the node's threads are inside a step's function now.
+        self._inside_step = threading.local()
 
     def begin_attempt(self) -> None:
         """Reset the per-pass key counters: the body runs again from the top."""
-        self._counts.clear()
-        self._requested.clear()
+        with self._lock:
+            self._counts.clear()
+            self._requested.clear()
 
     def claim(self, key: str) -> str:
         """The journal key of the next use of ``key`` in this pass (``key#n``)."""
@@ -71,40 +73,65 @@ class TaskJournal:
 
     def get(self, key: str) -> JournalEntry | None:
         """The entry recorded under a full key, if any."""
-        return self._entries.get(key)
+        with self._lock:
+            return self._entries.get(key)
 
     def record(self, entry: JournalEntry, *, durable: bool = True) -> None:
-        """Add or replace an entry; with ``durable``, persist before returning."""
-        with self._lock:
-            self._entries[entry.key] = entry
-            snapshot = tuple(self._entries.values())
+        """Persist ``entry`` (unless ``durable`` is false), then remember it.
+
+        If persisting fails, nothing is remembered: a retry of the node runs
+        the step again rather than replaying a record that never landed.
+        """
         if durable:
-            self._persist(self.task_id, snapshot)
-            self.stored = True
+            self._persist(entry)
+        with self._lock:
+            self._entries.setdefault(entry.key, entry)
 
     def entries(self) -> tuple[JournalEntry, ...]:
         """Every entry, in the order first recorded."""
-        return tuple(self._entries.values())
+        with self._lock:
+            return tuple(self._entries.values())
 
     def unrequested(self) -> list[str]:
         """Recorded keys this pass never asked for (what strict mode checks)."""
-        return [key for key in self._entries if key not in self._requested]
+        with self._lock:
+            return [key for key in self._entries if key not in self._requested]
 
-    def open_pause(self) -> str | None:
-        """A pause this pass asked for and that has no answer (a node that swallowed it)."""
-        for key in self._requested:
-            entry = self._entries.get(key)
-            if entry is not None and entry.kind == "interrupt" and not entry.answered:
-                return key
-        return None
+    def open_pauses(self) -> list[str]:
+        """Pauses this pass asked for that have no answer (a node that swallowed one)."""
+        with self._lock:
+            return [
+                key
+                for key in self._requested
+                if (entry := self._entries.get(key)) is not None
+                and entry.kind == "interrupt"
+                and not entry.answered
+            ]
 
-    def view(self) -> Mapping[str, JournalEntry]:
-        """A read-only view of the entries by key."""
-        return types.MappingProxyType(self._entries)
+    def snapshot(self) -> Mapping[str, JournalEntry]:
+        """A read-only copy of the entries as they stand now."""
+        with self._lock:
+            return types.MappingProxyType(dict(self._entries))
+
+    @property
+    def in_step(self) -> bool:
+        """Whether the calling thread is inside a step's function."""
+        return bool(getattr(self._inside_step, "depth", 0))
+
+    def enter_step(self) -> None:
+        self._inside_step.depth = getattr(self._inside_step, "depth", 0) + 1
+
+    def leave_step(self) -> None:
+        self._inside_step.depth -= 1
 
 
 class PlanContext:
-    """What guards and routers see: the run's identity and the state, no effects."""
+    """What guards and routers see: the run's identity and the state, no effects.
+
+    Routers and guards run at plan time, outside any task: there is no
+    journal, so :meth:`step` and :meth:`interrupt` refuse with a
+    :class:`~ilmek.errors.GraphError`, and :meth:`emit` does nothing.
+    """
 
     def __init__(
         self,
@@ -129,6 +156,34 @@ class PlanContext:
         self.meta = meta
         self.cancel = cancel
 
+    def _plan_time(self, what: str) -> GraphError:
+        return GraphError(
+            f"ctx.{what}() is not available in a router or guard: they run at plan time, outside any "
+            f"task, and have no journal (thread {self.thread_id!r}). Route on state; do the work in a node"
+        )
+
+    def step(self, key: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Refused: plan-time code has no journal.
+
+        Raises:
+            GraphError: always.
+        """
+        raise self._plan_time("step")
+
+    def interrupt(self, payload: Any = None, key: str | None = None) -> Any:
+        """Refused: plan-time code cannot pause.
+
+        Raises:
+            GraphError: always.
+        """
+        raise self._plan_time("interrupt")
+
+    def emit(self, payload: Any) -> None:
+        """Does nothing at plan time (routers and guards have no place in the stream)."""
+
+    def emit_token(self, text: str, meta: Any = None) -> None:
+        """Does nothing at plan time."""
+
 
 class NodeContext(PlanContext):
     """The handle a node receives as ``ctx``.
@@ -140,11 +195,12 @@ class NodeContext(PlanContext):
         task_id: This task's journal id.
         step_index: The superstep counter of the superstep running.
         recursion_limit: The run's superstep budget.
-        remaining_steps: How many more supersteps this run may start after
-            this one.
+        remaining_steps: How many supersteps this run may still take,
+            this one included.
         state: The task's state (read it; never mutate it).
         meta: What the caller passed as ``meta=``.
-        cancel: The run's cancel event; pass it to long waits.
+        cancel: The run's cancel event; pass it to long waits. It is also
+            set when another process asks the run to stop.
         graph: The compiled graph.
         log: A logger carrying thread, run and node.
     """
@@ -158,6 +214,7 @@ class NodeContext(PlanContext):
         emit: Callable[[Any], None],
         strict: bool,
         verify: Callable[[], None] | None = None,
+        can_pause: bool = True,
         **plan: Any,
     ) -> None:
         super().__init__(**plan)
@@ -166,6 +223,7 @@ class NodeContext(PlanContext):
         self._journal = journal
         self._emit = emit
         self._verify = verify
+        self._can_pause = can_pause
         self.strict = strict
         self.log = logging.LoggerAdapter(
             _LOG, {"thread_id": self.thread_id, "run_id": self.run_id, "node": node}
@@ -173,8 +231,8 @@ class NodeContext(PlanContext):
 
     @property
     def journal(self) -> Mapping[str, JournalEntry]:
-        """This task's journal, read-only (for debugging)."""
-        return self._journal.view()
+        """This task's journal as it stands now: a read-only copy (for debugging)."""
+        return self._journal.snapshot()
 
     def step(self, key: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``fn(*args, **kwargs)`` once, ever, for this task.
@@ -204,10 +262,13 @@ class NodeContext(PlanContext):
                 )
             return entry.value  # type: ignore[no-any-return]
         if self._verify is not None:
-            # Where a hold can be lost without the writes failing, make sure
-            # it is still ours before the effect rather than after.
+            # Make sure the thread is still ours before the effect, not after.
             self._verify()
-        value = fn(*args, **kwargs)
+        self._journal.enter_step()
+        try:
+            value = fn(*args, **kwargs)
+        finally:
+            self._journal.leave_step()
         self._journal.record(JournalEntry(key=full, kind="step", value=value))
         return value
 
@@ -221,7 +282,15 @@ class NodeContext(PlanContext):
         Raises:
             InterruptSignal: to halt the task; let it propagate.
             NondeterminismError: ``key`` names a step in the journal.
+            GraphError: called inside a step's function.
+            ResumeError: the run has no checkpointer, so nobody could answer.
         """
+        if self._journal.in_step:
+            raise GraphError(
+                f"node {self.node!r} called ctx.interrupt() inside the function of a ctx.step() "
+                f"(thread {self.thread_id!r}): the step would be recorded only after the answer, so its "
+                "function would run again on resume. Ask first, then pass the answer to the step"
+            )
         full = self._journal.claim("interrupt" if key is None else key)
         entry = self._journal.get(full)
         if entry is not None:
@@ -237,6 +306,13 @@ class NodeContext(PlanContext):
             if entry.answered:
                 return entry.value
             raise InterruptSignal(full, entry.payload)
+        if not self._can_pause:
+            raise ResumeError(
+                f"node {self.node!r} asked a person (ctx.interrupt) in a run without a checkpointer "
+                f"(thread {self.thread_id!r}): the pause would be lost with the run and nobody could "
+                "answer it. Run with a checkpointer (InMemoryCheckpointer() will do) and a thread_id",
+                thread_id=self.thread_id,
+            )
         # The pause itself is recorded with the pause checkpoint, not here:
         # until the superstep commits there is nothing to answer.
         self._journal.record(JournalEntry(key=full, kind="interrupt", payload=payload), durable=False)

@@ -5,19 +5,28 @@
   pyformat), doubling literal ``%`` where the driver needs it.
 * :class:`Adapter`: one small subclass per kind of client (a sqlite3
   connection, a psycopg2 pool, a Django connection...). It says how to get a
-  connection, whether the caller already has a transaction open, and how to
-  classify the driver's errors. Everything else lives here, once:
-  :meth:`Adapter.transaction` commits what it began and only that (a
-  savepoint inside the caller's transaction), rolls back on any error and
-  never commits in ``finally``; :meth:`Adapter.run` retries transient
-  failures with bounded, jittered backoff and wraps the rest in
-  :class:`~ilmek.errors.StorageError`, raised ``from`` the driver's error.
+  connection and how to classify the driver's errors. Who owns transactions
+  is decided once, when the adapter is made (:attr:`Adapter.joins`), never
+  by asking the driver on each call: an adapter that owns its transactions
+  begins, commits and rolls back its own (refusing a connection on which
+  someone else left a transaction open, rather than committing it); one
+  that joins writes inside the caller's transaction, in savepoints with
+  names of its own, and never commits. :meth:`Adapter.run` retries transient
+  failures of its own transactions with bounded, jittered backoff, and wraps
+  every driver error in :class:`~ilmek.errors.StorageError` (raised ``from``
+  it). Work that must wait for a commit (filling a cache) registers with
+  :meth:`Session.after_commit`, which runs only after a COMMIT ilmek issued
+  itself succeeded.
+* :class:`Pin`: the connection a run keeps from start to end, so that a run
+  uses one connection of a pool, never two.
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
+import itertools
+import logging
 import random
 import re
 import threading
@@ -26,14 +35,20 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 from .errors import IlmekError, StorageError, TransientStorageError
+from .redact import mask_secrets
 
 __all__ = [
     "Adapter",
     "ErrorKind",
+    "LockedConnection",
+    "Pin",
     "Session",
     "Statement",
+    "describe_error",
     "render",
 ]
+
+_LOG = logging.getLogger("ilmek.storage")
 
 T = TypeVar("T")
 ErrorKind = Literal["transient", "permanent"]
@@ -125,12 +140,18 @@ class Statement:
 
 
 class Session:
-    """Statements run inside one transaction on one connection."""
+    """Statements run inside one transaction (or one savepoint) on one connection.
 
-    def __init__(self, adapter: Adapter, connection: Any, *, nested: bool = False) -> None:
+    Attributes:
+        joined: Whether the statements run inside a transaction of the
+            caller's, which decides whether they ever become durable.
+    """
+
+    def __init__(self, adapter: Adapter, connection: Any, *, joined: bool = False) -> None:
         self.adapter = adapter
         self.connection = connection
-        self.nested = nested
+        self.joined = joined
+        self._after_commit: list[Callable[[], None]] = []
 
     def query(self, statement: Statement, **params: Any) -> list[tuple[Any, ...]]:
         """Run a statement and return its rows (empty for a statement without rows)."""
@@ -146,43 +167,93 @@ class Session:
         for text in statements:
             self.adapter.execute(self.connection, text, None)
 
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once this transaction is committed by ilmek itself.
 
-# A secret's value runs to the end of a quoted string (libpq allows spaces in
-# quoted values, with \' inside) or else to the next space.
-_SECRET = re.compile(
-    r"""(password|passwd|pwd|secret)\s*=\s*(?:'(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|\S+)""",
-    re.IGNORECASE,
-)
+        It is never called for work inside the caller's transaction (which the
+        caller may still roll back), nor when the commit fails: what it
+        remembers can never run ahead of the database.
+        """
+        if not self.joined:
+            self._after_commit.append(callback)
+
+    def committed(self) -> None:
+        """Run the after-commit callbacks (the adapter calls this after COMMIT)."""
+        callbacks, self._after_commit = self._after_commit, []
+        for callback in callbacks:
+            callback()
 
 
 def describe_error(error: BaseException) -> str:
     """A one-line description of a driver error with anything like a password removed."""
     lines = str(error).strip().splitlines()
-    first = _SECRET.sub(r"\1=***", lines[0]) if lines else ""
+    first = mask_secrets(lines[0]) if lines else ""
     code = getattr(error, "pgcode", None) or getattr(error, "sqlstate", None)
     if code is None and getattr(error, "sqlite_errorname", None):
         code = error.sqlite_errorname  # type: ignore[attr-defined]
-    suffix = f" [{code}]" if code else ""
+    suffix = f" [{code}]" if isinstance(code, str) and code else ""
     return f"{type(error).__name__}{suffix}: {first}"
+
+
+class Pin(abc.ABC):
+    """The connection one run keeps from its start to its end.
+
+    A run reads and writes through its pin only, so a pool lends it one
+    connection, never two; a run's hold renewal, which may come from another
+    thread, goes through the same pin under the same lock.
+    """
+
+    @abc.abstractmethod
+    def connection(self) -> contextlib.AbstractContextManager[Any]:
+        """The run's connection, for one transaction."""
+
+    def discard(self, connection: Any) -> None:
+        """The connection broke: the next transaction gets another one."""
+
+    def release(self) -> None:
+        """The run ended: give the connection back."""
+
+
+class _BorrowEachTime(Pin):
+    """A pin for clients that need none: every transaction borrows as usual."""
+
+    def __init__(self, adapter: Adapter) -> None:
+        self._adapter = adapter
+
+    def connection(self) -> contextlib.AbstractContextManager[Any]:
+        return self._adapter.connection()
+
+    def discard(self, connection: Any) -> None:
+        self._adapter.discard(connection)
 
 
 class Adapter(abc.ABC):
     """How ilmek talks to one kind of database client.
 
-    Subclasses provide a connection, the driver's paramstyle and its error
+    Subclasses provide connections, the driver's paramstyle and its error
     classification; this class provides transactions and retries.
 
     Attributes:
         paramstyle: The driver's DB-API paramstyle.
+        joins: Whether ilmek writes inside the caller's transaction (in
+            savepoints, never committing) instead of in transactions of its
+            own. Decided when the adapter is made.
         retry_attempts: Tries of a transaction that fails transiently.
         retry_backoff: Seconds before the first retry (doubling, jittered).
         retry_max_backoff: The longest wait between tries.
     """
 
     paramstyle: str = "qmark"
+    joins: bool = False
     retry_attempts: int = 6
     retry_backoff: float = 0.02
     retry_max_backoff: float = 1.0
+
+    def __init__(self) -> None:
+        self._savepoints = itertools.count(1)
+        #: Whether a transaction has ever succeeded: a connection refused
+        #: after that is a server coming back, not a wrong address.
+        self.connected_once = False
 
     # --- what a driver adapter provides -----------------------------------------
 
@@ -194,8 +265,16 @@ class Adapter(abc.ABC):
     def classify(self, error: BaseException) -> ErrorKind | None:
         """``transient`` (worth retrying), ``permanent``, or ``None`` if not a database error."""
 
-    def in_transaction(self, connection: Any) -> bool:
-        """Whether the caller has a transaction open on this connection."""
+    def pin(self) -> Pin:
+        """A connection source for one run (clients with a pool lend one connection)."""
+        return _BorrowEachTime(self)
+
+    def transaction_open(self, connection: Any) -> bool:
+        """Whether someone else left a transaction open on a connection ilmek is about to use.
+
+        Asked only to refuse such a connection (ilmek would otherwise commit
+        that work); never to decide who owns a transaction.
+        """
         return False
 
     def begin(self, connection: Any, *, write: bool) -> None:
@@ -209,9 +288,13 @@ class Adapter(abc.ABC):
         """Roll back the transaction :meth:`begin` started."""
         connection.rollback()
 
+    def cursor(self, connection: Any) -> Any:
+        """A cursor that returns rows as tuples, whatever the connection's row factory."""
+        return connection.cursor()
+
     def execute(self, connection: Any, sql: str, params: Any) -> list[tuple[Any, ...]]:
         """Run one statement and return its rows."""
-        cursor = connection.cursor()
+        cursor = self.cursor(connection)
         try:
             self.run_statement(connection, cursor, sql, params)
             if cursor.description is None:
@@ -233,39 +316,60 @@ class Adapter(abc.ABC):
     def close(self) -> None:
         """Close what the adapter opened itself; never the caller's connections."""
 
+    def advice(self, error: BaseException) -> str:
+        """What to do about a database error, appended to its message (empty: nothing special)."""
+        return ""
+
     # --- transactions and retries, once for every driver --------------------------
 
-    @contextlib.contextmanager
-    def transaction(self, *, write: bool = True) -> Iterator[Session]:
-        """A transaction: committed on success, rolled back on any error.
+    def transaction_scope(
+        self, connection: Any, *, write: bool
+    ) -> contextlib.AbstractContextManager[Session]:
+        """A transaction of ilmek's own or a savepoint in the caller's, as the adapter was made."""
+        if self.joins:
+            return self._savepoint(connection)
+        return self._own_transaction(connection, write=write)
 
-        Inside a transaction the caller already has open, a savepoint is used
-        instead and the commit is left to the caller.
-        """
-        with _connecting(self.connection()) as connection:
-            if self.in_transaction(connection):
-                with self._savepoint(connection) as session:
-                    yield session
-                return
-            self.begin(connection, write=write)
-            try:
-                yield Session(self, connection)
-            except BaseException:
-                self._rollback_quietly(connection)
-                raise
+    @contextlib.contextmanager
+    def _own_transaction(self, connection: Any, *, write: bool) -> Iterator[Session]:
+        if self.transaction_open(connection):
+            raise StorageError(
+                "the connection has a transaction open that ilmek did not start, and ilmek "
+                "commits only its own work: commit or roll it back first, or build the "
+                "checkpointer with join_transaction=True to write inside it (the writes then "
+                "land when you commit)"
+            )
+        self.begin(connection, write=write)
+        session = Session(self, connection)
+        try:
+            yield session
+        except BaseException:
+            self._rollback_quietly(connection)
+            raise
+        try:
             self.commit(connection)
+        except BaseException:
+            # A COMMIT that failed (or whose answer was lost) must not leave the
+            # connection inside a transaction that a later call would take for
+            # somebody else's.
+            self._rollback_quietly(connection)
+            raise
+        self.connected_once = True
+        session.committed()
 
     @contextlib.contextmanager
     def _savepoint(self, connection: Any) -> Iterator[Session]:
-        self.execute(connection, "SAVEPOINT ilmek_write", None)
+        name = f"ilmek_sp{next(self._savepoints)}"
+        self.execute(connection, f"SAVEPOINT {name}", None)
         try:
-            yield Session(self, connection, nested=True)
+            yield Session(self, connection, joined=True)
         except BaseException:
             with contextlib.suppress(Exception):
-                self.execute(connection, "ROLLBACK TO SAVEPOINT ilmek_write", None)
-                self.execute(connection, "RELEASE SAVEPOINT ilmek_write", None)
+                self.execute(connection, f"ROLLBACK TO SAVEPOINT {name}", None)
+                self.execute(connection, f"RELEASE SAVEPOINT {name}", None)
             raise
-        self.execute(connection, "RELEASE SAVEPOINT ilmek_write", None)
+        self.execute(connection, f"RELEASE SAVEPOINT {name}", None)
+        self.connected_once = True
 
     def _rollback_quietly(self, connection: Any) -> None:
         try:
@@ -275,6 +379,19 @@ class Adapter(abc.ABC):
             # usually why); the original error is the one worth raising.
             self.discard(connection)
 
+    @contextlib.contextmanager
+    def transaction(self, *, write: bool = True, pin: Pin | None = None) -> Iterator[Session]:
+        """One transaction (or savepoint) on a connection of the pin's, or a borrowed one."""
+        source = pin if pin is not None else _BorrowEachTime(self)
+        with _connecting(source.connection()) as connection:
+            try:
+                with self.transaction_scope(connection, write=write) as session:
+                    yield session
+            except Exception as error:
+                if self.classify(error) == "transient":
+                    source.discard(connection)
+                raise
+
     def run(
         self,
         work: Callable[[Session], T],
@@ -282,14 +399,18 @@ class Adapter(abc.ABC):
         what: str,
         thread_id: str | None = None,
         write: bool = True,
+        pin: Pin | None = None,
     ) -> T:
         """Run ``work`` in a transaction, retrying transient failures.
 
         Args:
-            work: Does the reads and writes; runs again from the start on a retry.
+            work: Does the reads and writes; runs again from the start on a
+                retry, so it must be idempotent (a retry may follow a COMMIT
+                that landed but whose answer was lost).
             what: Named in errors (``"commit a checkpoint"``).
             thread_id: Named in errors.
             write: Whether the transaction writes.
+            pin: The run's connection source, if the work is a run's.
 
         Raises:
             TransientStorageError: the database kept failing transiently.
@@ -299,12 +420,10 @@ class Adapter(abc.ABC):
         delay = self.retry_backoff
         attempt = 1
         while True:
-            # Inside the caller's transaction a failure has already aborted it:
-            # retrying would run our statements in a transaction that is gone.
-            nested = False
+            joined = self.joins
             try:
-                with self.transaction(write=write) as session:
-                    nested = session.nested
+                with self.transaction(write=write, pin=pin) as session:
+                    joined = session.joined
                     return work(session)
             except IlmekError:
                 raise
@@ -313,19 +432,29 @@ class Adapter(abc.ABC):
                 if kind is None:
                     raise
                 where = f" for thread {thread_id!r}" if thread_id is not None else ""
-                if kind == "transient" and attempt < self.retry_attempts and not nested:
+                # Inside the caller's transaction a failure has already aborted
+                # it: a retry would run in a transaction that is gone.
+                if kind == "transient" and attempt < self.retry_attempts and not joined:
+                    _LOG.info(
+                        "retrying after a transient database error (%s), attempt %d",
+                        describe_error(error),
+                        attempt,
+                        extra={"thread_id": thread_id},
+                    )
                     time.sleep(delay * (0.5 + random.random() / 2))
                     delay = min(delay * 2, self.retry_max_backoff)
                     attempt += 1
                     continue
+                advice = self.advice(error)
+                tail = f" {advice}" if advice else ""
                 if kind == "transient":
                     raise TransientStorageError(
                         f"could not {what}{where}: the database kept failing after {attempt} "
-                        f"tries ({describe_error(error)}); nothing was written. Try again later",
+                        f"tries ({describe_error(error)}); nothing was written. Try again later.{tail}",
                         thread_id=thread_id,
                     ) from error
                 raise StorageError(
-                    f"could not {what}{where}: {describe_error(error)}; nothing was written",
+                    f"could not {what}{where}: {describe_error(error)}; nothing was written.{tail}",
                     thread_id=thread_id,
                 ) from error
 
@@ -344,7 +473,8 @@ def _connecting(source: contextlib.AbstractContextManager[Any]) -> Iterator[Any]
     try:
         connection = source.__enter__()
     except BaseException as error:
-        setattr(error, CONNECTING, True)
+        with contextlib.suppress(AttributeError, TypeError):
+            setattr(error, CONNECTING, True)
         raise
     try:
         yield connection
@@ -353,6 +483,11 @@ def _connecting(source: contextlib.AbstractContextManager[Any]) -> Iterator[Any]
             raise
     else:
         source.__exit__(None, None, None)
+
+
+def while_connecting(error: BaseException) -> bool:
+    """Whether an error was raised while a connection was being obtained."""
+    return bool(getattr(error, CONNECTING, False))
 
 
 class LockedConnection:

@@ -1,12 +1,13 @@
 """Running a graph: supersteps on a thread pool, journaled steps, pauses and forks.
 
-A run holds its thread, loads the checkpoint it starts from, and loops:
-plan (already recorded in the checkpoint's ``next``), run the tasks in
-parallel, fold their writes in task order, commit a checkpoint. Everything
-the run writes goes through the thread that drives it (the caller's):
-workers hand their journal writes to it and wait, so a caller's database
-connection is only ever used from the caller's thread, and a run that was
-abandoned can write nothing more.
+A run holds its thread (one :class:`~ilmek.checkpoint.holds.Hold`, passed to
+every write it makes), loads the checkpoint it starts from, and loops: run
+the tasks planned in the checkpoint's ``next`` in parallel, fold their
+writes in task order, plan what follows, commit a checkpoint. Everything
+the run reads and writes goes through the thread that drives it (the
+caller's): workers hand their journal writes to it as typed messages and
+wait, so a caller's database connection is only ever used from the caller's
+thread, and a run that was abandoned can write nothing more.
 
 The engine talks only to the :class:`~ilmek.checkpoint.base.Checkpointer`
 port; it never imports a concrete backend except the in-memory one it uses
@@ -16,6 +17,7 @@ when no checkpointer is given.
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import queue
 import threading
@@ -26,14 +28,16 @@ from typing import Any
 
 import attrs
 
-from . import serde
-from .checkpoint.base import Checkpointer, ThreadHold
+from . import checks, serde
+from .checkpoint.base import Checkpointer
+from .checkpoint.holds import Hold, HoldLostError
 from .context import NodeContext, PlanContext, TaskJournal
 from .control import Command
 from .errors import (
     CheckpointNotFoundError,
     IlmekError,
     InterruptSignal,
+    InvalidArgumentError,
     NondeterminismError,
     RecursionLimitError,
     ReducerError,
@@ -61,13 +65,14 @@ from .types import (
     Pending,
     Result,
     ScheduledTask,
+    ThreadError,
     new_checkpoint_id,
-    split_task_id,
     task_id_for,
 )
 
 __all__ = [
     "DEFAULT_RECURSION_LIMIT",
+    "RunOptions",
     "resume",
     "resume_keyed",
     "resume_keyed_stream",
@@ -76,7 +81,76 @@ __all__ = [
     "stream",
 ]
 
+_LOG = logging.getLogger("ilmek.run")
+
 DEFAULT_RECURSION_LIMIT = 25
+
+
+def _optional_mapping(value: Any) -> Mapping[str, Any] | None:
+    if value is not None and not isinstance(value, Mapping):
+        raise InvalidArgumentError(f"meta must be a dict, got {type(value).__name__}")
+    return value
+
+
+@attrs.frozen(kw_only=True)
+class RunOptions:
+    """How to run: the same options for :func:`run`, :func:`resume` and their streams.
+
+    Attributes:
+        thread_id: The thread; required with a checkpointer.
+        checkpointer: Where checkpoints live; without one the run keeps them
+            in memory, and cannot pause (nobody could answer).
+        checkpoint_id: Start from this checkpoint instead of the latest; if it
+            is not the latest, the run forks a new branch.
+        recursion_limit: The most supersteps this run may take.
+        strict: Raise :class:`NondeterminismError` when a replayed task skips
+            a journal key.
+        meta: Free-form values nodes read as ``ctx.meta``.
+        cancel: A ``threading.Event``; once set, the run stops at the next
+            superstep boundary with status ``aborted``.
+        max_workers: Threads for a superstep's tasks.
+    """
+
+    thread_id: str | None = None
+    checkpointer: Checkpointer | None = None
+    checkpoint_id: str | None = None
+    recursion_limit: int = DEFAULT_RECURSION_LIMIT
+    strict: bool = True
+    meta: Mapping[str, Any] | None = attrs.field(default=None, converter=_optional_mapping)
+    cancel: threading.Event | None = None
+    max_workers: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.checkpointer is not None and not isinstance(self.checkpointer, Checkpointer):
+            raise InvalidArgumentError(
+                f"checkpointer must be a Checkpointer, got {type(self.checkpointer).__name__}"
+            )
+        if self.checkpointer is not None and self.thread_id is None:
+            raise InvalidArgumentError("a checkpointer needs a thread_id: pass thread_id=...")
+        if self.thread_id is not None:
+            checks.thread_id(self.thread_id)
+            if self.checkpointer is None:
+                raise InvalidArgumentError(
+                    f"thread_id={self.thread_id!r} was given without a checkpointer: nothing would keep "
+                    "the thread, and a later run or resume could not find it. Pass checkpointer= "
+                    "(InMemoryCheckpointer() keeps it in this process)"
+                )
+        checks.optional_checkpoint_id(self.checkpoint_id)
+        checks.count(self.recursion_limit, "recursion_limit", minimum=1)
+        checks.count(self.max_workers, "max_workers", minimum=1, optional=True)
+        if not isinstance(self.strict, bool):
+            raise InvalidArgumentError(f"strict must be True or False, got {self.strict!r}")
+        if self.cancel is not None and not (hasattr(self.cancel, "is_set") and hasattr(self.cancel, "wait")):
+            raise InvalidArgumentError(f"cancel must be a threading.Event, got {type(self.cancel).__name__}")
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any]) -> RunOptions:
+        """Options from keyword arguments, refusing unknown ones."""
+        known = {field.name for field in attrs.fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise TypeError(f"unexpected keyword argument {unknown[0]!r}")
+        return cls(**options)
 
 
 @attrs.frozen
@@ -97,31 +171,57 @@ class _RunClosed(IlmekError):
     """The run was closed (its stream abandoned); nothing more is written."""
 
 
-class _Request:
-    """A write a worker hands to the driving thread, and waits for."""
-
-    __slots__ = ("done", "error", "fn")
-
-    def __init__(self, fn: Callable[[], None]) -> None:
-        self.fn = fn
-        self.done = threading.Event()
-        self.error: BaseException | None = None
-
-
-@attrs.define
-class _TaskRun:
+@attrs.define(eq=False)
+class _Task:
     """One task of the superstep being run."""
 
-    index: int
     task: ScheduledTask
     spec: NodeSpec
     task_id: str
     journal: TaskJournal
-    outcome: str = "running"  # ok | interrupt | error | cancelled
+    #: True from dispatch until its ``_Done`` is served: a message from a
+    #: task that is no longer live is dropped, never misattributed.
+    live: bool = True
+    outcome: str = "running"  # ok | interrupt | error
     update: dict[str, Any] = attrs.Factory(dict)
     command: Command | None = None
     error: BaseException | None = None
     signal: InterruptSignal | None = None
+
+
+# --- what workers send the driving thread ---------------------------------------------
+
+
+@attrs.frozen(eq=False)
+class _Emit:
+    task: _Task
+    payload: Any
+
+
+@attrs.frozen(eq=False)
+class _Retry:
+    task: _Task
+    attempt: int
+    error: BaseException
+
+
+@attrs.frozen(eq=False)
+class _Done:
+    task: _Task
+
+
+class _Request:
+    """Storage work a worker hands to the driving thread, and waits for."""
+
+    __slots__ = ("done", "error", "work")
+
+    def __init__(self, work: Callable[[], None]) -> None:
+        self.work = work
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+
+_Message = _Emit | _Retry | _Done | _Request
 
 
 class _Finished(Exception):
@@ -135,57 +235,51 @@ class _Finished(Exception):
 class _Run:
     """One run of a graph on a thread; :meth:`events` drives it."""
 
-    def __init__(
-        self,
-        graph: CompiledGraph,
-        mode: _Mode,
-        *,
-        thread_id: str | None,
-        checkpointer: Checkpointer | None,
-        checkpoint_id: str | None,
-        recursion_limit: int,
-        strict: bool,
-        meta: Mapping[str, Any] | None,
-        cancel: threading.Event | None,
-        max_workers: int | None,
-    ) -> None:
+    def __init__(self, graph: CompiledGraph, mode: _Mode, options: RunOptions) -> None:
         if not isinstance(graph, CompiledGraph):
-            raise TypeError(
+            raise InvalidArgumentError(
                 f"expected a compiled graph, got {type(graph).__name__}; call .compile() on the builder"
             )
-        if checkpointer is not None and thread_id is None:
-            raise ValueError("a checkpointer needs a thread_id: pass thread_id=...")
-        if thread_id is not None and (not isinstance(thread_id, str) or not thread_id or "\0" in thread_id):
-            raise ValueError(f"a thread_id is a non-empty string without NUL, got {thread_id!r}")
-        if recursion_limit < 1:
-            raise ValueError(f"recursion_limit must be at least 1, got {recursion_limit}")
-        if checkpointer is None:
-            from .checkpoint.memory import InMemoryCheckpointer
-
-            checkpointer = InMemoryCheckpointer()
         self.graph = graph
         self.schema = graph.schema
         self.mode = mode
-        self.cp = checkpointer
-        self.thread_id = thread_id if thread_id is not None else uuid.uuid4().hex
-        self.checkpoint_id = checkpoint_id
-        self.limit = recursion_limit
-        self.strict = strict
-        self.meta = dict(meta or {})
-        self.cancel = cancel if cancel is not None else threading.Event()
-        self.max_workers = max_workers or min(32, (os.cpu_count() or 1) + 4)
+        self.options = options
+        self.can_pause = options.checkpointer is not None
+        if options.checkpointer is None:
+            if isinstance(mode, _Resume):
+                raise ResumeError(
+                    "cannot resume without a checkpointer: the thread has no checkpoint to answer. "
+                    "Pass the checkpointer= and thread_id= of the run that paused"
+                )
+            from .checkpoint.memory import InMemoryCheckpointer
+
+            self.cp: Checkpointer = InMemoryCheckpointer()
+        else:
+            self.cp = options.checkpointer
+        self.thread_id = options.thread_id if options.thread_id is not None else uuid.uuid4().hex
+        # Refused before anything is yielded or written.
+        self.input_writes = (
+            self.schema.writes_from_input(mode.input, thread_id=self.thread_id)
+            if isinstance(mode, _Start) and mode.input is not None
+            else None
+        )
+        self.limit = options.recursion_limit
+        self.strict = options.strict
+        self.meta = dict(options.meta or {})
+        self.cancel = options.cancel if options.cancel is not None else threading.Event()
+        self.max_workers = options.max_workers or min(32, (os.cpu_count() or 1) + 4)
         self.run_id = uuid.uuid4().hex
         self._seq = 0
-        self._queue: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Message] = queue.SimpleQueue()
         self._closed = False
         self._close_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
-        self._hold: ThreadHold | None = None
+        self._hold: Hold | None = None
         self._expect: str | None = None
         self._run_steps = 0
-        # Checkpoints this run committed: no journal can exist for their tasks
-        # yet (the run holds the thread), so there is nothing to look up.
-        self._committed: set[str] = set()
+        # Checkpoints this run committed without inherited journals: nothing
+        # can be recorded for their tasks yet, so there is nothing to read.
+        self._fresh: set[str] = set()
 
     # --- the stream -------------------------------------------------------------
 
@@ -193,44 +287,61 @@ class _Run:
         """Drive the run, yielding its events as they happen."""
         with self.cp.hold(self.thread_id) as hold:
             self._hold = hold
+            hold.on_cancel = self._cancel_requested
             try:
-                yield from self._drive()
+                yield from self._drive(hold)
             finally:
                 self._close()
+
+    def _cancel_requested(self, reason: str) -> None:
+        """Another process asked the run to stop (seen by a fenced write or a renewal)."""
+        if getattr(self.cancel, "reason", None) is None:
+            try:
+                self.cancel.reason = reason  # type: ignore[attr-defined]
+            except AttributeError:
+                pass
+        self.cancel.set()
 
     def _event(self, cls: type[Event], **fields: Any) -> Event:
         self._seq += 1
         return cls(run_id=self.run_id, thread_id=self.thread_id, seq=self._seq, **fields)
 
-    def _drive(self) -> Iterator[Event]:
-        latest = self.cp.get(self.thread_id)
+    def _drive(self, hold: Hold) -> Iterator[Event]:
+        latest = self.cp.load(self.thread_id, hold=hold)
         base = latest
-        if self.checkpoint_id is not None and (latest is None or latest.id != self.checkpoint_id):
-            base = self.cp.get(self.thread_id, self.checkpoint_id)
+        wanted = self.options.checkpoint_id
+        fork = wanted is not None and (latest is None or latest.id != wanted)
+        if fork:
+            base = self.cp.load(self.thread_id, wanted, hold=hold)
             if base is None:
                 raise CheckpointNotFoundError(
-                    f"thread {self.thread_id!r} has no checkpoint {self.checkpoint_id!r}; "
-                    "list its checkpoints with history()",
+                    f"thread {self.thread_id!r} has no checkpoint {wanted!r}; list its checkpoints with history()",
                     thread_id=self.thread_id,
-                    checkpoint_id=self.checkpoint_id,
+                    checkpoint_id=wanted,
                 )
         self._expect = latest.id if latest is not None else None
-        values: dict[str, Any] = dict(base.channels) if base is not None else {}
 
         if isinstance(self.mode, _Resume):
-            if base is None or not base.pending:
+            if base is None:
                 raise ResumeError(
-                    f"thread {self.thread_id!r} is not waiting for an answer "
-                    f"({_describe(base)}); start or continue it with run()",
+                    f"cannot resume thread {self.thread_id!r}: it has no checkpoint; start it with run()",
                     thread_id=self.thread_id,
-                    checkpoint_id=base.id if base is not None else None,
                 )
-            self._record_answers(base)
+            if not base.pending:
+                raise ResumeError(
+                    f"thread {self.thread_id!r} is not interrupted ({_describe(base)}); "
+                    "start or continue it with run()",
+                    thread_id=self.thread_id,
+                    checkpoint_id=base.id,
+                )
+            answers = self._answers_by_id(base)
+            if fork:
+                base = self._fork(base)
+            self._record_answers(base, answers)
             yield self._event(RunStart)
         else:
-            start_input = self.mode.input
             if base is not None and base.pending:
-                ids = ", ".join(p.id for p in base.pending)
+                ids = ", ".join(repr(p.id) for p in base.pending)
                 raise ResumeError(
                     f"thread {self.thread_id!r} is paused at checkpoint {base.id!r} waiting for "
                     f"{ids}; answer with resume() or resume_keyed() (a plain run would drop the pause)",
@@ -238,15 +349,12 @@ class _Run:
                     checkpoint_id=base.id,
                 )
             yield self._event(RunStart)
-            if start_input is not None or base is None:
-                try:
-                    base, values = self._commit_input(base, values, start_input or {})
-                except _Finished as finished:
-                    yield finished.end
-                    return
-                yield self._event(StateEvent, channels=self.schema.full_values(values))
+            if self.input_writes is not None or base is None or (fork and base.next):
+                base = self._commit_start(base, fork)
+                yield self._event(StateEvent, channels=self.schema.full_values(base.channels))
                 yield self._event(CheckpointEvent, id=base.id)
 
+        values = dict(base.channels)
         try:
             while True:
                 if not base.next:
@@ -263,13 +371,18 @@ class _Run:
                         thread_id=self.thread_id,
                         checkpoint_id=base.id,
                     )
-                self._run_steps += 1
                 base, values = yield from self._superstep(base, values)
+                self._run_steps += 1
         except _Finished as finished:
             yield finished.end
 
     def _abort_reason(self) -> str:
-        return str(getattr(self.cancel, "reason", None) or "the cancel event was set")
+        reason = getattr(self.cancel, "reason", None)
+        if reason is None and self._hold is not None:
+            reason = self._hold.cancel_reason
+        if isinstance(reason, BaseException):
+            return str(reason) or type(reason).__name__
+        return str(reason) if reason is not None else "aborted"
 
     def _end(
         self,
@@ -281,6 +394,8 @@ class _Run:
         errors: tuple[tuple[str, BaseException], ...] = (),
         abort_reason: str | None = None,
     ) -> RunEnd:
+        if errors:
+            self._record_failure(base, *errors[0])
         end = self._event(
             RunEnd,
             status=status,
@@ -293,45 +408,108 @@ class _Run:
         assert isinstance(end, RunEnd)
         return end
 
+    def _record_failure(self, base: Checkpoint | None, node: str | None, error: BaseException) -> None:
+        """Store why the run failed, so the thread reads ``error``; never masks the failure."""
+        if self._hold is None or not self.can_pause:
+            return
+        kind = type(error)
+        failure = ThreadError(
+            type=kind.__qualname__
+            if kind.__module__ == "builtins"
+            else f"{kind.__module__}.{kind.__qualname__}",
+            message=str(error),
+            node=node,
+            checkpoint_id=base.id if base is not None else None,
+        )
+        try:
+            self.cp.record_failure(self._hold, failure)
+        except Exception as problem:
+            _LOG.warning(
+                "could not record the failure of thread %r: %s",
+                self.thread_id,
+                problem,
+                extra={"thread_id": self.thread_id},
+            )
+
     # --- starting ----------------------------------------------------------------
 
-    def _plan_context(self, state: Any, step_index: int) -> PlanContext:
+    def _plan_context(self, state: Any, step_index: int, remaining: int) -> PlanContext:
         return PlanContext(
             graph=self.graph,
             thread_id=self.thread_id,
             run_id=self.run_id,
             step_index=step_index,
             recursion_limit=self.limit,
-            remaining_steps=max(self.limit - self._run_steps, 0),
+            remaining_steps=max(remaining, 0),
             state=state,
             meta=self.meta,
             cancel=self.cancel,
         )
 
-    def _commit_input(
-        self, base: Checkpoint | None, values: dict[str, Any], update: Any
-    ) -> tuple[Checkpoint, dict[str, Any]]:
-        writes = self.schema.writes_from_input(update, thread_id=self.thread_id)
-        values, changes = self.schema.fold(values, [(None, writes)], thread_id=self.thread_id)
-        step = base.step + 1 if base is not None else 0
-        view = self.schema.view(values)
-        try:
-            names, sends = self.graph.targets(START, None, view, self._plan_context(view, step))
-        except Exception as error:
-            raise _Finished(self._end("error", base, values, errors=((START, error),))) from error
+    def _commit_start(self, base: Checkpoint | None, fork: bool) -> Checkpoint:
+        """Commit the run's input (or a fork's first checkpoint) before any node runs.
+
+        On a thread whose latest checkpoint still plans tasks (a crash, a
+        node error, the recursion limit), the input is folded in and that
+        plan continues, its recorded steps inherited; otherwise the graph
+        starts again at START.
+        """
+        writes = self.input_writes or {}
+        values, changes = self.schema.fold(
+            base.channels if base is not None else {}, [(None, writes)], thread_id=self.thread_id
+        )
+        step = base.step if base is not None else 0
         checkpoint_id = new_checkpoint_id(after=self._expect)
+        if base is not None and base.next:
+            tasks: tuple[ScheduledTask, ...] = base.next
+            plan_id = base.plan_id
+            chain: tuple[str, ...] = (*base.journal_chain, base.id)
+        else:
+            view = self.schema.view(values)
+            names, sends = self.graph.targets(START, None, view, self._plan_context(view, step, self.limit))
+            tasks = self.graph.schedule(names, sends)
+            plan_id = checkpoint_id
+            chain = ()
         checkpoint = Checkpoint(
             id=checkpoint_id,
             thread_id=self.thread_id,
             parent_id=base.id if base is not None else None,
-            plan_id=checkpoint_id,
+            plan_id=plan_id,
             channels=values,
-            next=self.graph.schedule(names, sends),
+            next=tasks,
+            journal_chain=chain,
             step=step,
-            metadata=self._metadata("input"),
+            metadata=self._metadata("fork" if fork and self.input_writes is None else "input"),
         )
-        self._commit(checkpoint, changes, ())
-        return checkpoint, values
+        self._commit(checkpoint, changes, fresh=not chain, last=not tasks)
+        return checkpoint
+
+    def _fork(self, pause: Checkpoint) -> Checkpoint:
+        """A new branch from an old pause: its first checkpoint copies the pause.
+
+        It inherits what the paused superstep recorded before the pause, but
+        not the answers (or anything after them) of the branches that were
+        already resumed from that pause: this branch answers afresh.
+        """
+        checkpoint_id = new_checkpoint_id(after=self._expect)
+        checkpoint = Checkpoint(
+            id=checkpoint_id,
+            thread_id=self.thread_id,
+            parent_id=pause.id,
+            plan_id=pause.plan_id,
+            channels=pause.channels,
+            next=pause.next,
+            pending=tuple(
+                attrs.evolve(p, task_id=task_id_for(self.thread_id, checkpoint_id, _task_key(p)))
+                for p in pause.pending
+            ),
+            journal_chain=pause.journal_chain,
+            task_journals=pause.task_journals,
+            step=pause.step,
+            metadata=self._metadata("fork"),
+        )
+        self._commit(checkpoint, {})
+        return checkpoint
 
     def _metadata(self, source: str, **more: Any) -> dict[str, Any]:
         return {"source": source, "run_id": self.run_id, "graph": self.graph.name, **more}
@@ -340,41 +518,50 @@ class _Run:
         self,
         checkpoint: Checkpoint,
         changes: Mapping[str, ChannelChange],
-        drop_journals: Sequence[str],
+        *,
+        drop_journals: Sequence[str] = (),
+        journal: tuple[str, Mapping[str, Sequence[JournalEntry]]] | None = None,
+        fresh: bool = False,
+        last: bool = False,
     ) -> None:
         self.cp.commit(
             self.thread_id,
             checkpoint,
             changes=changes,
             expect_latest=self._expect,
+            hold=self._hold,
             drop_journals=drop_journals,
-            # A pause or a finished plan is the run's last write: the hold can
-            # go back in the same transaction.
-            release_hold=bool(checkpoint.pending) or not checkpoint.next,
+            journal=journal,
+            # The run's last write (a pause, a plan with nothing left) gives
+            # the hold back in the same transaction.
+            release_hold=last,
         )
         self._expect = checkpoint.id
-        self._committed.add(checkpoint.id)
+        if fresh:
+            self._fresh.add(checkpoint.id)
 
     # --- answering pauses ---------------------------------------------------------
 
-    def _record_answers(self, base: Checkpoint) -> None:
+    def _answers_by_id(self, base: Checkpoint) -> dict[str, Any]:
+        """Each open pause's answer, checked before anything is recorded."""
         assert isinstance(self.mode, _Resume)
         pending = base.pending
+        expected = ", ".join(repr(p.id) for p in pending)
         if self.mode.keyed:
             answers = self.mode.answers
             if not isinstance(answers, Mapping):
                 raise ResumeError(
                     f"resume_keyed() takes a dict of pause id to answer, got "
-                    f"{type(answers).__name__} (thread {self.thread_id!r})",
+                    f"{type(answers).__name__} (thread {self.thread_id!r}); expected ids: {expected}",
                     thread_id=self.thread_id,
                     checkpoint_id=base.id,
                 )
             missing = [p.id for p in pending if p.id not in answers]
             if missing:
                 raise ResumeError(
-                    f"thread {self.thread_id!r} waits for {len(pending)} answers; missing "
-                    f"{', '.join(map(repr, missing))}. Nothing was recorded: answer every open "
-                    "pause in one resume_keyed() call",
+                    f"thread {self.thread_id!r} waits for {len(pending)} answer(s); no answer supplied for "
+                    f"{', '.join(map(repr, missing))} (expected ids: {expected}). Nothing was recorded: "
+                    "answer every open pause, by id, in one resume_keyed() call",
                     thread_id=self.thread_id,
                     checkpoint_id=base.id,
                 )
@@ -382,27 +569,27 @@ class _Run:
         else:
             if len(pending) != 1:
                 raise ResumeError(
-                    f"thread {self.thread_id!r} has {len(pending)} open pauses "
-                    f"({', '.join(repr(p.id) for p in pending)}); a bare answer is only for one. "
-                    "Answer each by id with resume_keyed(g, {id: answer, ...})",
+                    f"{len(pending)} interrupts are pending on thread {self.thread_id!r} ({expected}), so a "
+                    "bare answer is ambiguous; answer each by id with resume_keyed(g, {id: answer, ...})",
                     thread_id=self.thread_id,
                     checkpoint_id=base.id,
                 )
             by_id = {pending[0].id: self.mode.answers}
+        for pause_id, answer in by_id.items():
+            serde.encode(answer, where=f"the answer to {pause_id!r}")
+        return by_id
 
-        task_ids = list(dict.fromkeys(p.task_id for p in pending))
-        stored = self.cp.get_journals(task_ids)
-        journals: dict[str, dict[str, JournalEntry]] = {}
-        for task_id in task_ids:
-            task_key = split_task_id(task_id)[2]
-            entries = stored.get(task_id) or base.task_journals.get(task_key, ())
-            journals[task_id] = {e.key: e for e in entries}
-        for pause in pending:
+    def _record_answers(self, base: Checkpoint, by_id: Mapping[str, Any]) -> None:
+        assert self._hold is not None
+        keys = list(dict.fromkeys(_task_key(p) for p in base.pending))
+        journals = self.cp.load_journals(base, keys, hold=self._hold)
+        answers: dict[str, list[JournalEntry]] = {}
+        for pause in base.pending:
+            key = _task_key(pause)
             answer = by_id[pause.id]
             # Compare in JSON space: that is what a stored answer comes back as.
             canonical = serde.decode(serde.encode(answer, where=f"the answer to {pause.id!r}"))
-            journal = journals[pause.task_id]
-            recorded = journal.get(pause.key)
+            recorded = next((e for e in journals.get(key, ()) if e.key == pause.key), None)
             if recorded is not None and recorded.answered and recorded.value != canonical:
                 raise ResumeError(
                     f"pause {pause.id!r} of thread {self.thread_id!r} was already answered with "
@@ -412,24 +599,27 @@ class _Run:
                     thread_id=self.thread_id,
                     checkpoint_id=base.id,
                 )
-            journal[pause.key] = JournalEntry(
-                key=pause.key, kind="interrupt", payload=pause.payload, value=answer, answered=True
+            answers.setdefault(key, []).append(
+                JournalEntry(
+                    key=pause.key, kind="interrupt", payload=pause.payload, value=answer, answered=True
+                )
             )
-        self.cp.put_journals({task_id: tuple(e.values()) for task_id, e in journals.items()})
+        self.cp.record_answers(self._hold, base.id, answers)
 
     # --- supersteps ---------------------------------------------------------------
 
     def _superstep(
         self, base: Checkpoint, values: dict[str, Any]
     ) -> Generator[Event, None, tuple[Checkpoint, dict[str, Any]]]:
-        step = base.step + 1
+        assert self._hold is not None
+        step = base.step
         tasks = base.next
-        yield self._event(StepStart, step=step, tasks=tuple(t.task_key for t in tasks))
-        task_ids = [task_id_for(self.thread_id, base.id, t.task_key) for t in tasks]
-        stored = {} if base.id in self._committed else self.cp.get_journals(task_ids)
+        keys = [t.task_key for t in tasks]
+        yield self._event(StepStart, step=step, tasks=tuple(keys))
+        stored = {} if base.id in self._fresh else self.cp.load_journals(base, keys, hold=self._hold)
         view = self.schema.view(values)
-        runs: list[_TaskRun] = []
-        for index, task in enumerate(tasks):
+        runs: list[_Task] = []
+        for task in tasks:
             spec = self.graph.nodes.get(task.node)
             if spec is None:
                 raise ResumeError(
@@ -439,10 +629,11 @@ class _Run:
                     thread_id=self.thread_id,
                     checkpoint_id=base.id,
                 )
-            entries = stored.get(task_ids[index]) or base.task_journals.get(task.task_key, ())
-            journal = TaskJournal(task_ids[index], entries, self._persist)
-            journal.stored = task_ids[index] in stored
-            runs.append(_TaskRun(index=index, task=task, spec=spec, task_id=task_ids[index], journal=journal))
+            task_id = task_id_for(self.thread_id, base.id, task.task_key)
+            journal = TaskJournal(
+                task_id, stored.get(task.task_key, ()), self._persister(base.id, task.task_key)
+            )
+            runs.append(_Task(task=task, spec=spec, task_id=task_id, journal=journal))
         pool = self._workers()
         for task_run in runs:
             state = task_run.task.input if task_run.task.is_send else _task_copy(view)
@@ -450,10 +641,9 @@ class _Run:
                 node=task_run.spec.name,
                 task_id=task_run.task_id,
                 journal=task_run.journal,
-                emit=_emitter(self._queue, task_run.index),
-                verify=self._verify_hold
-                if self._hold is not None and self._hold.verifies
-                else self._check_open,
+                emit=_emitter(self._queue, task_run),
+                verify=self._verify,
+                can_pause=self.can_pause,
                 strict=self.strict,
                 graph=self.graph,
                 thread_id=self.thread_id,
@@ -472,19 +662,15 @@ class _Run:
             yield self._event(NodeStart, node=task_run.spec.name, task_id=task_run.task_id)
         yield from self._collect(runs)
 
-        errors = tuple((r.spec.name, r.error) for r in runs if r.outcome == "error" and r.error)
+        if self._hold.lost or any(isinstance(r.error, HoldLostError) for r in runs):
+            raise self._hold.mark_lost("a write of this superstep was refused")
+        errors = tuple((r.spec.name, r.error) for r in runs if r.outcome == "error" and r.error is not None)
         if errors:
             raise _Finished(self._end("error", base, values, errors=errors))
-        if any(r.outcome == "cancelled" for r in runs):
-            # A task gave up its retries because the run was cancelled: nothing
-            # of this superstep is kept but its journals, as at any boundary.
-            raise _Finished(self._end("aborted", base, values, abort_reason=self._abort_reason()))
-        # Only journals that exist need dropping: most supersteps have none left.
-        superseded = [r.task_id for r in runs if r.journal.stored]
         if any(r.outcome == "interrupt" for r in runs):
-            yield from self._pause(base, values, runs, superseded)
-        new_values, changes = self._reduce(base, values, runs)
-        next_tasks = self._plan(base, new_values, runs, step)
+            yield from self._pause(base, values, runs)
+        new_values, changes = yield from self._reduce(base, values, runs)
+        next_tasks = self._plan(base, new_values, runs, step + 1)
         checkpoint_id = new_checkpoint_id(after=self._expect)
         checkpoint = Checkpoint(
             id=checkpoint_id,
@@ -493,48 +679,50 @@ class _Run:
             plan_id=checkpoint_id,
             channels=new_values,
             next=next_tasks,
-            step=step,
-            metadata=self._metadata("loop", tasks=[r.task.task_key for r in runs]),
+            step=step + 1,
+            metadata=self._metadata("loop", tasks=keys),
         )
-        self._commit(checkpoint, changes, superseded)
+        # The superstep ended: what its tasks recorded from this base is spent.
+        self._commit(
+            checkpoint, changes, drop_journals=[r.task_id for r in runs], fresh=True, last=not next_tasks
+        )
         yield self._event(StateEvent, channels=self.schema.full_values(new_values))
         yield self._event(CheckpointEvent, id=checkpoint.id)
         return checkpoint, new_values
 
     def _reduce(
-        self, base: Checkpoint, values: dict[str, Any], runs: Sequence[_TaskRun]
-    ) -> tuple[dict[str, Any], dict[str, ChannelChange]]:
+        self, base: Checkpoint, values: dict[str, Any], runs: Sequence[_Task]
+    ) -> Generator[Event, None, tuple[dict[str, Any], dict[str, ChannelChange]]]:
         try:
             return self.schema.fold(values, [(r.spec.name, r.update) for r in runs], thread_id=self.thread_id)
         except ReducerError as error:
-            raise _Finished(self._end("error", base, values, errors=((error.node or "?", error),))) from error
+            node = error.node or "?"
+            yield self._event(NodeError, node=node, error=error, task_id=_task_id_of(runs, node))
+            raise _Finished(self._end("error", base, values, errors=((node, error),))) from error
 
     def _plan(
-        self, base: Checkpoint, values: dict[str, Any], runs: Sequence[_TaskRun], step: int
+        self, base: Checkpoint, values: dict[str, Any], runs: Sequence[_Task], step: int
     ) -> tuple[ScheduledTask, ...]:
         view = self.schema.view(values)
-        ctx = self._plan_context(view, step)
+        ctx = self._plan_context(view, step, self.limit - self._run_steps - 1)
         names: set[str] = set()
         sends = []
         for task_run in runs:
             try:
                 more_names, more_sends = self.graph.targets(task_run.spec.name, task_run.command, view, ctx)
-            except Exception as error:
-                raise _Finished(
-                    self._end("error", base, values, errors=((task_run.spec.name, error),))
-                ) from error
+            except BaseException as error:
+                # Routers and guards are graph code, not a task: as in the
+                # reference their failure ends the run by raising. The thread
+                # keeps its planned tasks and what they recorded.
+                self._record_failure(base, task_run.spec.name, error)
+                raise
             names |= more_names
             sends.extend(more_sends)
         return self.graph.schedule(names, sends)
 
-    def _pause(
-        self,
-        base: Checkpoint,
-        values: dict[str, Any],
-        runs: Sequence[_TaskRun],
-        superseded: Sequence[str],
-    ) -> Iterator[Event]:
+    def _pause(self, base: Checkpoint, values: dict[str, Any], runs: Sequence[_Task]) -> Iterator[Event]:
         checkpoint_id = new_checkpoint_id(after=self._expect)
+        paused = [r for r in runs if r.outcome == "interrupt" and r.signal is not None]
         pending = tuple(
             Pending(
                 id=f"{r.task.task_key}:{r.signal.key}",
@@ -543,9 +731,15 @@ class _Run:
                 key=r.signal.key,
                 payload=r.signal.payload,
             )
-            for r in runs
-            if r.outcome == "interrupt" and r.signal is not None
+            for r in paused
+            if r.signal is not None
         )
+        # The open pauses join the journal of the superstep, so a fork from
+        # before the pause meets them (and a step reusing their key is caught).
+        opened = {
+            r.task.task_key: [e for e in r.journal.entries() if e.kind == "interrupt" and not e.answered]
+            for r in paused
+        }
         checkpoint = Checkpoint(
             id=checkpoint_id,
             thread_id=self.thread_id,
@@ -554,11 +748,11 @@ class _Run:
             channels=values,
             next=base.next,
             pending=pending,
-            task_journals={r.task.task_key: r.journal.entries() for r in runs if r.journal.entries()},
+            journal_chain=(*base.journal_chain, base.id),
             step=base.step,
             metadata=self._metadata("pause"),
         )
-        self._commit(checkpoint, {}, superseded)
+        self._commit(checkpoint, {}, journal=(base.id, opened), last=True)
         yield self._event(CheckpointEvent, id=checkpoint.id)
         yield self._event(InterruptEvent, pending=pending)
         raise _Finished(self._end("interrupted", checkpoint, values, pending=pending))
@@ -572,42 +766,37 @@ class _Run:
             )
         return self._pool
 
-    def _collect(self, runs: Sequence[_TaskRun]) -> Iterator[Event]:
+    def _keep_hold(self) -> None:
+        """Renew the hold when due, wherever the driver waits; a loss is seen at the next write."""
+        assert self._hold is not None
+        try:
+            self._hold.renew_if_due()
+        except IlmekError as error:
+            _LOG.warning(
+                "could not renew the hold on %r: %s",
+                self.thread_id,
+                error,
+                extra={"thread_id": self.thread_id},
+            )
+
+    def _collect(self, runs: Sequence[_Task]) -> Iterator[Event]:
         """Serve the workers until every task is done, yielding events live."""
+        assert self._hold is not None
         remaining = len(runs)
-        interval = self._hold.keep_alive_interval if self._hold is not None else None
         while remaining:
             try:
-                message = self._queue.get(timeout=interval)
+                message: _Message | None = self._queue.get(timeout=self._hold.seconds_until_renewal())
             except queue.Empty:
-                assert self._hold is not None
-                self._hold.keep_alive()
+                message = None
+            self._keep_hold()
+            if message is None:
                 continue
-            kind = message[0]
-            if kind == "persist":
-                request: _Request = message[1]
-                try:
-                    request.fn()
-                except BaseException as error:  # handed to the worker that asked
-                    request.error = error
-                request.done.set()
-            elif kind == "emit":
-                task_run = runs[message[1]]
-                yield self._event(
-                    CustomEvent, payload=message[2], node=task_run.spec.name, task_id=task_run.task_id
-                )
-            elif kind == "retry":
-                task_run = runs[message[1]]
-                yield self._event(
-                    NodeRetry,
-                    node=task_run.spec.name,
-                    attempt=message[2],
-                    error=message[3],
-                    task_id=task_run.task_id,
-                )
-            elif kind == "done":
+            if isinstance(message, _Request):
+                self._serve(message)
+            elif isinstance(message, _Done):
                 remaining -= 1
-                task_run = message[1]
+                task_run = message.task
+                task_run.live = False
                 if task_run.outcome == "ok":
                     yield self._event(
                         NodeEnd, node=task_run.spec.name, update=task_run.update, task_id=task_run.task_id
@@ -616,23 +805,66 @@ class _Run:
                     yield self._event(
                         NodeError, node=task_run.spec.name, error=task_run.error, task_id=task_run.task_id
                     )
+            elif not message.task.live:
+                _LOG.info(
+                    "dropped a %s from task %r, which is no longer running",
+                    "custom event" if isinstance(message, _Emit) else "retry notice",
+                    message.task.task_id,
+                    extra={"thread_id": self.thread_id},
+                )
+            elif isinstance(message, _Emit):
+                yield self._event(
+                    CustomEvent,
+                    payload=message.payload,
+                    node=message.task.spec.name,
+                    task_id=message.task.task_id,
+                )
+            else:
+                yield self._event(
+                    NodeRetry,
+                    node=message.task.spec.name,
+                    attempt=message.attempt,
+                    error=message.error,
+                    task_id=message.task.task_id,
+                )
 
-    def _persist(self, task_id: str, entries: tuple[JournalEntry, ...]) -> None:
-        """Called on a worker: have the driving thread store a journal, and wait."""
-        self._ask_driver(lambda: self.cp.put_journal(task_id, entries))
-
-    def _check_open(self) -> None:
-        """Called on a worker before a step's effect: a closed run starts no new effect."""
-        if self._closed:
-            raise _RunClosed(
-                f"the run of thread {self.thread_id!r} was closed; step not run",
+    def _serve(self, request: _Request) -> None:
+        """Do a worker's storage work on the driving thread."""
+        try:
+            request.work()
+        except Exception as error:  # handed to the worker that asked
+            request.error = error
+        except BaseException:
+            # Ctrl-C or SystemExit on the driving thread stops the program,
+            # not just the node that happened to be waiting.
+            request.error = _RunClosed(
+                f"the run of thread {self.thread_id!r} was interrupted; step not recorded",
                 thread_id=self.thread_id,
             )
+            request.done.set()
+            raise
+        request.done.set()
 
-    def _verify_hold(self) -> None:
-        """Called on a worker before a step's effect: is the thread still ours?"""
-        assert self._hold is not None
-        self._ask_driver(self._hold.verify)
+    def _persister(self, base_id: str, task_key: str) -> Callable[[JournalEntry], None]:
+        def persist(entry: JournalEntry) -> None:
+            assert self._hold is not None
+            hold = self._hold
+            self._ask_driver(lambda: self.cp.append_journal(hold, base_id, task_key, entry))
+
+        return persist
+
+    def _verify(self) -> None:
+        """Called on a worker before a step's effect: is the run open, and the thread still ours?"""
+        if self._closed:
+            raise _RunClosed(
+                f"the run of thread {self.thread_id!r} was closed; step not run", thread_id=self.thread_id
+            )
+        hold = self._hold
+        assert hold is not None
+        if hold.lost:
+            hold.verify()
+        if hold.needs_confirmation():
+            self._ask_driver(hold.verify)
 
     def _ask_driver(self, work: Callable[[], None]) -> None:
         """Run ``work`` on the driving thread (the only one that touches storage) and wait."""
@@ -643,75 +875,78 @@ class _Run:
                     f"the run of thread {self.thread_id!r} was closed; step not recorded",
                     thread_id=self.thread_id,
                 )
-            self._queue.put(("persist", request))
+            self._queue.put(request)
         request.done.wait()
         if request.error is not None:
             raise request.error
 
-    def _task_body(self, task_run: _TaskRun, state: Any, ctx: NodeContext) -> None:
-        """Runs on a worker: the node's attempts, then a ``done`` message."""
+    def _task_body(self, task_run: _Task, state: Any, ctx: NodeContext) -> None:
+        """Runs on a worker: the node's attempts, then a ``_Done`` message."""
         try:
             self._attempts(task_run, state, ctx)
         except BaseException as error:  # the driving thread reports it
             task_run.outcome, task_run.error = "error", error
-        self._queue.put(("done", task_run))
+        self._queue.put(_Done(task_run))
 
-    def _attempts(self, task_run: _TaskRun, state: Any, ctx: NodeContext) -> None:
+    def _attempts(self, task_run: _Task, state: Any, ctx: NodeContext) -> None:
         policy = task_run.spec.retry
         attempt = 1
         while True:
             task_run.journal.begin_attempt()
             try:
                 value = task_run.spec.body(state, ctx)
+                self._check_replay(task_run)
             except InterruptSignal as signal:
                 task_run.outcome, task_run.signal = "interrupt", signal
                 return
-            except NondeterminismError as error:
+            except (HoldLostError, _RunClosed) as error:
                 task_run.outcome, task_run.error = "error", error
                 return
             except Exception as error:
                 if policy is not None and not self.cancel.is_set() and policy.should_retry(attempt, error):
-                    self._queue.put(("retry", task_run.index, attempt, error))
+                    self._queue.put(_Retry(task_run, attempt + 1, error))
                     if self.cancel.wait(policy.delay(attempt)):
-                        task_run.outcome, task_run.error = "cancelled", error
+                        # Cancelled while waiting to retry: the node failed with its last error.
+                        task_run.outcome, task_run.error = "error", error
                         return
                     attempt += 1
                     continue
                 task_run.outcome, task_run.error = "error", error
                 return
             break
-        swallowed = task_run.journal.open_pause()
-        if swallowed is not None:
-            task_run.outcome = "error"
-            task_run.error = NondeterminismError(
-                f"node {task_run.spec.name!r} returned although its pause {swallowed!r} has no answer "
-                f"(thread {self.thread_id!r}): it caught the InterruptSignal. Let InterruptSignal "
-                "propagate (catch Exception, not BaseException)",
-                key=swallowed,
-                node=task_run.spec.name,
-                thread_id=self.thread_id,
-            )
-            return
-        if self.strict:
-            vanished = task_run.journal.unrequested()
-            if vanished:
-                task_run.outcome = "error"
-                task_run.error = NondeterminismError(
-                    f"node {task_run.spec.name!r} finished without asking for journal key "
-                    f"{vanished[0]!r}, which an earlier pass recorded (thread {self.thread_id!r}, "
-                    f"task {task_run.task_id!r}): a side effect escaped ctx.step, or the node "
-                    "branches on something outside its state and journal",
-                    key=vanished[0],
-                    node=task_run.spec.name,
-                    thread_id=self.thread_id,
-                )
-                return
         try:
             task_run.update, task_run.command = self._update_of(task_run.spec.name, value)
-        except ReducerError as error:
+        except IlmekError as error:
             task_run.outcome, task_run.error = "error", error
             return
         task_run.outcome = "ok"
+
+    def _check_replay(self, task_run: _Task) -> None:
+        """After a body returned: no swallowed pause, and (strict) no vanished journal key."""
+        swallowed = task_run.journal.open_pauses()
+        if swallowed:
+            raise NondeterminismError(
+                f"node {task_run.spec.name!r} returned although its pause {swallowed[0]!r} has no answer "
+                f"(thread {self.thread_id!r}): it caught the InterruptSignal. Let InterruptSignal "
+                "propagate (catch Exception, not BaseException)",
+                key=swallowed[0],
+                node=task_run.spec.name,
+                thread_id=self.thread_id,
+            )
+        if self.strict:
+            vanished = task_run.journal.unrequested()
+            if vanished:
+                raise NondeterminismError(
+                    f"node {task_run.spec.name!r} finished without asking for journal key(s) "
+                    f"{', '.join(map(repr, vanished))}, which an earlier pass recorded (thread "
+                    f"{self.thread_id!r}, task {task_run.task_id!r}): a side effect escaped ctx.step, or "
+                    "the node branches on something outside its state and journal (the node must be "
+                    "deterministic apart from its steps)",
+                    key=vanished[0],
+                    keys=tuple(vanished),
+                    node=task_run.spec.name,
+                    thread_id=self.thread_id,
+                )
 
     def _update_of(self, node: str, value: Any) -> tuple[dict[str, Any], Command | None]:
         command: Command | None = None
@@ -737,10 +972,13 @@ class _Run:
                 thread_id=self.thread_id,
             )
         self.schema.check_writes(update, who=f"node {node!r}", thread_id=self.thread_id, node=node)
+        for channel, written in update.items():
+            # A value that could not be stored fails its node here, not the commit.
+            serde.encode(written, where=f"the write of node {node!r} to channel {channel!r}")
         return dict(update), command
 
     def _close(self) -> None:
-        """Refuse further writes, fail any still waiting, and let the workers go."""
+        """Refuse further writes, record what is already waiting, and let the workers go."""
         with self._close_lock:
             self._closed = True
         while True:
@@ -748,21 +986,29 @@ class _Run:
                 message = self._queue.get_nowait()
             except queue.Empty:
                 break
-            if message[0] == "persist":
-                message[1].error = _RunClosed(
-                    f"the run of thread {self.thread_id!r} was closed; step not recorded",
-                    thread_id=self.thread_id,
-                )
-                message[1].done.set()
+            if isinstance(message, _Request):
+                # A step that finished before the stream was abandoned already
+                # had its effect: record it rather than lose the record.
+                self._serve(message)
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _emitter(messages: queue.SimpleQueue[tuple[Any, ...]], index: int) -> Callable[[Any], None]:
+def _emitter(messages: queue.SimpleQueue[_Message], task_run: _Task) -> Callable[[Any], None]:
     def emit(payload: Any) -> None:
-        messages.put(("emit", index, payload))
+        messages.put(_Emit(task_run, payload))
 
     return emit
+
+
+def _task_key(pause: Pending) -> str:
+    """The task key of a pause, from its id (``<task key>:<key>``)."""
+    suffix = f":{pause.key}"
+    return pause.id[: -len(suffix)] if pause.id.endswith(suffix) else pause.id
+
+
+def _task_id_of(runs: Sequence[_Task], node: str) -> str:
+    return next((r.task_id for r in runs if r.spec.name == node), "")
 
 
 def _task_copy(view: Any) -> Any:
@@ -782,8 +1028,8 @@ def _describe(checkpoint: Checkpoint | None) -> str:
 # --- the public entry points ----------------------------------------------------------
 
 
-def _collect_result(graph: CompiledGraph, run: _Run) -> Result:
-    events = list(run.events())
+def _collect_result(graph: CompiledGraph, the_run: _Run) -> Result:
+    events = list(the_run.events())
     end = events[-1]
     assert isinstance(end, RunEnd)
     return Result(
@@ -792,8 +1038,8 @@ def _collect_result(graph: CompiledGraph, run: _Run) -> Result:
         pending=end.pending,
         errors=end.errors,
         abort_reason=end.abort_reason,
-        thread_id=run.thread_id,
-        run_id=run.run_id,
+        thread_id=the_run.thread_id,
+        run_id=the_run.run_id,
         checkpoint_id=end.checkpoint_id,
         events=tuple(events),
         graph_name=graph.name,
@@ -815,12 +1061,11 @@ def stream(
 ) -> Iterator[Event]:
     """Run a graph and yield its events as they happen; see :func:`run`.
 
-    The run starts when the first event is requested and holds its thread
-    until the iterator is exhausted or closed.
+    Bad arguments (an undeclared input channel included) raise here, before
+    anything is yielded. The run starts when the first event is requested
+    and holds its thread until the iterator is exhausted or closed.
     """
-    return _Run(
-        graph,
-        _Start(input),
+    options = RunOptions(
         thread_id=thread_id,
         checkpointer=checkpointer,
         checkpoint_id=checkpoint_id,
@@ -829,7 +1074,8 @@ def stream(
         meta=meta,
         cancel=cancel,
         max_workers=max_workers,
-    ).events()
+    )
+    return _Run(graph, _Start(input), options).events()
 
 
 def run(
@@ -850,12 +1096,14 @@ def run(
     Args:
         graph: A compiled graph.
         input: A partial update folded through the channels' reducers and
-            committed before any node runs; the run then starts at ``START``.
-            ``None`` continues the thread where it stopped (replaying the
-            steps its unfinished superstep recorded).
+            committed before any node runs. On a thread whose last run did
+            not finish (planned tasks left by a crash, a node error or the
+            recursion limit) the run then continues that plan, replaying
+            every recorded step; otherwise it starts at ``START``. ``None``
+            continues the thread where it stopped.
         thread_id: The thread; required with a checkpointer.
         checkpointer: Where checkpoints live; without one the run keeps them
-            in memory and cannot be resumed later.
+            in memory and cannot pause.
         checkpoint_id: Start from this checkpoint instead of the latest; if it
             is not the latest, the run forks a new branch.
         recursion_limit: The most supersteps this run may take.
@@ -867,18 +1115,19 @@ def run(
         max_workers: Threads for a superstep's tasks.
 
     Returns:
-        The :class:`Result`.
+        The :class:`Result`. A node's failure is ``status="error"``, never raised.
 
     Raises:
+        InvalidArgumentError: a bad argument, an undeclared input channel, or a
+            ``thread_id`` without a checkpointer (before any node runs).
         ResumeError: the thread is paused (answer it with :func:`resume`).
         ThreadBusyError: another run holds the thread.
         RecursionLimitError: the run took ``recursion_limit`` supersteps.
         CheckpointNotFoundError: ``checkpoint_id`` is not the thread's.
         ConcurrentUpdateError: another writer moved the thread on meanwhile.
+        GraphError: a router or guard routed somewhere the graph has no node.
     """
-    the_run = _Run(
-        graph,
-        _Start(input),
+    options = RunOptions(
         thread_id=thread_id,
         checkpointer=checkpointer,
         checkpoint_id=checkpoint_id,
@@ -888,28 +1137,11 @@ def run(
         cancel=cancel,
         max_workers=max_workers,
     )
-    return _collect_result(graph, the_run)
+    return _collect_result(graph, _Run(graph, _Start(input), options))
 
 
-def _resume_run(graph: CompiledGraph, answers: Any, keyed: bool, options: dict[str, Any]) -> _Run:
-    return _Run(graph, _Resume(answers, keyed), **_with_defaults(options))
-
-
-def _with_defaults(options: dict[str, Any]) -> dict[str, Any]:
-    allowed = {
-        "thread_id": None,
-        "checkpointer": None,
-        "checkpoint_id": None,
-        "recursion_limit": DEFAULT_RECURSION_LIMIT,
-        "strict": True,
-        "meta": None,
-        "cancel": None,
-        "max_workers": None,
-    }
-    unknown = set(options) - set(allowed)
-    if unknown:
-        raise TypeError(f"unexpected keyword argument {sorted(unknown)[0]!r}")
-    return {**allowed, **options}
+def _resume_run(graph: CompiledGraph, answers: Any, keyed: bool, options: Mapping[str, Any]) -> _Run:
+    return _Run(graph, _Resume(answers, keyed), RunOptions.of(options))
 
 
 def resume(graph: CompiledGraph, answer: Any, **options: Any) -> Result:

@@ -14,9 +14,11 @@ from typing import Any
 __all__ = [
     "CheckpointNotFoundError",
     "ConcurrentUpdateError",
+    "CorruptCheckpointError",
     "GraphError",
     "IlmekError",
     "InterruptSignal",
+    "InvalidArgumentError",
     "NondeterminismError",
     "RecursionLimitError",
     "ReducerError",
@@ -48,6 +50,14 @@ class IlmekError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+class InvalidArgumentError(IlmekError, ValueError, TypeError):
+    """An argument has the wrong type or value; nothing was read or written.
+
+    It is also a ``ValueError`` and a ``TypeError``, so code written to catch
+    either keeps working.
+    """
 
 
 class GraphError(IlmekError):
@@ -98,18 +108,26 @@ class RecursionLimitError(IlmekError):
 
 
 class NondeterminismError(IlmekError):
-    """A replayed task did not request the journal keys it recorded before."""
+    """A replayed task did not request the journal keys it recorded before.
+
+    Attributes:
+        key: The first offending journal key.
+        keys: Every offending key (strict mode names them all).
+        node: The node.
+    """
 
     def __init__(
         self,
         message: str | None = None,
         *,
         key: str,
+        keys: tuple[str, ...] = (),
         node: str | None = None,
         thread_id: str | None = None,
     ) -> None:
         super().__init__(message, thread_id=thread_id)
         self.key = key
+        self.keys = keys or (key,)
         self.node = node
 
 
@@ -126,6 +144,27 @@ class SerializationError(IlmekError, TypeError):
         super().__init__(message)
         self.where = where
         self.type_name = type_name
+
+
+class CorruptCheckpointError(SerializationError):
+    """Stored data is malformed: it was not written by ilmek, or was damaged since.
+
+    Attributes:
+        table: The table (or store) the bad row is in.
+    """
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        thread_id: str | None = None,
+        checkpoint_id: str | None = None,
+        table: str | None = None,
+    ) -> None:
+        super().__init__(message, where="stored data")
+        self.thread_id = thread_id
+        self.checkpoint_id = checkpoint_id
+        self.table = table
 
 
 class ThreadBusyError(IlmekError):

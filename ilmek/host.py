@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
+from . import checks
 from .checkpoint.base import Checkpointer
 from .errors import CheckpointNotFoundError
 from .graph import CompiledGraph
-from .types import Checkpoint, Pending, new_checkpoint_id, split_task_id, task_id_for
+from .types import Checkpoint, Pending, new_checkpoint_id, task_id_for
 
 __all__ = ["history", "pending_interrupts", "thread_state", "update_state"]
 
@@ -43,9 +46,9 @@ def update_state(graph: CompiledGraph, checkpointer: Checkpointer, thread_id: st
     """Fold ``update`` into the thread's state as a new checkpoint: a human edit.
 
     The new checkpoint keeps what was scheduled and any open pause, so the
-    thread carries on from where it was; tasks that run after the edit run
-    afresh (their journals start empty, since the state they see changed),
-    except that steps recorded before an open pause still replay.
+    thread carries on from where it was. Steps its planned tasks already
+    recorded still replay (as when a crashed run is continued with new
+    input); a pause still open is answered afresh.
 
     Returns:
         The new checkpoint.
@@ -56,8 +59,9 @@ def update_state(graph: CompiledGraph, checkpointer: Checkpointer, thread_id: st
         ThreadBusyError: a run holds the thread.
         ConcurrentUpdateError: another writer moved the thread on meanwhile.
     """
-    with checkpointer.hold(thread_id):
-        latest = checkpointer.get(thread_id)
+    thread_id = checks.thread_id(thread_id)
+    with checkpointer.hold(thread_id) as hold:
+        latest = checkpointer.load(thread_id, hold=hold)
         if latest is None:
             raise CheckpointNotFoundError(
                 f"thread {thread_id!r} has no checkpoint to update; start it with run()",
@@ -68,15 +72,12 @@ def update_state(graph: CompiledGraph, checkpointer: Checkpointer, thread_id: st
         values, changes = schema.fold(latest.channels, [(None, writes)], thread_id=thread_id)
         checkpoint_id = new_checkpoint_id(after=latest.id)
         pending = tuple(
-            Pending(
-                id=p.id,
-                task_id=task_id_for(thread_id, checkpoint_id, split_task_id(p.task_id)[2]),
-                node=p.node,
-                key=p.key,
-                payload=p.payload,
-            )
+            attrs.evolve(p, task_id=task_id_for(thread_id, checkpoint_id, p.id[: -len(p.key) - 1]))
             for p in latest.pending
         )
+        # A paused checkpoint's own journal holds the answers of resumes that
+        # did not finish: an edit starts the answering afresh.
+        chain = latest.journal_chain if latest.pending else (*latest.journal_chain, latest.id)
         checkpoint = Checkpoint(
             id=checkpoint_id,
             thread_id=thread_id,
@@ -86,8 +87,9 @@ def update_state(graph: CompiledGraph, checkpointer: Checkpointer, thread_id: st
             next=latest.next,
             pending=pending,
             task_journals=latest.task_journals,
+            journal_chain=chain,
             step=latest.step,
             metadata={"source": "update", "graph": graph.name},
         )
-        checkpointer.commit(thread_id, checkpoint, changes=changes, expect_latest=latest.id)
+        checkpointer.commit(thread_id, checkpoint, changes=changes, expect_latest=latest.id, hold=hold)
         return checkpoint

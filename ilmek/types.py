@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -25,6 +26,7 @@ __all__ = [
     "Replace",
     "Result",
     "ScheduledTask",
+    "ThreadError",
     "ThreadInfo",
     "ThreadStatus",
     "new_checkpoint_id",
@@ -34,7 +36,8 @@ __all__ = [
     "utc_now",
 ]
 
-ThreadStatus = Literal["done", "interrupted", "unfinished"]
+ThreadStatus = Literal["done", "interrupted", "unfinished", "error"]
+THREAD_STATUSES: tuple[str, ...] = ("done", "interrupted", "unfinished", "error")
 RunStatus = Literal["done", "interrupted", "error", "aborted"]
 
 
@@ -157,6 +160,10 @@ def _journals(
     return {key: tuple(entries) for key, entries in (values or {}).items()}
 
 
+def _ids(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
 @attrs.frozen(kw_only=True)
 class Checkpoint:
     """A thread's state after a superstep, and what runs next.
@@ -174,9 +181,13 @@ class Checkpoint:
             written read as their defaults and are absent here).
         next: The tasks of the next superstep, in task order.
         pending: The open pauses; empty unless the thread waits for a person.
-        task_journals: For a paused superstep, each task's journal as it stood
-            at the pause (by task key); resuming or forking from this
-            checkpoint replays them, so steps paid for are not paid again.
+        task_journals: Journals carried inside the checkpoint itself, by task
+            key (what checkpoints written by ilmek 0.1 kept at a pause; new
+            checkpoints leave it empty and use ``journal_chain``).
+        journal_chain: The checkpoints whose recorded steps the tasks of
+            ``next`` inherit when they run from this checkpoint (oldest
+            first): a pause, a continued crash or a fork carries the steps
+            its superstep already paid for, without copying them.
         step: The superstep counter along this branch.
         ts: When it was written (aware, UTC).
         metadata: Free-form facts about how it came to be (``source``,
@@ -191,6 +202,7 @@ class Checkpoint:
     next: tuple[ScheduledTask, ...] = attrs.field(default=(), converter=_tasks)
     pending: tuple[Pending, ...] = attrs.field(default=(), converter=_pauses)
     task_journals: Mapping[str, tuple[JournalEntry, ...]] = attrs.field(factory=dict, converter=_journals)
+    journal_chain: tuple[str, ...] = attrs.field(default=(), converter=_ids)
     step: int = 0
     ts: _dt.datetime = attrs.field(factory=utc_now)
     metadata: Mapping[str, Any] = attrs.field(factory=dict, converter=_freeze_mapping)
@@ -206,8 +218,41 @@ class Checkpoint:
 
 
 @attrs.frozen(kw_only=True)
+class ThreadError:
+    """Why a thread's last run failed, as stored with the thread.
+
+    Attributes:
+        type: The exception's class name (qualified by its module when not a builtin).
+        message: The exception's message.
+        node: The node that failed (``None`` when the run failed outside a node).
+        checkpoint_id: The checkpoint the failed superstep ran from.
+        at: When the run failed (aware, UTC).
+    """
+
+    type: str
+    message: str
+    node: str | None = None
+    checkpoint_id: str | None = None
+    at: _dt.datetime = attrs.field(factory=utc_now)
+
+
+@attrs.frozen(kw_only=True)
 class ThreadInfo:
-    """A thread as the host API lists it."""
+    """A thread as the host API lists it.
+
+    Attributes:
+        id: The thread id.
+        created_at: When the thread was first written.
+        updated_at: When it last changed.
+        status: ``interrupted`` (waiting for a person), ``unfinished`` (tasks
+            planned), ``error`` (its last run failed; see ``error``) or ``done``.
+        step: The superstep counter of its latest checkpoint.
+        checkpoint_id: Its latest checkpoint.
+        metadata: What :meth:`~ilmek.Checkpointer.put_thread_metadata` stored.
+        error: Why the last run failed, when ``status`` is ``error``.
+        running: Whether a live run holds the thread right now.
+        held_since: When that run took the thread.
+    """
 
     id: str
     created_at: _dt.datetime
@@ -216,6 +261,9 @@ class ThreadInfo:
     step: int
     checkpoint_id: str | None
     metadata: Mapping[str, Any] = attrs.field(factory=dict)
+    error: ThreadError | None = None
+    running: bool = False
+    held_since: _dt.datetime | None = None
 
 
 @attrs.frozen
@@ -282,21 +330,29 @@ class Result:
 
 
 def task_id_for(thread_id: str, base_checkpoint_id: str, task_key: str) -> str:
-    """The journal id of a task: ``<thread>:<checkpoint it runs from>:<task key>``.
-
-    Node names may not contain ``:`` (the graph builder refuses them), and
-    checkpoint ids never do, so the thread id is everything before the last
-    two colons, whatever it contains.
-    """
+    """The journal id of a task: ``<thread>:<checkpoint it runs from>:<task key>``."""
     return f"{thread_id}:{base_checkpoint_id}:{task_key}"
+
+
+# A checkpoint id as new_checkpoint_id makes it (possibly extending a foreign one).
+_TASK_ID = re.compile(r"(?s)(.*):([0-9a-f]{12}-[0-9a-f]{4}-[0-9a-f]{8}(?:\.[^:]*)?):(.*)")
 
 
 def split_task_id(task_id: str) -> tuple[str, str, str]:
     """Split a task id into ``(thread_id, checkpoint_id, task_key)``.
 
+    Thread ids and task keys may contain ``:``; the checkpoint id in the
+    middle is recognized by its shape. Ids of another shape split at their
+    last two colons.
+
     Raises:
         ValueError: ``task_id`` was not made by :func:`task_id_for`.
     """
+    if not isinstance(task_id, str):
+        raise TypeError(f"a task id is a string, got {type(task_id).__name__}")
+    match = _TASK_ID.fullmatch(task_id)
+    if match is not None:
+        return match.group(1), match.group(2), match.group(3)
     parts = task_id.rsplit(":", 2)
     if len(parts) != 3:
         raise ValueError(f"task id {task_id!r} is not of the form '<thread>:<checkpoint>:<task key>'")

@@ -1,16 +1,49 @@
 """Checkpointers: where threads keep their checkpoints and journals.
 
 The port is :class:`~ilmek.checkpoint.base.Checkpointer`; the backends are
-:class:`InMemoryCheckpointer`, ``SqliteCheckpointer`` and
-``PostgresCheckpointer``. Importing them imports no database driver: the
-Postgres backend only ever uses the driver of the client it is given.
+``InMemoryCheckpointer``, ``SqliteCheckpointer`` and ``PostgresCheckpointer``,
+imported only when first named (so ``import ilmek`` loads neither ``sqlite3``
+nor any Postgres code). No database driver is ever imported by ilmek: the
+Postgres backend only uses the driver of the client it is given.
 """
 
 from __future__ import annotations
 
-from .base import Checkpointer, ThreadHold
-from .memory import InMemoryCheckpointer
-from .postgres import PostgresCheckpointer
-from .sqlite import SqliteCheckpointer
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["Checkpointer", "InMemoryCheckpointer", "PostgresCheckpointer", "SqliteCheckpointer", "ThreadHold"]
+from .base import Checkpointer
+from .holds import Hold, HoldLostError
+
+if TYPE_CHECKING:
+    from .memory import InMemoryCheckpointer
+    from .postgres import PostgresCheckpointer
+    from .sqlite import SqliteCheckpointer
+
+__all__ = [
+    "Checkpointer",
+    "Hold",
+    "HoldLostError",
+    "InMemoryCheckpointer",
+    "PostgresCheckpointer",
+    "SqliteCheckpointer",
+]
+
+_LAZY = {
+    "InMemoryCheckpointer": ".memory",
+    "PostgresCheckpointer": ".postgres",
+    "SqliteCheckpointer": ".sqlite",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

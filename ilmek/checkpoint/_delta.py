@@ -26,9 +26,8 @@ from typing import Any, Protocol
 import attrs
 
 from .. import serde
-from ..errors import SerializationError
 from ..types import ChannelChange, Extend, Replace
-from ._records import EncodedChange
+from ._records import EncodedChange, corrupt
 
 __all__ = [
     "BlobRef",
@@ -87,21 +86,46 @@ def manifest_to_plain(manifest: Mapping[str, ChannelRef]) -> dict[str, list[Any]
     return plain
 
 
-def manifest_from_plain(plain: Any) -> dict[str, ChannelRef]:
-    """The inverse of :func:`manifest_to_plain`."""
+def _stored_int(value: Any) -> bool:
+    return type(value) is int and 0 <= value < 2**63
+
+
+def manifest_from_plain(
+    plain: Any, *, thread_id: str, checkpoint_id: str | None = None
+) -> dict[str, ChannelRef]:
+    """The inverse of :func:`manifest_to_plain`, checking every part of it.
+
+    Raises:
+        CorruptCheckpointError: the stored manifest is malformed.
+    """
     if not isinstance(plain, dict):
-        raise SerializationError("a stored channel manifest is not an object", where="stored data")
+        raise corrupt(
+            "its channel manifest is not an object", thread_id=thread_id, checkpoint_id=checkpoint_id
+        )
     manifest: dict[str, ChannelRef] = {}
     for name, ref in plain.items():
-        if isinstance(ref, list) and len(ref) == 2 and ref[0] == "b":
-            manifest[name] = BlobRef(int(ref[1]))
-        elif isinstance(ref, list) and len(ref) == 3 and ref[0] == "l":
-            manifest[name] = LogRef(int(ref[1]), int(ref[2]))
+        if isinstance(ref, list) and len(ref) == 2 and ref[0] == "b" and _stored_int(ref[1]):
+            manifest[name] = BlobRef(ref[1])
+        elif (
+            isinstance(ref, list)
+            and len(ref) == 3
+            and ref[0] == "l"
+            and _stored_int(ref[1])
+            and _stored_int(ref[2])
+        ):
+            manifest[name] = LogRef(ref[1], ref[2])
         else:
-            raise SerializationError(
-                f"channel {name!r} has a malformed stored reference {ref!r}", where="stored data"
+            raise corrupt(
+                f"channel {name!r} has a malformed stored reference {_short(ref)}",
+                thread_id=thread_id,
+                checkpoint_id=checkpoint_id,
             )
     return manifest
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def blob_ids(manifests: Iterable[Mapping[str, ChannelRef]]) -> set[int]:
@@ -225,9 +249,14 @@ def write_channels(
             continue
         if isinstance(ref, BlobRef):
             # The list was stored whole until now: move it into a log once.
-            before = store.fetch_blobs(thread_id, [ref.blob_id])[ref.blob_id]
+            found = store.fetch_blobs(thread_id, [ref.blob_id])
+            before = found.get(ref.blob_id)
             if not isinstance(before, list):
-                raise TypeError(f"channel {name!r} holds {type(before).__name__}, not a list")
+                raise corrupt(
+                    f"channel {name!r} should hold a list before its items are appended",
+                    thread_id=thread_id,
+                    table="blobs",
+                )
             texts = [serde.encode(item, where=f"channel {name!r}") for item in before] + texts
         log_id = store.create_log(thread_id, name, None, 0, len(texts))
         store.insert_items(thread_id, log_id, 0, texts)
@@ -235,19 +264,31 @@ def write_channels(
     return manifest
 
 
-def _spans(logs: Mapping[int, LogInfo], log_id: int, start: int, stop: int) -> list[tuple[int, int, int]]:
-    """The ``(log, start, stop)`` pieces that make up items ``[start, stop)`` of a log."""
+def _spans(
+    logs: Mapping[int, LogInfo], log_id: int, start: int, stop: int, *, thread_id: str
+) -> list[tuple[int, int, int]]:
+    """The ``(log, start, stop)`` pieces that make up items ``[start, stop)`` of a log.
+
+    Raises:
+        CorruptCheckpointError: the logs' parent pointers loop, or items are missing.
+    """
     spans: list[tuple[int, int, int]] = []
     current: LogInfo | None = logs.get(log_id)
     upper = stop
+    seen: set[int] = set()
     while current is not None and upper > start:
+        if current.log_id in seen or current.base < 0:
+            raise corrupt(
+                f"the stored logs of list {log_id} loop or are malformed", thread_id=thread_id, table="logs"
+            )
+        seen.add(current.log_id)
         lower = max(current.base, start)
         if lower < upper:
             spans.append((current.log_id, lower, upper))
         upper = min(upper, current.base)
         current = logs.get(current.parent_id) if current.parent_id is not None else None
     if upper > start:
-        raise SerializationError(f"log {log_id} is missing items {start}..{upper}", where="stored data")
+        raise corrupt(f"list {log_id} is missing items {start}..{upper}", thread_id=thread_id, table="logs")
     spans.reverse()
     return spans
 
@@ -303,11 +344,15 @@ def read_channels(
     thread_id: str,
     manifest: Mapping[str, ChannelRef],
     cache: ValueCache | None = None,
+    *,
+    remember: bool = True,
 ) -> dict[str, Any]:
     """The channel values a manifest points at, in a bounded number of reads.
 
     Blobs are fetched in one call, logs' ancestry in one, and the missing
-    items of every list in one more, however long the history.
+    items of every list in one more, however long the history. The cache,
+    keyed by thread, serves items already known; ``remember=False`` (a read
+    inside a transaction that may still roll back) adds nothing to it.
     """
     values: dict[str, Any] = {}
     blob_ids = [ref.blob_id for ref in manifest.values() if isinstance(ref, BlobRef)]
@@ -316,13 +361,15 @@ def read_channels(
         for name, ref in manifest.items():
             if isinstance(ref, BlobRef):
                 if ref.blob_id not in blobs:
-                    raise SerializationError(
-                        f"channel {name!r} points at missing blob {ref.blob_id}", where="stored data"
+                    raise corrupt(
+                        f"channel {name!r} points at a value (blob {ref.blob_id}) this thread does not have",
+                        thread_id=thread_id,
+                        table="blobs",
                     )
                 values[name] = blobs[ref.blob_id]
     log_refs = {name: ref for name, ref in manifest.items() if isinstance(ref, LogRef)}
     if log_refs:
-        values.update(_read_logs(store, thread_id, log_refs, cache))
+        values.update(_read_logs(store, thread_id, log_refs, cache, remember))
     return values
 
 
@@ -331,11 +378,12 @@ def _read_logs(
     thread_id: str,
     refs: Mapping[str, LogRef],
     cache: ValueCache | None,
+    remember: bool,
 ) -> dict[str, list[Any]]:
     known: dict[str, list[Any]] = {}
     need: dict[str, LogRef] = {}
     for name, ref in refs.items():
-        cached = cache.get(("l", ref.log_id)) if cache is not None else None
+        cached = cache.get(("l", thread_id, ref.log_id)) if cache is not None else None
         if cached is not None and len(cached) >= ref.length:
             known[name] = list(cached[: ref.length])
         else:
@@ -346,43 +394,46 @@ def _read_logs(
         logs: dict[int, LogInfo] | None = None
         for name, ref in need.items():
             start = len(known[name])
-            base = cache.get(("base", ref.log_id)) if cache is not None else None
+            base = cache.get(("base", thread_id, ref.log_id)) if cache is not None else None
             if base is not None and start >= base:
                 # Only this log's own items are missing: no need to walk its ancestry.
                 plan[name] = [(ref.log_id, start, ref.length)]
                 continue
             if logs is None:
                 logs = store.fetch_logs(thread_id)
-                if cache is not None:
+                if cache is not None and remember:
                     for info in logs.values():
-                        cache.put(("base", info.log_id), info.base, 1)
-            plan[name] = _spans(logs, ref.log_id, start, ref.length)
+                        cache.put(("base", thread_id, info.log_id), info.base, 1)
+            plan[name] = _spans(logs, ref.log_id, start, ref.length, thread_id=thread_id)
         fetched = store.fetch_items(thread_id, [span for spans in plan.values() for span in spans])
         for name, spans in plan.items():
             items = known[name]
             for log_id, _start, _stop in spans:
                 items.extend(fetched.get(log_id, ()))
             if len(items) != need[name].length:
-                raise SerializationError(
+                raise corrupt(
                     f"channel {name!r} should hold {need[name].length} items, found {len(items)}",
-                    where="stored data",
+                    thread_id=thread_id,
+                    table="items",
                 )
-            if cache is not None:
-                cache.put(("l", need[name].log_id), tuple(items), _approximate_size(items))
+            if cache is not None and remember:
+                cache.put(("l", thread_id, need[name].log_id), tuple(items), _approximate_size(items))
     return known
 
 
 def extend_cached_logs(
     cache: ValueCache,
+    thread_id: str,
     parent_manifest: Mapping[str, ChannelRef],
     manifest: Mapping[str, ChannelRef],
     changes: Sequence[EncodedChange],
 ) -> None:
-    """After a commit, grow the cached lists by the items it appended.
+    """After a commit ilmek owns, grow the cached lists by the items it appended.
 
     The next read of the thread then finds them here instead of asking the
     database for what this process just wrote. Items are decoded from their
-    stored text, so the cache never shares objects with the caller.
+    stored text, so the cache never shares objects with the caller. Never
+    call it for writes inside the caller's transaction.
     """
     for change in changes:
         if change.items is None:
@@ -390,10 +441,10 @@ def extend_cached_logs(
         before, after = parent_manifest.get(change.channel), manifest.get(change.channel)
         if not (isinstance(before, LogRef) and isinstance(after, LogRef) and before.log_id == after.log_id):
             continue
-        cached = cache.get(("l", after.log_id))
+        cached = cache.get(("l", thread_id, after.log_id))
         if cached is not None and len(cached) == before.length:
             items = tuple(cached) + tuple(serde.decode(text) for text in change.items)
-            cache.put(("l", after.log_id), items, _approximate_size(items))
+            cache.put(("l", thread_id, after.log_id), items, _approximate_size(items))
 
 
 def read_channel_slice(
@@ -405,7 +456,14 @@ def read_channel_slice(
 ) -> list[Any]:
     """Items ``[offset, offset + limit)`` of a list channel, reading only those."""
     if isinstance(ref, BlobRef):
-        value = store.fetch_blobs(thread_id, [ref.blob_id])[ref.blob_id]
+        found = store.fetch_blobs(thread_id, [ref.blob_id])
+        if ref.blob_id not in found:
+            raise corrupt(
+                f"the channel points at a value (blob {ref.blob_id}) this thread does not have",
+                thread_id=thread_id,
+                table="blobs",
+            )
+        value = found[ref.blob_id]
         if not isinstance(value, (list, tuple)):
             raise TypeError(f"the channel holds {type(value).__name__}, not a list")
         stop = len(value) if limit is None else offset + limit
@@ -414,7 +472,7 @@ def read_channel_slice(
     if offset >= stop:
         return []
     logs = store.fetch_logs(thread_id)
-    spans = _spans(logs, ref.log_id, offset, stop)
+    spans = _spans(logs, ref.log_id, offset, stop, thread_id=thread_id)
     fetched = store.fetch_items(thread_id, spans)
     items: list[Any] = []
     for log_id, _start, _stop in spans:

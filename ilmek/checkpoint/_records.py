@@ -2,38 +2,87 @@
 
 Every backend stores the same JSON (through :mod:`ilmek.serde`), so a value
 that cannot survive a database fails the same way everywhere, and always
-before anything is written.
+before anything is written. Reading goes the other way with suspicion: a
+stored row may have been written by something other than ilmek, or damaged,
+so every structural field is checked for shape and type, and any problem
+becomes a :class:`~ilmek.errors.CorruptCheckpointError` that names the
+thread (and the checkpoint and table where known), never a raw exception.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from .. import serde
-from ..errors import SerializationError
-from ..types import ChannelChange, Checkpoint, Extend, JournalEntry, Pending, Replace, ScheduledTask
+from ..errors import CorruptCheckpointError, InvalidArgumentError, SerializationError
+from ..types import (
+    ChannelChange,
+    Checkpoint,
+    Extend,
+    JournalEntry,
+    Pending,
+    Replace,
+    ScheduledTask,
+    ThreadError,
+)
 
 __all__ = [
     "EncodedChange",
+    "check_metadata_filter",
     "check_thread",
+    "corrupt",
+    "decode_chain",
+    "decode_entry",
     "decode_journal",
+    "decode_metadata",
     "decode_next",
     "decode_pending",
     "decode_task_journals",
+    "decode_thread_error",
+    "decode_value",
+    "dump_plain",
     "encode_changes",
+    "encode_chain",
+    "encode_entry",
     "encode_fields",
     "encode_journal",
     "encode_next",
     "encode_pending",
     "encode_task_journals",
+    "encode_thread_error",
     "encode_thread_metadata",
     "json_equal",
+    "load_plain",
     "metadata_matches",
+    "revive",
 ]
+
+
+def corrupt(
+    problem: str,
+    *,
+    thread_id: str | None,
+    checkpoint_id: str | None = None,
+    table: str | None = None,
+) -> CorruptCheckpointError:
+    """The error for stored data that ilmek cannot read, naming where it is."""
+    where = f"thread {thread_id!r}"
+    if checkpoint_id is not None:
+        where += f", checkpoint {checkpoint_id!r}"
+    if table is not None:
+        where += f" ({table})"
+    return CorruptCheckpointError(
+        f"stored data of {where} is malformed: {problem}. It was not written by this ilmek or "
+        "was damaged: restore it from a backup, fork from an earlier checkpoint, or delete the thread",
+        thread_id=thread_id,
+        checkpoint_id=checkpoint_id,
+        table=table,
+    )
 
 
 def dump_plain(plain: Any) -> str:
@@ -41,72 +90,169 @@ def dump_plain(plain: Any) -> str:
     return json.dumps(plain, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
-def load_plain(stored: Any) -> Any:
-    """Parse stored JSON text; a JSON column a driver already parsed passes through."""
+def load_plain(
+    stored: Any, *, thread_id: str | None = None, checkpoint_id: str | None = None, table: str | None = None
+) -> Any:
+    """Parse stored JSON text; a JSON column a driver already parsed passes through.
+
+    Raises:
+        CorruptCheckpointError: the text is not JSON, or nests too deeply.
+    """
     if isinstance(stored, (bytes, bytearray, memoryview)):
-        stored = bytes(stored).decode("utf-8")
+        try:
+            stored = bytes(stored).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise corrupt(
+                "it is not UTF-8 text", thread_id=thread_id, checkpoint_id=checkpoint_id, table=table
+            ) from exc
     if isinstance(stored, str):
-        return json.loads(stored)
+        try:
+            return json.loads(stored)
+        except RecursionError:
+            raise corrupt(
+                "its JSON nests too deeply to read",
+                thread_id=thread_id,
+                checkpoint_id=checkpoint_id,
+                table=table,
+            ) from None
+        except ValueError as exc:
+            raise corrupt(
+                f"it is not JSON ({exc})", thread_id=thread_id, checkpoint_id=checkpoint_id, table=table
+            ) from exc
     return stored
 
 
-def _journal_to_plain(entries: Iterable[JournalEntry], where: str) -> list[dict[str, Any]]:
-    plain: list[dict[str, Any]] = []
-    for entry in entries:
-        # Keys are the author's text and may hold NUL, which JSONB refuses bare.
-        record: dict[str, Any] = {"key": serde.to_jsonable(entry.key, where=where), "kind": entry.kind}
-        if entry.kind == "step" or entry.answered:
-            record["value"] = serde.to_jsonable(entry.value, where=f"{where} step {entry.key!r}")
-        if entry.kind == "interrupt":
-            record["payload"] = serde.to_jsonable(entry.payload, where=f"{where} interrupt {entry.key!r}")
-            record["answered"] = entry.answered
-        plain.append(record)
-    return plain
+def revive(
+    plain: Any, *, thread_id: str | None, checkpoint_id: str | None = None, table: str | None = None
+) -> Any:
+    """A stored value from its parsed JSON, with any problem named as corruption."""
+    try:
+        return serde.from_jsonable(plain)
+    except SerializationError as exc:
+        raise corrupt(str(exc), thread_id=thread_id, checkpoint_id=checkpoint_id, table=table) from exc
 
 
-def _journal_from_plain(plain: Any) -> tuple[JournalEntry, ...]:
-    if not isinstance(plain, list):
-        raise SerializationError("a stored journal is not a list", where="stored data")
-    entries = []
-    for record in plain:
-        try:
-            entries.append(
-                JournalEntry(
-                    key=serde.from_jsonable(record["key"]),
-                    kind=record["kind"],
-                    value=serde.from_jsonable(record.get("value")),
-                    payload=serde.from_jsonable(record.get("payload")),
-                    answered=bool(record.get("answered", False)),
-                )
-            )
-        except (KeyError, TypeError) as exc:
-            raise SerializationError(
-                f"a stored journal entry is malformed: {record!r}", where="stored data"
-            ) from exc
-    return tuple(entries)
+def decode_value(
+    stored: Any, *, thread_id: str | None, checkpoint_id: str | None = None, table: str | None = None
+) -> Any:
+    """A stored value from its JSON text (or parsed JSON), checked."""
+    return revive(
+        load_plain(stored, thread_id=thread_id, checkpoint_id=checkpoint_id, table=table),
+        thread_id=thread_id,
+        checkpoint_id=checkpoint_id,
+        table=table,
+    )
+
+
+# --- journal entries ----------------------------------------------------------------
+
+
+def _entry_to_plain(entry: JournalEntry, where: str) -> dict[str, Any]:
+    # Keys are the author's text and may hold NUL, which JSONB refuses bare.
+    record: dict[str, Any] = {"key": serde.to_jsonable(entry.key, where=where), "kind": entry.kind}
+    if entry.kind == "step" or entry.answered:
+        record["value"] = serde.to_jsonable(entry.value, where=f"{where} step {entry.key!r}")
+    if entry.kind == "interrupt":
+        record["payload"] = serde.to_jsonable(entry.payload, where=f"{where} interrupt {entry.key!r}")
+        record["answered"] = entry.answered
+    return record
+
+
+def _entry_from_plain(record: Any, *, thread_id: str | None, checkpoint_id: str | None) -> JournalEntry:
+    def bad(problem: str) -> CorruptCheckpointError:
+        return corrupt(
+            f"a journal entry {problem}", thread_id=thread_id, checkpoint_id=checkpoint_id, table="journals"
+        )
+
+    if not isinstance(record, dict):
+        raise bad("is not an object")
+    key = revive(record.get("key"), thread_id=thread_id, checkpoint_id=checkpoint_id, table="journals")
+    if not isinstance(key, str) or not key:
+        raise bad("has no key")
+    kind = record.get("kind")
+    if kind not in ("step", "interrupt"):
+        raise bad(f"has an unknown kind {kind!r}")
+    answered = record.get("answered", False)
+    if not isinstance(answered, bool):
+        raise bad("has a malformed 'answered' flag")
+    return JournalEntry(
+        key=key,
+        kind=kind,
+        value=revive(record.get("value"), thread_id=thread_id, checkpoint_id=checkpoint_id, table="journals"),
+        payload=revive(
+            record.get("payload"), thread_id=thread_id, checkpoint_id=checkpoint_id, table="journals"
+        ),
+        answered=answered,
+    )
+
+
+def encode_entry(entry: JournalEntry, where: str) -> str:
+    """One journal entry as JSON text (one stored row).
+
+    Raises:
+        SerializationError: the entry's value cannot be stored.
+    """
+    return dump_plain(_entry_to_plain(entry, where))
+
+
+def decode_entry(stored: Any, *, thread_id: str | None, checkpoint_id: str | None = None) -> JournalEntry:
+    """One journal entry from its stored row."""
+    plain = load_plain(stored, thread_id=thread_id, checkpoint_id=checkpoint_id, table="journals")
+    return _entry_from_plain(plain, thread_id=thread_id, checkpoint_id=checkpoint_id)
 
 
 def encode_journal(task_id: str, entries: Sequence[JournalEntry]) -> str:
     """A task's journal as JSON text."""
-    return dump_plain(_journal_to_plain(entries, f"journal {task_id!r}"))
+    return dump_plain([_entry_to_plain(entry, f"journal {task_id!r}") for entry in entries])
 
 
-def decode_journal(stored: Any) -> tuple[JournalEntry, ...]:
+def decode_journal(stored: Any, *, thread_id: str | None = None) -> tuple[JournalEntry, ...]:
     """A journal from its JSON text (or the structure a JSON column returned)."""
-    return _journal_from_plain(load_plain(stored))
+    plain = load_plain(stored, thread_id=thread_id, table="journals")
+    if not isinstance(plain, list):
+        raise corrupt("a stored journal is not a list", thread_id=thread_id, table="journals")
+    return tuple(_entry_from_plain(record, thread_id=thread_id, checkpoint_id=None) for record in plain)
 
 
 def encode_task_journals(journals: Mapping[str, Sequence[JournalEntry]]) -> str:
-    """A paused checkpoint's task journals as JSON text."""
-    return dump_plain({key: _journal_to_plain(entries, f"task {key!r}") for key, entries in journals.items()})
+    """Journals carried in a checkpoint, by task key, as JSON text."""
+    return dump_plain(
+        {
+            key: [_entry_to_plain(entry, f"task {key!r}") for entry in entries]
+            for key, entries in journals.items()
+        }
+    )
 
 
-def decode_task_journals(stored: Any) -> dict[str, tuple[JournalEntry, ...]]:
+def decode_task_journals(
+    stored: Any, *, thread_id: str | None = None, checkpoint_id: str | None = None
+) -> dict[str, tuple[JournalEntry, ...]]:
     """The inverse of :func:`encode_task_journals`."""
-    plain = load_plain(stored)
-    if not isinstance(plain, dict):
-        raise SerializationError("stored task journals are not an object", where="stored data")
-    return {key: _journal_from_plain(value) for key, value in plain.items()}
+    plain = load_plain(stored, thread_id=thread_id, checkpoint_id=checkpoint_id, table="checkpoints")
+    if not isinstance(plain, dict) or not all(isinstance(value, list) for value in plain.values()):
+        raise corrupt("its carried journals are malformed", thread_id=thread_id, checkpoint_id=checkpoint_id)
+    return {
+        key: tuple(
+            _entry_from_plain(record, thread_id=thread_id, checkpoint_id=checkpoint_id) for record in value
+        )
+        for key, value in plain.items()
+    }
+
+
+def encode_chain(chain: Sequence[str]) -> str:
+    """A checkpoint's journal chain as JSON text."""
+    return dump_plain(list(chain))
+
+
+def decode_chain(stored: Any, *, thread_id: str | None, checkpoint_id: str | None) -> tuple[str, ...]:
+    """The inverse of :func:`encode_chain`."""
+    plain = load_plain(stored, thread_id=thread_id, checkpoint_id=checkpoint_id, table="checkpoints")
+    if not isinstance(plain, list) or not all(isinstance(item, str) and item for item in plain):
+        raise corrupt("its journal chain is malformed", thread_id=thread_id, checkpoint_id=checkpoint_id)
+    return tuple(plain)
+
+
+# --- a checkpoint's other parts ------------------------------------------------------
 
 
 def encode_next(tasks: Sequence[ScheduledTask]) -> str:
@@ -124,20 +270,31 @@ def encode_next(tasks: Sequence[ScheduledTask]) -> str:
     )
 
 
-def decode_next(stored: Any) -> tuple[ScheduledTask, ...]:
+def decode_next(
+    stored: Any, *, thread_id: str | None = None, checkpoint_id: str | None = None
+) -> tuple[ScheduledTask, ...]:
     """The inverse of :func:`encode_next`."""
-    try:
-        return tuple(
+    plain = load_plain(stored, thread_id=thread_id, checkpoint_id=checkpoint_id, table="checkpoints")
+    if not isinstance(plain, list):
+        raise corrupt("its scheduled tasks are not a list", thread_id=thread_id, checkpoint_id=checkpoint_id)
+    tasks = []
+    for item in plain:
+        if (
+            not isinstance(item, dict)
+            or not isinstance(item.get("node"), str)
+            or not isinstance(item.get("task_key"), str)
+            or not isinstance(item.get("is_send"), bool)
+        ):
+            raise corrupt("a scheduled task is malformed", thread_id=thread_id, checkpoint_id=checkpoint_id)
+        tasks.append(
             ScheduledTask(
-                node=t["node"],
-                task_key=t["task_key"],
-                is_send=bool(t["is_send"]),
-                input=serde.from_jsonable(t["input"]),
+                node=item["node"],
+                task_key=item["task_key"],
+                is_send=item["is_send"],
+                input=revive(item.get("input"), thread_id=thread_id, checkpoint_id=checkpoint_id),
             )
-            for t in load_plain(stored)
         )
-    except (KeyError, TypeError) as exc:
-        raise SerializationError("stored scheduled tasks are malformed", where="stored data") from exc
+    return tuple(tasks)
 
 
 def encode_pending(pending: Sequence[Pending]) -> str:
@@ -146,7 +303,7 @@ def encode_pending(pending: Sequence[Pending]) -> str:
         [
             {
                 "id": serde.to_jsonable(p.id, where=f"the pause {p.id!r}"),
-                "task_id": p.task_id,
+                "task_id": serde.to_jsonable(p.task_id, where=f"the pause {p.id!r}"),
                 "node": p.node,
                 "key": serde.to_jsonable(p.key, where=f"the pause {p.id!r}"),
                 "payload": serde.to_jsonable(p.payload, where=f"the payload of pause {p.id!r}"),
@@ -156,21 +313,88 @@ def encode_pending(pending: Sequence[Pending]) -> str:
     )
 
 
-def decode_pending(stored: Any) -> tuple[Pending, ...]:
+def decode_pending(
+    stored: Any, *, thread_id: str | None = None, checkpoint_id: str | None = None
+) -> tuple[Pending, ...]:
     """The inverse of :func:`encode_pending`."""
-    try:
-        return tuple(
+    plain = load_plain(stored, thread_id=thread_id, checkpoint_id=checkpoint_id, table="checkpoints")
+    if not isinstance(plain, list):
+        raise corrupt("its open pauses are not a list", thread_id=thread_id, checkpoint_id=checkpoint_id)
+    pauses = []
+    for item in plain:
+        if not isinstance(item, dict) or not isinstance(item.get("node"), str):
+            raise corrupt("an open pause is malformed", thread_id=thread_id, checkpoint_id=checkpoint_id)
+        fields = {
+            name: revive(item.get(name), thread_id=thread_id, checkpoint_id=checkpoint_id)
+            for name in ("id", "task_id", "key")
+        }
+        if not all(isinstance(value, str) and value for value in fields.values()):
+            raise corrupt("an open pause is malformed", thread_id=thread_id, checkpoint_id=checkpoint_id)
+        pauses.append(
             Pending(
-                id=serde.from_jsonable(p["id"]),
-                task_id=p["task_id"],
-                node=p["node"],
-                key=serde.from_jsonable(p["key"]),
-                payload=serde.from_jsonable(p["payload"]),
+                id=fields["id"],
+                task_id=fields["task_id"],
+                node=item["node"],
+                key=fields["key"],
+                payload=revive(item.get("payload"), thread_id=thread_id, checkpoint_id=checkpoint_id),
             )
-            for p in load_plain(stored)
         )
-    except (KeyError, TypeError) as exc:
-        raise SerializationError("stored pauses are malformed", where="stored data") from exc
+    return tuple(pauses)
+
+
+def decode_metadata(
+    stored: Any, *, thread_id: str | None, checkpoint_id: str | None = None, table: str = "checkpoints"
+) -> dict[str, Any]:
+    """Stored metadata (of a checkpoint or a thread): an object."""
+    value = decode_value(stored, thread_id=thread_id, checkpoint_id=checkpoint_id, table=table)
+    if not isinstance(value, dict):
+        raise corrupt(
+            "its metadata is not an object", thread_id=thread_id, checkpoint_id=checkpoint_id, table=table
+        )
+    return value
+
+
+def encode_thread_error(error: ThreadError) -> str:
+    """Why a run failed, as JSON text."""
+    return dump_plain(
+        {
+            "type": error.type,
+            "message": error.message,
+            "node": error.node,
+            "checkpoint_id": error.checkpoint_id,
+            "at": error.at.timestamp(),
+        }
+    )
+
+
+def decode_thread_error(stored: Any, *, thread_id: str) -> ThreadError | None:
+    """The inverse of :func:`encode_thread_error` (``None`` for no stored error)."""
+    if stored is None:
+        return None
+    plain = load_plain(stored, thread_id=thread_id, table="threads")
+    if (
+        not isinstance(plain, dict)
+        or not isinstance(plain.get("type"), str)
+        or not isinstance(plain.get("message"), str)
+        or not isinstance(plain.get("at"), (int, float))
+        or isinstance(plain.get("at"), bool)
+        or not isinstance(plain.get("node"), (str, type(None)))
+        or not isinstance(plain.get("checkpoint_id"), (str, type(None)))
+    ):
+        raise corrupt("its stored failure is malformed", thread_id=thread_id, table="threads")
+    try:
+        at = _dt.datetime.fromtimestamp(plain["at"], _dt.UTC)
+    except (OverflowError, OSError, ValueError) as exc:
+        raise corrupt(
+            "its stored failure has an impossible time", thread_id=thread_id, table="threads"
+        ) from exc
+    return ThreadError(
+        type=plain["type"],
+        message=plain["message"],
+        node=plain["node"],
+        checkpoint_id=plain["checkpoint_id"],
+        at=at,
+    )
 
 
 @attrs.frozen
@@ -231,15 +455,31 @@ def metadata_matches(metadata: Mapping[str, Any], wanted: Mapping[str, Any]) -> 
     return True
 
 
+def check_metadata_filter(metadata: Any) -> dict[str, Any]:
+    """A ``list_threads(metadata=...)`` filter: a mapping with plain-text keys."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise InvalidArgumentError(f"metadata must be a dict, got {type(metadata).__name__}")
+    for key in metadata:
+        if not isinstance(key, str) or "\0" in key:
+            raise InvalidArgumentError(f"metadata filter keys must be strings without NUL, got {key!r}")
+    return dict(metadata)
+
+
 def encode_thread_metadata(thread_id: str, metadata: Mapping[str, Any]) -> str:
     """A thread's metadata as JSON text; its keys must be plain text, since filters query them.
 
     Raises:
-        ValueError: a key that is not a string or contains NUL.
+        InvalidArgumentError: not a mapping, or a key that is not a string or contains NUL.
     """
+    if not isinstance(metadata, Mapping):
+        raise InvalidArgumentError(
+            f"metadata of thread {thread_id!r} must be a dict, got {type(metadata).__name__}"
+        )
     for key in metadata:
         if not isinstance(key, str) or "\0" in key:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"metadata keys of thread {thread_id!r} must be strings without NUL "
                 f"(list_threads filters by them), got {key!r}"
             )
@@ -248,8 +488,10 @@ def encode_thread_metadata(thread_id: str, metadata: Mapping[str, Any]) -> str:
 
 def check_thread(thread_id: str, checkpoint: Checkpoint) -> None:
     """Refuse a checkpoint put under another thread's id."""
+    if not isinstance(checkpoint, Checkpoint):
+        raise InvalidArgumentError(f"expected a Checkpoint, got {type(checkpoint).__name__}")
     if checkpoint.thread_id != thread_id:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"checkpoint {checkpoint.id!r} belongs to thread {checkpoint.thread_id!r}, not {thread_id!r}"
         )
 
@@ -260,6 +502,7 @@ def encode_fields(checkpoint: Checkpoint) -> dict[str, str]:
         "next_text": encode_next(checkpoint.next),
         "pending_text": encode_pending(checkpoint.pending),
         "journals_text": encode_task_journals(checkpoint.task_journals),
+        "chain_text": encode_chain(checkpoint.journal_chain),
         "metadata_text": serde.encode(
             dict(checkpoint.metadata), where=f"the metadata of checkpoint {checkpoint.id!r}"
         ),

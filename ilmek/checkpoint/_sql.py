@@ -1,24 +1,28 @@
 """The SQL checkpointer: every query written once, for SQLite and Postgres alike.
 
-:class:`SqlCheckpointer` implements the whole port and host API on top of an
-:class:`~ilmek.dbapi.Adapter`. A backend subclass supplies its DDL (the
-``MIGRATIONS`` list, whose index + 1 is the schema version) and a handful of
-SQL fragments where the dialects differ (how a JSON parameter is written,
-how the current time is read, how metadata is filtered); everything else is
-here.
+:class:`SqlCheckpointer` implements the whole port, the holds and the host
+API on top of an :class:`~ilmek.dbapi.Adapter`. A backend subclass supplies
+its DDL (``SCHEMA`` for a new database, ``UPGRADES`` from each older
+version) and a handful of SQL fragments where the dialects differ (how a
+JSON parameter is written, how the current time and the holder are read,
+how text is searched); everything else is here.
 
 Tables, all named ``<prefix>_<name>``:
 
 * ``meta``: the schema version.
 * ``threads``: one row per thread: its latest checkpoint, status, step,
-  metadata and times; commits compare-and-set its ``checkpoint_id``.
+  metadata, times and the failure of its last run; commits compare-and-set
+  its ``checkpoint_id``.
 * ``checkpoints``: one row per checkpoint; channel values are not here but
   in a *manifest* pointing into ``blobs`` and ``logs`` (see
   :mod:`ilmek.checkpoint._delta`).
 * ``blobs``: whole channel values; ``logs`` and ``items``: list channels,
   one row per item.
-* ``journals``: one row per task journal.
-* ``holds``: leases for the one-run-per-thread rule.
+* ``journals``: one row per recorded step or answer, keyed by thread, the
+  checkpoint its superstep ran from, task and key; inserted once, never
+  rewritten.
+* ``holds``: one row per held thread: the holder's token, its lease, when
+  it was taken, and a cancel request if another process made one.
 """
 
 from __future__ import annotations
@@ -26,24 +30,29 @@ from __future__ import annotations
 import builtins
 import contextlib
 import datetime as _dt
-import os
+import logging
 import re
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
-from .. import serde
-from ..dbapi import Adapter, Session, Statement
-from ..errors import CheckpointNotFoundError, ConcurrentUpdateError, SchemaVersionError
+from .. import checks
+from ..dbapi import Adapter, Pin, Session, Statement
+from ..errors import (
+    CheckpointNotFoundError,
+    ConcurrentUpdateError,
+    InvalidArgumentError,
+    SchemaVersionError,
+)
 from ..types import (
     ChannelChange,
     Checkpoint,
     JournalEntry,
     LazyChannels,
+    ThreadError,
     ThreadInfo,
-    ThreadStatus,
-    thread_of_task,
+    split_task_id,
 )
 from . import _records
 from ._delta import (
@@ -62,43 +71,63 @@ from ._delta import (
 from .base import (
     ANY_LATEST,
     Checkpointer,
-    ThreadHold,
     _AnyLatest,
-    busy_error,
     checkpoints_to_keep,
     concurrent_update_error,
+    journal_view,
+    missing_parent_error,
+    same_channels,
 )
+from .holds import KEEPER, Hold, busy_error, new_token
 
-__all__ = ["LeaseHold", "SqlCheckpointer", "validate_prefix"]
+__all__ = ["SqlCheckpointer", "SqlHold", "copy_v1_journals", "validate_prefix"]
 
-_NO_LIMIT = 2**62
-_DELETE_CHECKPOINTS = "DELETE FROM {p}_checkpoints WHERE thread_id = :thread_id AND checkpoint_id IN ({in})"
+_LOG = logging.getLogger("ilmek.storage")
+
 _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MAX_PREFIX = 40
+# Rows bound per statement: well under SQLite's default limit of 32,766
+# variables and Postgres's 65,535, whatever else the statement binds.
+_CHUNK = 500
+
+Migration = str | Callable[[Session, "SqlCheckpointer"], None]
 
 
 def validate_prefix(prefix: Any) -> str:
-    """Check a table prefix before it is ever put into SQL.
+    """Check a table prefix before it is ever put into SQL (or a file is touched).
+
+    Returns:
+        The prefix as a plain ``str`` (a subclass could render differently).
 
     Raises:
-        ValueError: not ``[A-Za-z_][A-Za-z0-9_]*`` or longer than 40 characters.
+        InvalidArgumentError: not ``[A-Za-z_][A-Za-z0-9_]*`` or longer than
+            40 characters (it is also a ``ValueError``).
     """
-    if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix) or len(prefix) > _MAX_PREFIX:
-        raise ValueError(
+    plain = str.__str__(prefix) if isinstance(prefix, str) else None
+    if plain is None or not _PREFIX.fullmatch(plain) or len(plain) > _MAX_PREFIX:
+        raise InvalidArgumentError(
             f"table_prefix must match [A-Za-z_][A-Za-z0-9_]* and be at most {_MAX_PREFIX} "
             f"characters, got {prefix!r}"
         )
-    return prefix
+    return plain
 
 
 _CHECKPOINT_COLUMNS = (
     "checkpoint_id, parent_id, plan_id, step, ts, {jo_manifest}, {jo_next}, {jo_pending}, "
-    "{jo_task_journals}, {jo_metadata}"
+    "{jo_task_journals}, {jo_journal_chain}, {jo_metadata}"
 )
+_THREAD_COLUMNS = (
+    "t.thread_id, t.created_at, t.updated_at, t.status, t.step, t.checkpoint_id, {jo_t_metadata}, "
+    "{jo_t_error}, h.acquired_at"
+)
+# A hold counts while its lease runs and its holder's session is alive.
+_LIVE_HOLD = "h.expires_at >= {now} AND NOT ({gone_h})"
 
-# Every query, in named style. ``{p}`` is the table prefix, ``{ji}`` wraps a
-# JSON parameter, ``{jo_<col>}`` reads a JSON column as text, ``{now}`` is
-# the current time in epoch seconds.
+# Every query, in named style. ``{p}`` is the table prefix, ``{ji_<col>}``
+# wraps a JSON parameter, ``{jo_<col>}`` reads a JSON column as text,
+# ``{now}`` is the current time in epoch seconds (the database's clock where
+# it has one), ``{holder}`` identifies the writer's session and
+# ``{gone_<alias>}`` is true when the session recorded in a hold row ended.
 _SQL: dict[str, str] = {
     "schema_version": "SELECT value FROM {p}_meta WHERE key = 'schema_version'",
     "set_schema_version": (
@@ -117,18 +146,22 @@ _SQL: dict[str, str] = {
         "SELECT {jo_manifest} FROM {p}_checkpoints "
         "WHERE thread_id = :thread_id AND checkpoint_id = :checkpoint_id"
     ),
+    "stored_fields": (
+        "SELECT parent_id, step, {jo_next}, {jo_pending}, {jo_metadata} FROM {p}_checkpoints "
+        "WHERE thread_id = :thread_id AND checkpoint_id = :checkpoint_id"
+    ),
     "insert_checkpoint": (
         "INSERT INTO {p}_checkpoints (thread_id, checkpoint_id, parent_id, plan_id, step, ts, "
-        "manifest, next, pending, task_journals, metadata) VALUES (:thread_id, :checkpoint_id, "
-        ":parent_id, :plan_id, :step, :ts, {ji_manifest}, {ji_next}, {ji_pending}, "
-        "{ji_task_journals}, {ji_metadata}) ON CONFLICT (thread_id, checkpoint_id) DO NOTHING "
-        "RETURNING checkpoint_id"
+        "manifest, next, pending, task_journals, journal_chain, metadata) VALUES (:thread_id, "
+        ":checkpoint_id, :parent_id, :plan_id, :step, :ts, {ji_manifest}, {ji_next}, {ji_pending}, "
+        "{ji_task_journals}, {ji_journal_chain}, {ji_metadata}) "
+        "ON CONFLICT (thread_id, checkpoint_id) DO NOTHING RETURNING checkpoint_id"
     ),
     # updated_at (indexed) moves when the status does, else at most once a second:
     # rewriting it every superstep would rewrite its index entries every time.
     "advance_thread": (
         "UPDATE {p}_threads SET checkpoint_id = :checkpoint_id, status = :status, step = :step, "
-        "updated_at = CASE WHEN status <> :status OR updated_at < :now - 1.0 THEN :now "
+        "error = NULL, updated_at = CASE WHEN status <> :status OR updated_at < :now - 1.0 THEN :now "
         "ELSE updated_at END WHERE thread_id = :thread_id AND checkpoint_id = :expected "
         "RETURNING thread_id"
     ),
@@ -136,7 +169,7 @@ _SQL: dict[str, str] = {
         "INSERT INTO {p}_threads (thread_id, created_at, updated_at, status, step, checkpoint_id, "
         "metadata) VALUES (:thread_id, :now, :now, :status, :step, :checkpoint_id, {ji_empty}) "
         "ON CONFLICT (thread_id) DO UPDATE SET checkpoint_id = excluded.checkpoint_id, "
-        "status = excluded.status, step = excluded.step, updated_at = excluded.updated_at "
+        "status = excluded.status, step = excluded.step, updated_at = excluded.updated_at, error = NULL "
         "WHERE {p}_threads.checkpoint_id IS NULL RETURNING thread_id"
     ),
     "touch_thread": (
@@ -145,9 +178,14 @@ _SQL: dict[str, str] = {
         "ON CONFLICT (thread_id) DO UPDATE SET updated_at = excluded.updated_at, "
         "checkpoint_id = CASE WHEN {newer} THEN excluded.checkpoint_id ELSE {p}_threads.checkpoint_id END, "
         "status = CASE WHEN {newer} THEN excluded.status ELSE {p}_threads.status END, "
+        "error = CASE WHEN {newer} THEN NULL ELSE {p}_threads.error END, "
         "step = CASE WHEN {newer} THEN excluded.step ELSE {p}_threads.step END"
     ),
     "thread_latest": "SELECT checkpoint_id FROM {p}_threads WHERE thread_id = :thread_id",
+    "record_failure": (
+        "UPDATE {p}_threads SET status = 'error', error = {ji_error}, updated_at = :now "
+        "WHERE thread_id = :thread_id AND checkpoint_id IS NOT NULL"
+    ),
     "insert_blob": (
         "INSERT INTO {p}_blobs (thread_id, channel, value) VALUES (:thread_id, :channel, {ji_value}) "
         "RETURNING blob_id"
@@ -161,10 +199,50 @@ _SQL: dict[str, str] = {
         "AND length = :old_length RETURNING log_id"
     ),
     "logs": "SELECT log_id, parent_id, base, length FROM {p}_logs WHERE thread_id = :thread_id",
-    "put_journal": (
-        "INSERT INTO {p}_journals (task_id, thread_id, entries) VALUES (:task_id, :thread_id, "
-        "{ji_entries}) ON CONFLICT (task_id) DO UPDATE SET entries = excluded.entries"
+    # --- journals: one row per entry, never rewritten ---
+    "append_entry": (
+        "INSERT INTO {p}_journals (thread_id, base_id, task_key, entry_key, entry) "
+        "SELECT :thread_id, :base_id, :task_key, :entry_key, {ji_entry} "
+        "WHERE EXISTS (SELECT 1 FROM {p}_holds WHERE thread_id = :thread_id AND owner = :owner{lock_share}) "
+        "ON CONFLICT (thread_id, base_id, task_key, entry_key) DO NOTHING RETURNING 1"
     ),
+    "add_entry": (
+        "INSERT INTO {p}_journals (thread_id, base_id, task_key, entry_key, entry) "
+        "VALUES (:thread_id, :base_id, :task_key, :entry_key, {ji_entry}) "
+        "ON CONFLICT (thread_id, base_id, task_key, entry_key) DO NOTHING"
+    ),
+    "put_entry": (
+        "INSERT INTO {p}_journals (thread_id, base_id, task_key, entry_key, entry) "
+        "VALUES (:thread_id, :base_id, :task_key, :entry_key, {ji_entry}) "
+        "ON CONFLICT (thread_id, base_id, task_key, entry_key) DO UPDATE SET entry = excluded.entry"
+    ),
+    "drop_task_entries": (
+        "DELETE FROM {p}_journals WHERE thread_id = :thread_id AND base_id = :base_id AND task_key = :task_key"
+    ),
+    "drop_base_entries": "DELETE FROM {p}_journals WHERE thread_id = :thread_id AND base_id = :base_id",
+    "journal_bases": "SELECT DISTINCT base_id FROM {p}_journals WHERE thread_id = :thread_id",
+    # --- holds ---
+    "acquire_hold": (
+        "INSERT INTO {p}_holds AS h (thread_id, owner, expires_at, acquired_at, holder, cancel_reason) "
+        "VALUES (:thread_id, :owner, {now} + :ttl, {now}, {holder}, NULL) "
+        "ON CONFLICT (thread_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at, "
+        "holder = excluded.holder, "
+        "acquired_at = CASE WHEN h.owner = excluded.owner THEN h.acquired_at ELSE excluded.acquired_at END, "
+        "cancel_reason = CASE WHEN h.owner = excluded.owner THEN h.cancel_reason ELSE NULL END "
+        "WHERE h.owner = excluded.owner OR h.expires_at < {now} OR {gone_h} RETURNING owner"
+    ),
+    "fence": (
+        "UPDATE {p}_holds SET expires_at = {now} + :ttl, holder = {holder} "
+        "WHERE thread_id = :thread_id AND owner = :owner RETURNING cancel_reason"
+    ),
+    "holds_owner": "SELECT 1 FROM {p}_holds WHERE thread_id = :thread_id AND owner = :owner",
+    "release_hold": "DELETE FROM {p}_holds WHERE thread_id = :thread_id AND owner = :owner",
+    "request_cancel": (
+        "UPDATE {p}_holds AS h SET cancel_reason = :reason WHERE thread_id = :thread_id "
+        f"AND {_LIVE_HOLD} RETURNING owner"
+    ),
+    "live_hold": f"SELECT 1 FROM {{p}}_holds AS h WHERE thread_id = :thread_id AND {_LIVE_HOLD}",
+    # --- deleting ---
     "delete_items": (
         "DELETE FROM {p}_items WHERE log_id IN (SELECT log_id FROM {p}_logs WHERE thread_id = :thread_id)"
     ),
@@ -172,29 +250,21 @@ _SQL: dict[str, str] = {
     "delete_blobs": "DELETE FROM {p}_blobs WHERE thread_id = :thread_id",
     "delete_checkpoints": "DELETE FROM {p}_checkpoints WHERE thread_id = :thread_id",
     "delete_journals": "DELETE FROM {p}_journals WHERE thread_id = :thread_id",
+    "delete_holds": "DELETE FROM {p}_holds WHERE thread_id = :thread_id",
     "delete_thread": "DELETE FROM {p}_threads WHERE thread_id = :thread_id",
+    # --- the host API ---
     "thread": (
-        "SELECT thread_id, created_at, updated_at, status, step, checkpoint_id, {jo_metadata} "
-        "FROM {p}_threads WHERE thread_id = :thread_id"
+        f"SELECT {_THREAD_COLUMNS} FROM {{p}}_threads AS t LEFT JOIN {{p}}_holds AS h "
+        f"ON h.thread_id = t.thread_id AND {_LIVE_HOLD} WHERE t.thread_id = :thread_id"
     ),
     "put_thread_metadata": (
         "INSERT INTO {p}_threads (thread_id, created_at, updated_at, status, step, checkpoint_id, "
         "metadata) VALUES (:thread_id, :now, :now, 'done', 0, NULL, {ji_metadata}) "
         "ON CONFLICT (thread_id) DO UPDATE SET metadata = excluded.metadata, updated_at = excluded.updated_at"
     ),
-    "lineage": "SELECT checkpoint_id, parent_id FROM {p}_checkpoints WHERE thread_id = :thread_id",
-    "manifests": "SELECT {jo_manifest} FROM {p}_checkpoints WHERE thread_id = :thread_id",
+    "lineage": "SELECT checkpoint_id, parent_id, {jo_journal_chain} FROM {p}_checkpoints WHERE thread_id = :thread_id",
+    "manifests": "SELECT checkpoint_id, {jo_manifest} FROM {p}_checkpoints WHERE thread_id = :thread_id",
     "max_blob": "SELECT MAX(blob_id) FROM {p}_blobs WHERE thread_id = :thread_id",
-    "acquire_hold": (
-        "INSERT INTO {p}_holds (thread_id, owner, expires_at) VALUES (:thread_id, :owner, {now} + :ttl) "
-        "ON CONFLICT (thread_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at "
-        "WHERE {p}_holds.expires_at < {now} RETURNING owner"
-    ),
-    "renew_hold": (
-        "UPDATE {p}_holds SET expires_at = {now} + :ttl WHERE thread_id = :thread_id AND owner = :owner "
-        "RETURNING owner"
-    ),
-    "release_hold": "DELETE FROM {p}_holds WHERE thread_id = :thread_id AND owner = :owner",
 }
 
 
@@ -204,54 +274,90 @@ def _epoch(moment: _dt.datetime) -> float:
     return moment.timestamp()
 
 
-def _moment(epoch: float) -> _dt.datetime:
-    return _dt.datetime.fromtimestamp(float(epoch), _dt.UTC)
+def _moment(epoch: Any, *, thread_id: str, table: str) -> _dt.datetime:
+    try:
+        return _dt.datetime.fromtimestamp(float(epoch), _dt.UTC)
+    except (TypeError, ValueError, OverflowError, OSError) as exc:
+        raise _records.corrupt(
+            f"a stored time ({epoch!r}) is impossible", thread_id=thread_id, table=table
+        ) from exc
 
 
-class LeaseHold(ThreadHold):
-    """A hold kept as a row with an expiry, renewed while the run works.
+def _stored_int(value: Any, *, thread_id: str, table: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _records.corrupt(
+            f"a stored number ({value!r}) is not an integer", thread_id=thread_id, table=table
+        )
+    return value
 
-    If the holding process dies, the row simply lapses: another run can take
-    the thread once ``lease_seconds`` have passed without a renewal.
+
+def _chunks(values: Sequence[Any]) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(values), _CHUNK):
+        yield values[start : start + _CHUNK]
+
+
+class SqlHold(Hold):
+    """A hold stored as a row of the ``holds`` table, with a lease its run renews.
+
+    Attributes:
+        pin: The connection the run keeps, through which all its reads and
+            writes go (one connection of a pool per run).
+        joined: Whether it was taken inside the caller's transaction, where
+            no other session can see it (nor needs to renew it).
     """
 
-    def __init__(self, owner: SqlCheckpointer, thread_id: str, token: str) -> None:
-        super().__init__(thread_id)
+    def __init__(
+        self,
+        owner: SqlCheckpointer,
+        thread_id: str,
+        token: str,
+        pin: Pin,
+        *,
+        lease_seconds: float | None,
+        renews_off_thread: bool,
+    ) -> None:
+        super().__init__(thread_id, token, lease_seconds=lease_seconds)
         self._owner = owner
-        self.token = token
-        self.keep_alive_interval = max(owner.lease_seconds / 4, 0.05)
-        self._released = False
+        self.pin = pin
+        self.renews_off_thread = renews_off_thread
 
-    verifies = True
-
-    def keep_alive(self) -> None:
-        self._owner._renew_hold(self.thread_id, self.token)
-
-    def verify(self) -> None:
-        # Renewed lately (by a commit, a journal write or keep_alive): still
-        # ours. Otherwise renew now, which fails if another run took it.
-        if time.monotonic() - self._owner._renewed_at(self.thread_id) > self._owner.lease_seconds / 2:
-            self.keep_alive()
+    def renew(self) -> None:
+        super().renew()
+        with self.lock:
+            self._owner._renew(self)
 
     def release(self) -> None:
-        if not self._released:
+        if self._released:
+            return
+        try:
+            with self.lock:
+                if not self._released and not self.lost:
+                    self._owner._release(self)
+        finally:
             self._released = True
-            if self._owner._forget_hold(self.thread_id, self.token):
-                self._owner._release_hold(self.thread_id, self.token)
+            self.pin.release()
 
 
 class SqlCheckpointer(Checkpointer):
-    """The port and host API over any DB-API adapter; subclasses add DDL and dialect.
+    """The port, holds and host API over any DB-API adapter; subclasses add DDL and dialect.
 
     Attributes:
-        MIGRATIONS: DDL statements per schema version (``{p}`` is the prefix).
+        SCHEMA: The DDL of a new database at :attr:`SCHEMA_VERSION` (``{p}`` is the prefix).
+        UPGRADES: For each older version, the steps (DDL, or a function of
+            the session) that bring a database to the next version.
         lease_seconds: How long a hold outlives its last renewal.
     """
 
-    MIGRATIONS: ClassVar[Sequence[Sequence[str]]] = ()
+    SCHEMA: ClassVar[Sequence[str]] = ()
+    UPGRADES: ClassVar[Mapping[int, Sequence[Migration]]] = {}
+    SCHEMA_VERSION: ClassVar[int] = 2
     JSON_IN: ClassVar[str] = "{}"
     JSON_OUT: ClassVar[str] = "{}"
     NOW: ClassVar[str] = ":now"
+    HOLDER: ClassVar[str] = "NULL"
+    HOLDER_GONE: ClassVar[str] = "1 = 0"
+    FIND: ClassVar[str] = "instr(lower(t.thread_id), :needle) > 0"
+    LOCK_SHARE: ClassVar[str] = ""
     AUTO_MIGRATE: ClassVar[bool] = False
 
     def __init__(self, adapter: Adapter, *, table_prefix: str = "ilmek", lease_seconds: float = 5.0) -> None:
@@ -259,34 +365,54 @@ class SqlCheckpointer(Checkpointer):
         # Unquoted SQL identifiers ignore case (Postgres folds them, SQLite
         # compares them case-blind): "Billing" and "billing" are one prefix.
         self.table_prefix = validate_prefix(table_prefix).lower()
-        if lease_seconds <= 0:
-            raise ValueError(f"lease_seconds must be positive, got {lease_seconds}")
+        if (
+            isinstance(lease_seconds, bool)
+            or not isinstance(lease_seconds, (int, float))
+            or not lease_seconds > 0
+        ):
+            raise InvalidArgumentError(f"lease_seconds must be a positive number, got {lease_seconds!r}")
         self.lease_seconds = float(lease_seconds)
         self._adapter = adapter
         self._statements: dict[tuple[str, int], Statement] = {}
         self._cache = ValueCache()
+        # Manifests never change once committed: remember the ones this process saw.
+        self._manifests = ValueCache(max_bytes=4 * 1024 * 1024)
         self._schema_ready = False
         self._schema_lock = threading.Lock()
-        self._held: dict[str, str] = {}
-        self._renewals: dict[str, float] = {}
-        # Manifests never change once written: remember the ones this process saw.
-        self._manifests = ValueCache(max_bytes=4 * 1024 * 1024)
-        self._held_lock = threading.Lock()
 
     # --- SQL text ---------------------------------------------------------------------
 
-    def _format(self, template: str) -> str:
-        columns = ("manifest", "next", "pending", "task_journals", "metadata", "value", "entries")
-        fields: dict[str, str] = {"p": self.table_prefix, "now": self.NOW}
+    @classmethod
+    def format_sql(cls, template: str, table_prefix: str) -> str:
+        """A template with the prefix and the dialect's fragments filled in."""
+        p = table_prefix
+        columns = (
+            "manifest",
+            "next",
+            "pending",
+            "task_journals",
+            "journal_chain",
+            "metadata",
+            "value",
+            "entry",
+            "entries",
+            "error",
+        )
+        fields: dict[str, str] = {"p": p, "now": cls.NOW, "holder": cls.HOLDER, "lock_share": cls.LOCK_SHARE}
         fields["newer"] = (
-            f"({self.table_prefix}_threads.checkpoint_id IS NULL "
-            f"OR {self.table_prefix}_threads.checkpoint_id < excluded.checkpoint_id)"
+            f"({p}_threads.checkpoint_id IS NULL OR {p}_threads.checkpoint_id < excluded.checkpoint_id)"
         )
         for column in columns:
-            fields[f"ji_{column}"] = self.JSON_IN.format(f":{column}")
-            fields[f"jo_{column}"] = self.JSON_OUT.format(column)
-        fields["ji_empty"] = self.JSON_IN.format("'{}'")
+            fields[f"ji_{column}"] = cls.JSON_IN.format(f":{column}")
+            fields[f"jo_{column}"] = cls.JSON_OUT.format(column)
+            for alias in ("t", "i"):
+                fields[f"jo_{alias}_{column}"] = cls.JSON_OUT.format(f"{alias}.{column}")
+        fields["ji_empty"] = cls.JSON_IN.format("'{}'")
+        fields["gone_h"] = cls.HOLDER_GONE.format(alias="h")
         return template.format(**fields)
+
+    def _format(self, template: str) -> str:
+        return self.format_sql(template, self.table_prefix)
 
     def _sql(self, name: str) -> Statement:
         key = (name, -1)
@@ -321,6 +447,14 @@ class SqlCheckpointer(Checkpointer):
         """
         return None
 
+    def advisory_lock(self, session: Session, thread_id: str, *, wait: bool) -> bool:
+        """Serialize holding and deleting one thread within a transaction (where the database can).
+
+        Returns:
+            Whether the lock was taken (always, where writers are serialized anyway).
+        """
+        return True
+
     # --- schema -----------------------------------------------------------------------
 
     def table_exists(self, session: Session, table: str) -> bool:
@@ -333,18 +467,25 @@ class SqlCheckpointer(Checkpointer):
     @property
     def schema_version(self) -> int:
         """The schema version this code reads and writes."""
-        return len(self.MIGRATIONS)
+        return self.SCHEMA_VERSION
 
-    def ddl(self) -> builtins.list[str]:
-        """The SQL that creates this schema, for operators who run it themselves."""
-        statements = [self._format(s) for step in self.MIGRATIONS for s in step]
+    @classmethod
+    def schema_sql(cls, table_prefix: str = "ilmek") -> builtins.list[str]:
+        """The SQL that creates the current schema under ``table_prefix``; needs no connection."""
+        prefix = validate_prefix(table_prefix).lower()
+        statements = [cls.format_sql(s, prefix) for s in cls.SCHEMA]
         statements.append(
-            self._format(
+            cls.format_sql(
                 "INSERT INTO {p}_meta (key, value) VALUES ('schema_version', "
-                f"'{self.schema_version}') ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+                f"'{cls.SCHEMA_VERSION}') ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                prefix,
             )
         )
         return statements
+
+    def ddl(self) -> builtins.list[str]:
+        """The SQL that creates this schema, for operators who run it themselves."""
+        return self.schema_sql(self.table_prefix)
 
     def migrate(self) -> None:
         """Create or upgrade the tables; safe to run again and from several processes at once.
@@ -353,30 +494,53 @@ class SqlCheckpointer(Checkpointer):
             SchemaVersionError: the database was written by a newer ilmek.
         """
 
-        def work(session: Session) -> None:
+        def work(session: Session) -> int:
             self.lock_for_migration(session)
             found = self._found_version(session)
             if found > self.schema_version:
                 raise self._version_error(found)
-            for version in range(found, self.schema_version):
-                session.run_script([self._format(s) for s in self.MIGRATIONS[version]])
+            if found == 0:
+                session.run_script([self._format(s) for s in self.SCHEMA])
+            else:
+                for version in range(found, self.schema_version):
+                    for step in self.UPGRADES[version]:
+                        if isinstance(step, str):
+                            session.run_script([self._format(step)])
+                        else:
+                            step(session, self)
             if found != self.schema_version:
                 session.execute(self._sql("set_schema_version"), version=str(self.schema_version))
+            return found
 
-        self._adapter.run(work, what="migrate the schema")
+        found = self._adapter.run(work, what="migrate the schema")
+        if found != self.schema_version:
+            _LOG.info(
+                "migrated the %s_* tables from schema version %d to %d",
+                self.table_prefix,
+                found,
+                self.schema_version,
+            )
         self._schema_ready = True
 
     def _found_version(self, session: Session) -> int:
         if not self.table_exists(session, f"{self.table_prefix}_meta"):
             return 0
         rows = session.query(self._sql("schema_version"))
-        return int(rows[0][0]) if rows else 0
+        if not rows:
+            return 0
+        try:
+            return int(rows[0][0])
+        except (TypeError, ValueError) as exc:
+            raise SchemaVersionError(
+                f"the {self.table_prefix}_meta table holds schema version {rows[0][0]!r}, which is not a "
+                "number: the tables were not written by ilmek (use another table_prefix)",
+            ) from exc
 
     def _version_error(self, found: int) -> SchemaVersionError:
         if found > self.schema_version:
             advice = "upgrade ilmek to a version that knows it (or use another table_prefix)"
         else:
-            advice = "run migrate() (or `python -m ilmek migrate <database>`) to upgrade it"
+            advice = "run migrate() (or `python -m ilmek migrate --db <database>`) to upgrade it"
         return SchemaVersionError(
             f"the {self.table_prefix}_* tables are at schema version {found}, this ilmek uses "
             f"version {self.schema_version}: {advice}",
@@ -388,21 +552,155 @@ class SqlCheckpointer(Checkpointer):
         if self._schema_ready:
             return
         with self._schema_lock:
-            self._check_schema()
+            if not self._schema_ready:
+                found = self._adapter.run(self._found_version, what="read the schema version", write=False)
+                if found != self.schema_version:
+                    if self.AUTO_MIGRATE and found < self.schema_version:
+                        self.migrate()
+                        return
+                    raise self._version_error(found)
+                self._schema_ready = True
 
-    def _check_schema(self) -> None:
-        if not self._schema_ready:
-            found = self._adapter.run(self._found_version, what="read the schema version", write=False)
-            if found != self.schema_version:
-                if self.AUTO_MIGRATE and found < self.schema_version:
-                    self.migrate()
-                    return
-                raise self._version_error(found)
-            self._schema_ready = True
-
-    def _run(self, work: Any, *, what: str, thread_id: str | None = None, write: bool = True) -> Any:
+    def _run(
+        self,
+        work: Callable[[Session], Any],
+        *,
+        what: str,
+        thread_id: str | None = None,
+        write: bool = True,
+        hold: Hold | None = None,
+    ) -> Any:
         self._ensure_schema()
+        if isinstance(hold, SqlHold):
+            with hold.lock:
+                return self._adapter.run(work, what=what, thread_id=thread_id, write=write, pin=hold.pin)
         return self._adapter.run(work, what=what, thread_id=thread_id, write=write)
+
+    # --- holds -----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def hold(self, thread_id: str) -> Iterator[Hold]:
+        thread_id = checks.thread_id(thread_id)
+        self._ensure_schema()
+        token = new_token()
+        pin = self._adapter.pin()
+
+        def acquire(session: Session) -> tuple[bool, bool]:
+            if not self.advisory_lock(session, thread_id, wait=False):
+                return False, session.joined
+            rows = session.query(
+                self._sql("acquire_hold"),
+                thread_id=thread_id,
+                owner=token,
+                ttl=self.lease_seconds,
+                now=time.time(),
+            )
+            return bool(rows), session.joined
+
+        started = time.monotonic()
+        try:
+            granted, joined = self._adapter.run(acquire, what="hold the thread", thread_id=thread_id, pin=pin)
+        except BaseException:
+            pin.release()
+            raise
+        if not granted:
+            pin.release()
+            raise busy_error(thread_id)
+        handle = SqlHold(
+            self,
+            thread_id,
+            token,
+            pin,
+            # Inside the caller's transaction nobody else sees the row: the
+            # advisory lock (where there is one) and the caller's write lock
+            # keep the thread until the caller commits; nothing to renew.
+            lease_seconds=None if joined else self.lease_seconds,
+            renews_off_thread=self.renews_off_thread and not joined,
+        )
+        handle.renewed(started)
+        KEEPER.add(handle)
+        try:
+            yield handle
+        except BaseException:
+            try:
+                handle.release()
+            except Exception as error:
+                # The failure that ended the run is the one to report; the
+                # lease lapses on its own.
+                _LOG.warning(
+                    "could not give back the hold on thread %r: %s",
+                    thread_id,
+                    error,
+                    extra={"thread_id": thread_id},
+                )
+            raise
+        handle.release()
+
+    #: Whether holds may be renewed from the keeper's thread (the connection
+    #: source must be usable from any thread).
+    @property
+    def renews_off_thread(self) -> bool:
+        return bool(getattr(self._adapter, "renews_off_thread", False))
+
+    def _fence(self, session: Session, hold: Hold) -> str | None:
+        """Inside a write: renew the hold, or fail if it is not the run's any more.
+
+        Returns:
+            A cancel request's reason, if another process stored one.
+        """
+        rows = session.query(
+            self._sql("fence"),
+            thread_id=hold.thread_id,
+            owner=hold.token,
+            ttl=self.lease_seconds,
+            now=time.time(),
+        )
+        if not rows:
+            raise hold.mark_lost(
+                "its hold row is gone: the thread was deleted, or its lease lapsed and another run took it"
+            )
+        reason = rows[0][0]
+        return reason if isinstance(reason, str) else None
+
+    def _renew(self, hold: SqlHold) -> None:
+        started = time.monotonic()
+        reason = self._run(
+            lambda session: self._fence(session, hold),
+            what="renew the hold",
+            thread_id=hold.thread_id,
+            hold=hold,
+        )
+        hold.renewed(started, reason)
+
+    def _release(self, hold: SqlHold) -> None:
+        self._run(
+            lambda session: session.execute(
+                self._sql("release_hold"), thread_id=hold.thread_id, owner=hold.token
+            ),
+            what="release the hold",
+            thread_id=hold.thread_id,
+            hold=hold,
+        )
+
+    def request_cancel(self, thread_id: str, reason: str = "cancelled") -> bool:
+        thread_id = checks.thread_id(thread_id)
+        reason = checks.text(reason, "reason")
+
+        def work(session: Session) -> bool:
+            rows = session.query(
+                self._sql("request_cancel"), thread_id=thread_id, reason=reason, now=time.time()
+            )
+            return bool(rows)
+
+        asked: bool = self._run(work, what="request a cancel", thread_id=thread_id)
+        if asked:
+            _LOG.info(
+                "asked the run holding thread %r to cancel: %s",
+                thread_id,
+                reason,
+                extra={"thread_id": thread_id},
+            )
+        return asked
 
     # --- checkpoints ------------------------------------------------------------------
 
@@ -416,24 +714,34 @@ class SqlCheckpointer(Checkpointer):
         *,
         changes: Mapping[str, ChannelChange] | None = None,
         expect_latest: str | _AnyLatest | None = ANY_LATEST,
+        hold: Hold | None = None,
         drop_journals: Sequence[str] = (),
+        journal: tuple[str, Mapping[str, Sequence[JournalEntry]]] | None = None,
         release_hold: bool = False,
     ) -> None:
+        thread_id = checks.thread_id(thread_id)
         _records.check_thread(thread_id, checkpoint)
+        checks.checkpoint_id(checkpoint.id, "checkpoint.id")
         fields = _records.encode_fields(checkpoint)
+        recorded = (
+            [
+                (journal[0], task_key, entry.key, _records.encode_entry(entry, f"task {task_key!r}"))
+                for task_key, entries in journal[1].items()
+                for entry in entries
+            ]
+            if journal is not None
+            else []
+        )
         encoded = _records.encode_changes(changes) if changes is not None else None
         status = checkpoint.status
         now = time.time()
+        drops = [_task_scope(task_id) for task_id in drop_journals]
+        started = time.monotonic()
 
-        with self._held_lock:
-            lease = self._held.get(thread_id) if release_hold else None
-
-        def work(
-            session: Session,
-        ) -> tuple[dict[str, ChannelRef], dict[str, ChannelRef], list[_records.EncodedChange]] | None:
-            self._fence(session, thread_id)
-            if not self._advance_thread(session, thread_id, checkpoint, status, expect_latest, now):
-                return None
+        def work(session: Session) -> None:
+            if not self._advance_thread(session, thread_id, checkpoint, status, fields, expect_latest, now):
+                return  # this very commit landed before (its answer was lost)
+            reason = self._fence(session, hold) if hold is not None else None
             store = _Store(self, session)
             parent_manifest: dict[str, ChannelRef] = {}
             if checkpoint.parent_id is not None:
@@ -444,11 +752,16 @@ class SqlCheckpointer(Checkpointer):
                     if isinstance(expect_latest, _AnyLatest)
                     else self._manifests.get((thread_id, checkpoint.parent_id))
                 )
-                parent_manifest = known or self._manifest(session, thread_id, checkpoint.parent_id) or {}
+                found = known or self._manifest(session, thread_id, checkpoint.parent_id)
+                if found is None and encoded is not None:
+                    raise missing_parent_error(thread_id, checkpoint)
+                parent_manifest = found or {}
             keep: set[str] | None = None
             to_write = encoded
             if to_write is None:
-                parent_values = read_channels(store, thread_id, parent_manifest, self._cache)
+                parent_values = read_channels(
+                    store, thread_id, parent_manifest, self._cache, remember=not session.joined
+                )
                 to_write = _records.encode_changes(diff_channels(parent_values, checkpoint.channels))
                 keep = set(checkpoint.channels)
             manifest = write_channels(store, thread_id, parent_manifest, to_write, keep)
@@ -464,28 +777,70 @@ class SqlCheckpointer(Checkpointer):
                 next=fields["next_text"],
                 pending=fields["pending_text"],
                 task_journals=fields["journals_text"],
+                journal_chain=fields["chain_text"],
                 metadata=fields["metadata_text"],
             )
             if not inserted:
+                if self._same_stored(session, thread_id, checkpoint, fields):
+                    # A put retried after its COMMIT's answer was lost: the
+                    # writes above duplicated nothing that matters, so undo them.
+                    raise _AlreadyStored
                 raise ConcurrentUpdateError(
                     f"checkpoint {checkpoint.id!r} of thread {thread_id!r} already exists; "
                     "checkpoints are never overwritten: write a new one with a new id",
                     thread_id=thread_id,
                     checkpoint_id=checkpoint.id,
                 )
-            if drop_journals:
-                self._drop_journals(session, drop_journals)
-            if lease is not None:
-                session.execute(self._sql("release_hold"), thread_id=thread_id, owner=lease)
-            return manifest, parent_manifest, to_write
+            for _, base_id, task_key in drops:
+                session.execute(
+                    self._sql("drop_task_entries"), thread_id=thread_id, base_id=base_id, task_key=task_key
+                )
+            for base_id, task_key, entry_key, text in recorded:
+                session.execute(
+                    self._sql("add_entry"),
+                    thread_id=thread_id,
+                    base_id=base_id,
+                    task_key=task_key,
+                    entry_key=entry_key,
+                    entry=text,
+                )
+            if release_hold and hold is not None:
+                session.execute(self._sql("release_hold"), thread_id=thread_id, owner=hold.token)
 
-        written = self._run(work, what="commit a checkpoint", thread_id=thread_id)
-        if written is not None:
-            manifest, parent_manifest, to_write = written
-            self._remember_manifest(thread_id, checkpoint.id, manifest)
-            extend_cached_logs(self._cache, parent_manifest, manifest, to_write)
-        if lease is not None:
-            self._forget_hold(thread_id, lease)
+            def remember() -> None:
+                self._remember_manifest(thread_id, checkpoint.id, manifest)
+                extend_cached_logs(self._cache, thread_id, parent_manifest, manifest, to_write)
+                if hold is not None:
+                    hold.renewed(started, reason)
+
+            session.after_commit(remember)
+
+        try:
+            self._run(work, what="commit a checkpoint", thread_id=thread_id, hold=hold)
+        except _AlreadyStored:
+            pass
+        if release_hold and hold is not None:
+            hold.mark_released()
+
+    def _same_stored(
+        self, session: Session, thread_id: str, checkpoint: Checkpoint, fields: Mapping[str, str]
+    ) -> bool:
+        rows = session.query(self._sql("stored_fields"), thread_id=thread_id, checkpoint_id=checkpoint.id)
+        if not rows:
+            return False
+        parent_id, step, next_text, pending_text, metadata_text = rows[0]
+        where = {"thread_id": thread_id, "checkpoint_id": checkpoint.id}
+        if not (
+            parent_id == checkpoint.parent_id
+            and step == checkpoint.step
+            and _records.load_plain(next_text, **where) == _records.load_plain(fields["next_text"])
+            and _records.load_plain(pending_text, **where) == _records.load_plain(fields["pending_text"])
+            and _records.load_plain(metadata_text, **where) == _records.load_plain(fields["metadata_text"])
+        ):
+            return False
+        manifest = self._manifest(session, thread_id, checkpoint.id) or {}
+        stored = read_channels(_Store(self, session), thread_id, manifest, None)
+        return same_channels(stored, checkpoint.channels)
 
     def _remember_manifest(self, thread_id: str, checkpoint_id: str, manifest: dict[str, ChannelRef]) -> None:
         self._manifests.put((thread_id, checkpoint_id), manifest, 64 * (len(manifest) + 1))
@@ -496,6 +851,7 @@ class SqlCheckpointer(Checkpointer):
         thread_id: str,
         checkpoint: Checkpoint,
         status: str,
+        fields: Mapping[str, str],
         expect_latest: str | _AnyLatest | None,
         now: float,
     ) -> bool:
@@ -518,7 +874,7 @@ class SqlCheckpointer(Checkpointer):
             return True
         rows = session.query(self._sql("thread_latest"), thread_id=thread_id)
         found = rows[0][0] if rows else None
-        if found == checkpoint.id and self._manifest(session, thread_id, checkpoint.id) is not None:
+        if found == checkpoint.id and self._same_stored(session, thread_id, checkpoint, fields):
             # A retry of a commit whose first try landed but whose answer was
             # lost with the connection: it is done already.
             return False
@@ -528,9 +884,18 @@ class SqlCheckpointer(Checkpointer):
         rows = session.query(self._sql("manifest"), thread_id=thread_id, checkpoint_id=checkpoint_id)
         if not rows:
             return None
-        return manifest_from_plain(_records.load_plain(rows[0][0]))
+        plain = _records.load_plain(rows[0][0], thread_id=thread_id, checkpoint_id=checkpoint_id)
+        return manifest_from_plain(plain, thread_id=thread_id, checkpoint_id=checkpoint_id)
 
     def get(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
+        return self.load(thread_id, checkpoint_id)
+
+    def load(
+        self, thread_id: str, checkpoint_id: str | None = None, *, hold: Hold | None = None
+    ) -> Checkpoint | None:
+        thread_id = checks.thread_id(thread_id)
+        checkpoint_id = checks.optional_checkpoint_id(checkpoint_id)
+
         def work(session: Session) -> Checkpoint | None:
             if checkpoint_id is None:
                 rows = session.query(self._sql("latest_checkpoint"), thread_id=thread_id)
@@ -540,19 +905,28 @@ class SqlCheckpointer(Checkpointer):
                 )
             if not rows:
                 return None
-            manifest = manifest_from_plain(_records.load_plain(rows[0][5]))
-            self._remember_manifest(thread_id, rows[0][0], manifest)
-            values = read_channels(_Store(self, session), thread_id, manifest, self._cache)
-            return self._checkpoint(thread_id, rows[0], values)
+            row = rows[0]
+            found_id = row[0]
+            plain = _records.load_plain(row[5], thread_id=thread_id, checkpoint_id=found_id)
+            manifest = manifest_from_plain(plain, thread_id=thread_id, checkpoint_id=found_id)
+            values = read_channels(
+                _Store(self, session), thread_id, manifest, self._cache, remember=not session.joined
+            )
+            if not session.joined:
+                session.after_commit(lambda: self._remember_manifest(thread_id, found_id, manifest))
+            return self._checkpoint(thread_id, row, values)
 
         result: Checkpoint | None = self._run(
-            work, what="read a checkpoint", thread_id=thread_id, write=False
+            work, what="read a checkpoint", thread_id=thread_id, write=False, hold=hold
         )
         return result
 
     def list(
         self, thread_id: str, *, limit: int | None = None, before: str | None = None
     ) -> builtins.list[Checkpoint]:
+        thread_id = checks.thread_id(thread_id)
+        limit = checks.count(limit, "limit", optional=True)
+        before = checks.optional_checkpoint_id(before, "before")
         conditions = "thread_id = :thread_id" + (" AND checkpoint_id < :before" if before is not None else "")
         suffix = " LIMIT :limit" if limit is not None else ""
         template = (
@@ -565,18 +939,23 @@ class SqlCheckpointer(Checkpointer):
             if before is not None:
                 params["before"] = before
             if limit is not None:
-                params["limit"] = max(limit, 0)
+                params["limit"] = limit
             return session.query(self._statement(template), **params)
 
         rows = self._run(work, what="list checkpoints", thread_id=thread_id, write=False)
-        return [self._checkpoint(thread_id, row, self._lazy_values(thread_id, row[5])) for row in rows]
+        return [
+            self._checkpoint(thread_id, row, self._lazy_values(thread_id, row[0], row[5])) for row in rows
+        ]
 
-    def _lazy_values(self, thread_id: str, stored_manifest: Any) -> LazyChannels:
-        manifest = manifest_from_plain(_records.load_plain(stored_manifest))
+    def _lazy_values(self, thread_id: str, checkpoint_id: str, stored_manifest: Any) -> LazyChannels:
+        plain = _records.load_plain(stored_manifest, thread_id=thread_id, checkpoint_id=checkpoint_id)
+        manifest = manifest_from_plain(plain, thread_id=thread_id, checkpoint_id=checkpoint_id)
 
         def load() -> dict[str, Any]:
             def work(session: Session) -> dict[str, Any]:
-                return read_channels(_Store(self, session), thread_id, manifest, self._cache)
+                return read_channels(
+                    _Store(self, session), thread_id, manifest, self._cache, remember=not session.joined
+                )
 
             values: dict[str, Any] = self._run(
                 work, what="read checkpoint values", thread_id=thread_id, write=False
@@ -587,202 +966,354 @@ class SqlCheckpointer(Checkpointer):
 
     @staticmethod
     def _checkpoint(thread_id: str, row: Sequence[Any], channels: Mapping[str, Any]) -> Checkpoint:
+        checkpoint_id = row[0]
+        where = {"thread_id": thread_id, "checkpoint_id": checkpoint_id}
+        if not isinstance(checkpoint_id, str) or not isinstance(row[1], (str, type(None))):
+            raise _records.corrupt("its id or parent id is not text", **where)
         return Checkpoint(
-            id=row[0],
+            id=checkpoint_id,
             thread_id=thread_id,
             parent_id=row[1],
-            plan_id=row[2],
-            step=int(row[3]),
-            ts=_moment(row[4]),
+            plan_id=row[2] if isinstance(row[2], str) else None,
+            step=_stored_int(row[3], thread_id=thread_id, table="checkpoints"),
+            ts=_moment(row[4], thread_id=thread_id, table="checkpoints"),
             channels=channels,
-            next=_records.decode_next(row[6]),
-            pending=_records.decode_pending(row[7]),
-            task_journals=_records.decode_task_journals(row[8]),
-            metadata=serde.from_jsonable(_records.load_plain(row[9])),
+            next=_records.decode_next(row[6], **where),
+            pending=_records.decode_pending(row[7], **where),
+            task_journals=_records.decode_task_journals(row[8], **where),
+            journal_chain=_records.decode_chain(row[9], **where),
+            metadata=_records.decode_metadata(row[10], **where),
         )
 
     # --- journals ------------------------------------------------------------------------
+
+    def _entries(
+        self, session: Session, thread_id: str, bases: Sequence[str], task_key: str | None = None
+    ) -> dict[tuple[str, str], builtins.list[JournalEntry]]:
+        """Entries recorded from the given base checkpoints, by (base, task key), in order."""
+        found: dict[tuple[str, str], builtins.list[JournalEntry]] = {}
+        task_condition = " AND task_key = :task_key" if task_key is not None else ""
+        for chunk in _chunks(bases):
+            template = (
+                "SELECT base_id, task_key, {jo_entry} FROM {p}_journals WHERE thread_id = :thread_id "
+                f"AND base_id IN ({{in}}){task_condition} ORDER BY entry_id"
+            )
+            params = {"thread_id": thread_id, **self._in_params(chunk)}
+            if task_key is not None:
+                params["task_key"] = task_key
+            for base_id, key, stored in session.query(self._statement(template, len(chunk)), **params):
+                entry = _records.decode_entry(stored, thread_id=thread_id, checkpoint_id=base_id)
+                found.setdefault((base_id, key), []).append(entry)
+        return found
+
+    def load_journals(
+        self, base: Checkpoint, task_keys: Sequence[str], *, hold: Hold | None = None
+    ) -> dict[str, tuple[JournalEntry, ...]]:
+        sources = [*base.journal_chain, base.id]
+        thread_id = base.thread_id
+
+        def work(session: Session) -> dict[tuple[str, str], builtins.list[JournalEntry]]:
+            return self._entries(session, thread_id, sources)
+
+        stored = self._run(work, what="read journals", thread_id=thread_id, write=False, hold=hold)
+        found = {}
+        for key in task_keys:
+            entries = journal_view(
+                base.task_journals.get(key, ()), [stored.get((source, key), ()) for source in sources]
+            )
+            if entries:
+                found[key] = entries
+        return found
+
+    def append_journal(self, hold: Hold, base_id: str, task_key: str, entry: JournalEntry) -> None:
+        text = _records.encode_entry(entry, f"task {task_key!r}")
+        thread_id = hold.thread_id
+        started = time.monotonic()
+        renew = hold.renewal_due()
+
+        def work(session: Session) -> str | None:
+            reason = self._fence(session, hold) if renew else None
+            inserted = session.query(
+                self._sql("append_entry"),
+                thread_id=thread_id,
+                base_id=base_id,
+                task_key=task_key,
+                entry_key=entry.key,
+                entry=text,
+                owner=hold.token,
+            )
+            if not inserted and not session.query(
+                self._sql("holds_owner"), thread_id=thread_id, owner=hold.token
+            ):
+                raise hold.mark_lost("its hold row is gone: the thread was deleted, or another run took it")
+            if renew:
+                session.after_commit(lambda: hold.renewed(started, reason))
+            return reason
+
+        self._run(work, what="record a step", thread_id=thread_id, hold=hold)
+
+    def record_answers(self, hold: Hold, base_id: str, answers: Mapping[str, Sequence[JournalEntry]]) -> None:
+        encoded = [
+            (key, entry.key, _records.encode_entry(entry, f"task {key!r}"))
+            for key, entries in answers.items()
+            for entry in entries
+        ]
+        thread_id = hold.thread_id
+        started = time.monotonic()
+
+        def work(session: Session) -> None:
+            reason = self._fence(session, hold)
+            for task_key, entry_key, text in encoded:
+                session.execute(
+                    self._sql("put_entry"),
+                    thread_id=thread_id,
+                    base_id=base_id,
+                    task_key=task_key,
+                    entry_key=entry_key,
+                    entry=text,
+                )
+            session.after_commit(lambda: hold.renewed(started, reason))
+
+        self._run(work, what="record the answers", thread_id=thread_id, hold=hold)
+
+    def record_failure(self, hold: Hold, error: ThreadError) -> None:
+        text = _records.encode_thread_error(error)
+
+        def work(session: Session) -> None:
+            self._fence(session, hold)
+            session.execute(
+                self._sql("record_failure"), thread_id=hold.thread_id, error=text, now=time.time()
+            )
+
+        self._run(work, what="record the failure", thread_id=hold.thread_id, hold=hold)
 
     def put_journal(self, task_id: str, entries: Sequence[JournalEntry]) -> None:
         self.put_journals({task_id: entries})
 
     def put_journals(self, journals: Mapping[str, Sequence[JournalEntry]]) -> None:
         encoded = [
-            (task_id, thread_of_task(task_id), _records.encode_journal(task_id, entries))
+            (
+                _task_scope(task_id),
+                [(entry.key, _records.encode_entry(entry, f"journal {task_id!r}")) for entry in entries],
+            )
             for task_id, entries in journals.items()
         ]
         if not encoded:
             return
 
         def work(session: Session) -> None:
-            for thread_id in {thread for _, thread, _ in encoded}:
-                self._fence(session, thread_id)
-            for task_id, thread_id, text in encoded:
-                session.execute(self._sql("put_journal"), task_id=task_id, thread_id=thread_id, entries=text)
+            for (thread_id, base_id, task_key), rows in encoded:
+                session.execute(
+                    self._sql("drop_task_entries"), thread_id=thread_id, base_id=base_id, task_key=task_key
+                )
+                for entry_key, text in rows:
+                    session.execute(
+                        self._sql("put_entry"),
+                        thread_id=thread_id,
+                        base_id=base_id,
+                        task_key=task_key,
+                        entry_key=entry_key,
+                        entry=text,
+                    )
 
-        self._run(work, what="record a journal", thread_id=encoded[0][1])
+        self._run(work, what="record a journal", thread_id=encoded[0][0][0])
 
     def get_journal(self, task_id: str) -> tuple[JournalEntry, ...]:
         return self.get_journals([task_id]).get(task_id, ())
 
     def get_journals(self, task_ids: Sequence[str]) -> dict[str, tuple[JournalEntry, ...]]:
-        if not task_ids:
+        scopes = {task_id: _task_scope(task_id) for task_id in task_ids}
+        if not scopes:
             return {}
-        template = "SELECT task_id, {jo_entries} FROM {p}_journals WHERE task_id IN ({in})"
 
-        def work(session: Session) -> builtins.list[tuple[Any, ...]]:
-            return session.query(self._statement(template, len(task_ids)), **self._in_params(task_ids))
+        def work(session: Session) -> dict[str, tuple[JournalEntry, ...]]:
+            found: dict[str, tuple[JournalEntry, ...]] = {}
+            for task_id, (thread_id, base_id, task_key) in scopes.items():
+                rows = session.query(self._sql("checkpoint"), thread_id=thread_id, checkpoint_id=base_id)
+                carried: tuple[JournalEntry, ...] = ()
+                sources = [base_id]
+                if rows:
+                    where = {"thread_id": thread_id, "checkpoint_id": base_id}
+                    carried = _records.decode_task_journals(rows[0][8], **where).get(task_key, ())
+                    sources = [*_records.decode_chain(rows[0][9], **where), base_id]
+                stored = self._entries(session, thread_id, sources, task_key)
+                entries = journal_view(carried, [stored.get((source, task_key), ()) for source in sources])
+                if entries:
+                    found[task_id] = entries
+            return found
 
-        rows = self._run(work, what="read journals", thread_id=thread_of_task(task_ids[0]), write=False)
-        found = {row[0]: _records.decode_journal(row[1]) for row in rows}
-        return {task_id: entries for task_id, entries in found.items() if entries}
+        first_thread = next(iter(scopes.values()))[0]
+        result: dict[str, tuple[JournalEntry, ...]] = self._run(
+            work, what="read journals", thread_id=first_thread, write=False
+        )
+        return result
 
     def drop_journal(self, task_id: str) -> None:
+        thread_id, base_id, task_key = _task_scope(task_id)
         self._run(
-            lambda session: self._drop_journals(session, [task_id]),
+            lambda session: session.execute(
+                self._sql("drop_task_entries"), thread_id=thread_id, base_id=base_id, task_key=task_key
+            ),
             what="drop a journal",
-            thread_id=thread_of_task(task_id),
+            thread_id=thread_id,
         )
 
-    def _drop_journals(self, session: Session, task_ids: Sequence[str]) -> None:
-        template = "DELETE FROM {p}_journals WHERE task_id IN ({in})"
-        session.execute(self._statement(template, len(task_ids)), **self._in_params(task_ids))
+    # --- deleting -----------------------------------------------------------------------
+
+    _DELETIONS = (
+        "delete_items",
+        "delete_logs",
+        "delete_blobs",
+        "delete_checkpoints",
+        "delete_journals",
+        "delete_holds",
+        "delete_thread",
+    )
 
     def delete_thread(self, thread_id: str) -> None:
+        thread_id = checks.thread_id(thread_id)
+
         def work(session: Session) -> None:
-            for name in (
-                "delete_items",
-                "delete_logs",
-                "delete_blobs",
-                "delete_checkpoints",
-                "delete_journals",
-                "delete_thread",
-            ):
+            self.advisory_lock(session, thread_id, wait=True)
+            for name in self._DELETIONS:
                 session.execute(self._sql(name), thread_id=thread_id)
 
         self._run(work, what="delete the thread", thread_id=thread_id)
+        _LOG.info("deleted thread %r", thread_id, extra={"thread_id": thread_id})
 
-    # --- holds -----------------------------------------------------------------------------
+    def delete_threads(
+        self,
+        *,
+        updated_before: Any = None,
+        status: str | None = None,
+        limit: int | None = None,
+    ) -> int:
+        before = checks.moment(updated_before, "updated_before")
+        status = checks.thread_status(status)
+        remaining = checks.count(limit, "limit", optional=True)
+        if status == "running":
+            return 0  # never a thread a live run holds
+        deleted = 0
+        while remaining is None or remaining > 0:
+            batch = _CHUNK if remaining is None else min(_CHUNK, remaining)
+            count = self._delete_batch(before, status, batch)
+            deleted += count
+            if remaining is not None:
+                remaining -= count
+            if count < batch:
+                break
+        return deleted
 
-    @contextlib.contextmanager
-    def hold(self, thread_id: str) -> Iterator[ThreadHold]:
-        token = f"{os.getpid()}-{threading.get_ident()}-{os.urandom(6).hex()}"
-
-        def acquire(session: Session) -> bool:
-            rows = session.query(
-                self._sql("acquire_hold"),
-                thread_id=thread_id,
-                owner=token,
-                ttl=self.lease_seconds,
-                now=time.time(),
-            )
-            return bool(rows)
-
-        if not self._run(acquire, what="hold the thread", thread_id=thread_id):
-            raise busy_error(thread_id)
-        handle = LeaseHold(self, thread_id, token)
-        with self._held_lock:
-            self._held[thread_id] = token
-            self._renewals[thread_id] = time.monotonic()
-        try:
-            yield handle
-        finally:
-            handle.release()
-
-    def _forget_hold(self, thread_id: str, token: str) -> bool:
-        """Stop renewing a lease; False if it was already given back (by a final commit)."""
-        with self._held_lock:
-            if self._held.get(thread_id) != token:
-                return False
-            del self._held[thread_id]
-            self._renewals.pop(thread_id, None)
-            return True
-
-    def _fence(self, session: Session, thread_id: str) -> None:
-        """Inside a write: renew this process's hold on the thread, or fail if it was lost."""
-        with self._held_lock:
-            token = self._held.get(thread_id)
-        # Renewed less than a quarter lease ago: it cannot have lapsed, and
-        # renewing again would cost a page write in every commit.
-        if token is not None and time.monotonic() - self._renewed_at(thread_id) > self.lease_seconds / 4:
-            self._renew_in(session, thread_id, token)
-
-    def _renew_in(self, session: Session, thread_id: str, token: str) -> None:
-        renewed = time.monotonic()
-        rows = session.query(
-            self._sql("renew_hold"), thread_id=thread_id, owner=token, ttl=self.lease_seconds, now=time.time()
-        )
-        if not rows:
-            raise busy_error(thread_id)
-        self._renewals[thread_id] = renewed
-
-    def _renewed_at(self, thread_id: str) -> float:
-        """When this process last renewed its lease on the thread (monotonic clock)."""
-        return self._renewals.get(thread_id, 0.0)
-
-    def _renew_hold(self, thread_id: str, token: str) -> None:
-        self._run(
-            lambda session: self._renew_in(session, thread_id, token),
-            what="renew the hold",
-            thread_id=thread_id,
+    def _delete_batch(self, before: float | None, status: str | None, batch: int) -> int:
+        conditions = [
+            f"NOT EXISTS (SELECT 1 FROM {{p}}_holds AS h WHERE h.thread_id = t.thread_id AND {_LIVE_HOLD})"
+        ]
+        params: dict[str, Any] = {"batch": batch, "now": time.time()}
+        if before is not None:
+            conditions.append("t.updated_at < :before")
+            params["before"] = before
+        if status is not None:
+            conditions.append("t.status = :status")
+            params["status"] = status
+        template = (
+            f"SELECT t.thread_id FROM {{p}}_threads AS t WHERE {' AND '.join(conditions)} "
+            "ORDER BY t.updated_at, t.thread_id LIMIT :batch"
         )
 
-    def _release_hold(self, thread_id: str, token: str) -> None:
-        self._run(
-            lambda session: session.execute(self._sql("release_hold"), thread_id=thread_id, owner=token),
-            what="release the hold",
-            thread_id=thread_id,
-        )
+        def work(session: Session) -> int:
+            candidates = [row[0] for row in session.query(self._statement(template), **params)]
+            count = 0
+            for thread_id in candidates:
+                # Checked again under the thread's lock: a run may have taken it since.
+                if not self.advisory_lock(session, thread_id, wait=False):
+                    continue
+                if session.query(self._sql("live_hold"), thread_id=thread_id, now=time.time()):
+                    continue
+                for name in self._DELETIONS:
+                    session.execute(self._sql(name), thread_id=thread_id)
+                count += 1
+            return count
+
+        deleted: int = self._run(work, what="delete threads")
+        if deleted:
+            _LOG.info("deleted %d threads", deleted)
+        return deleted
 
     # --- host API ----------------------------------------------------------------------------
 
     def _info(self, row: Sequence[Any]) -> ThreadInfo:
+        thread_id = row[0]
+        if not isinstance(thread_id, str):
+            raise _records.corrupt("a thread id is not text", thread_id=None, table="threads")
+        status = row[3]
+        if status not in ("done", "interrupted", "unfinished", "error"):
+            raise _records.corrupt(f"its status {status!r} is unknown", thread_id=thread_id, table="threads")
+        held_since = row[8]
         return ThreadInfo(
-            id=row[0],
-            created_at=_moment(row[1]),
-            updated_at=_moment(row[2]),
-            status=row[3],
-            step=int(row[4]),
-            checkpoint_id=row[5],
-            metadata=serde.from_jsonable(_records.load_plain(row[6])),
+            id=thread_id,
+            created_at=_moment(row[1], thread_id=thread_id, table="threads"),
+            updated_at=_moment(row[2], thread_id=thread_id, table="threads"),
+            status=status,
+            step=_stored_int(row[4], thread_id=thread_id, table="threads"),
+            checkpoint_id=row[5] if isinstance(row[5], str) else None,
+            metadata=_records.decode_metadata(row[6], thread_id=thread_id, table="threads"),
+            error=_records.decode_thread_error(row[7], thread_id=thread_id) if status == "error" else None,
+            running=held_since is not None,
+            held_since=_moment(held_since, thread_id=thread_id, table="holds")
+            if held_since is not None
+            else None,
         )
 
     def list_threads(
         self,
         search: str | None = None,
         metadata: Mapping[str, Any] | None = None,
-        status: ThreadStatus | None = None,
+        status: str | None = None,
         offset: int = 0,
         limit: int | None = None,
+        updated_before: Any = None,
+        updated_after: Any = None,
     ) -> builtins.list[ThreadInfo]:
-        if offset < 0 or (limit is not None and limit < 0):
-            raise ValueError("offset and limit must not be negative")
-        conditions: builtins.list[str] = []
-        params: dict[str, Any] = {}
-        if search:
-            escaped = search.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-            conditions.append("lower(thread_id) LIKE :pattern ESCAPE '\\'")
-            params["pattern"] = f"%{escaped}%"
-        if status is not None:
-            conditions.append("status = :status")
+        needle = checks.search_text(search)
+        wanted = _records.check_metadata_filter(metadata)
+        status = checks.thread_status(status)
+        offset = checks.count(offset, "offset") or 0
+        limit = checks.count(limit, "limit", optional=True)
+        before = checks.moment(updated_before, "updated_before")
+        after = checks.moment(updated_after, "updated_after")
+        conditions: builtins.list[str] = ["1 = 1"]
+        params: dict[str, Any] = {"now": time.time()}
+        if needle:
+            conditions.append(self.FIND)
+            params["needle"] = needle.lower()
+        if status == "running":
+            conditions.append("h.thread_id IS NOT NULL")
+        elif status is not None:
+            conditions.append("t.status = :status")
             params["status"] = status
+        if before is not None:
+            conditions.append("t.updated_at < :before")
+            params["before"] = before
+        if after is not None:
+            conditions.append("t.updated_at >= :after")
+            params["after"] = after
         in_python: dict[str, Any] = {}
-        for index, (key, value) in enumerate((metadata or {}).items()):
+        for index, (key, value) in enumerate(wanted.items()):
             filtered = self.metadata_filter(index, key, value)
             if filtered is None:
                 in_python[key] = value
                 continue
             conditions.append(filtered[0])
             params.update(filtered[1])
-        where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
         page = ""
         if (limit is not None or offset) and not in_python:
             page = " LIMIT :limit OFFSET :offset"
-            params["limit"] = limit if limit is not None else _NO_LIMIT
+            params["limit"] = limit if limit is not None else checks.MAX_LIMIT
             params["offset"] = offset
         template = (
-            "SELECT thread_id, created_at, updated_at, status, step, checkpoint_id, {jo_metadata} "
-            f"FROM {{p}}_threads{where} ORDER BY updated_at DESC, thread_id DESC{page}"
+            f"SELECT {_THREAD_COLUMNS} FROM {{p}}_threads AS t LEFT JOIN {{p}}_holds AS h "
+            f"ON h.thread_id = t.thread_id AND {_LIVE_HOLD} WHERE {' AND '.join(conditions)} "
+            f"ORDER BY t.updated_at DESC, t.thread_id DESC{page}"
         )
 
         def work(session: Session) -> builtins.list[tuple[Any, ...]]:
@@ -796,8 +1327,9 @@ class SqlCheckpointer(Checkpointer):
         return infos
 
     def get_thread(self, thread_id: str) -> ThreadInfo | None:
+        thread_id = checks.thread_id(thread_id)
         rows = self._run(
-            lambda session: session.query(self._sql("thread"), thread_id=thread_id),
+            lambda session: session.query(self._sql("thread"), thread_id=thread_id, now=time.time()),
             what="read the thread",
             thread_id=thread_id,
             write=False,
@@ -805,6 +1337,7 @@ class SqlCheckpointer(Checkpointer):
         return self._info(rows[0]) if rows else None
 
     def put_thread_metadata(self, thread_id: str, metadata: Mapping[str, Any]) -> None:
+        thread_id = checks.thread_id(thread_id)
         text = _records.encode_thread_metadata(thread_id, metadata)
         self._run(
             lambda session: session.execute(
@@ -823,13 +1356,19 @@ class SqlCheckpointer(Checkpointer):
         *,
         checkpoint_id: str | None = None,
     ) -> builtins.list[Any]:
-        if offset < 0 or (limit is not None and limit < 0):
-            raise ValueError("offset and limit must not be negative")
+        thread_id = checks.thread_id(thread_id)
+        channel = checks.text(channel, "channel")
+        offset = checks.count(offset, "offset") or 0
+        limit = checks.count(limit, "limit", optional=True)
+        checkpoint_id = checks.optional_checkpoint_id(checkpoint_id)
 
         def work(session: Session) -> builtins.list[Any]:
+            manifest = None
             if checkpoint_id is None:
                 rows = session.query(self._sql("latest_checkpoint"), thread_id=thread_id)
-                manifest = manifest_from_plain(_records.load_plain(rows[0][5])) if rows else None
+                if rows:
+                    plain = _records.load_plain(rows[0][5], thread_id=thread_id, checkpoint_id=rows[0][0])
+                    manifest = manifest_from_plain(plain, thread_id=thread_id, checkpoint_id=rows[0][0])
             else:
                 manifest = self._manifest(session, thread_id, checkpoint_id)
             if manifest is None:
@@ -847,48 +1386,118 @@ class SqlCheckpointer(Checkpointer):
         return result
 
     def prune(self, thread_id: str, keep_last: int) -> int:
-        if keep_last < 1:
-            raise ValueError("keep_last must be at least 1: the latest checkpoint is always kept")
+        thread_id = checks.thread_id(thread_id)
+        keep_last = checks.count(keep_last, "keep_last", minimum=1) or 1
 
         def work(session: Session) -> int:
-            lineage = {row[0]: row[1] for row in session.query(self._sql("lineage"), thread_id=thread_id)}
+            lineage: dict[str, str | None] = {}
+            chains: dict[str, tuple[str, ...]] = {}
+            for checkpoint_id, parent_id, chain in session.query(self._sql("lineage"), thread_id=thread_id):
+                lineage[checkpoint_id] = parent_id
+                chains[checkpoint_id] = _records.decode_chain(
+                    chain, thread_id=thread_id, checkpoint_id=checkpoint_id
+                )
             keep = checkpoints_to_keep(builtins.list(lineage), lineage, keep_last)
             dropped = [checkpoint_id for checkpoint_id in lineage if checkpoint_id not in keep]
             if not dropped:
                 return 0
             ceiling_rows = session.query(self._sql("max_blob"), thread_id=thread_id)
             ceiling = ceiling_rows[0][0] if ceiling_rows else None
-            for start in range(0, len(dropped), 500):
-                chunk = dropped[start : start + 500]
+            for chunk in _chunks(dropped):
                 session.execute(
-                    self._statement(_DELETE_CHECKPOINTS, len(chunk)),
+                    self._statement(
+                        "DELETE FROM {p}_checkpoints WHERE thread_id = :thread_id AND checkpoint_id IN ({in})",
+                        len(chunk),
+                    ),
                     thread_id=thread_id,
                     **self._in_params(chunk),
                 )
-            used = blob_ids(
-                manifest_from_plain(_records.load_plain(stored))
-                for (stored,) in session.query(self._sql("manifests"), thread_id=thread_id)
-            )
+            used: set[int] = set()
+            for checkpoint_id, stored in session.query(self._sql("manifests"), thread_id=thread_id):
+                plain = _records.load_plain(stored, thread_id=thread_id, checkpoint_id=checkpoint_id)
+                used |= blob_ids(
+                    [manifest_from_plain(plain, thread_id=thread_id, checkpoint_id=checkpoint_id)]
+                )
             if ceiling is not None:
                 # Only blobs that existed when we looked: a commit racing this
                 # prune may have written newer ones that it still needs.
-                template = "DELETE FROM {p}_blobs WHERE thread_id = :thread_id AND blob_id <= :ceiling"
-                if used:
-                    template += " AND blob_id NOT IN ({in})"
-                session.execute(
-                    self._statement(template, len(used)),
+                existing = session.query(
+                    self._statement(
+                        "SELECT blob_id FROM {p}_blobs WHERE thread_id = :thread_id AND blob_id <= :ceiling"
+                    ),
                     thread_id=thread_id,
                     ceiling=ceiling,
-                    **self._in_params(sorted(used)),
                 )
+                unused = [row[0] for row in existing if row[0] not in used]
+                for chunk in _chunks(unused):
+                    session.execute(
+                        self._statement(
+                            "DELETE FROM {p}_blobs WHERE thread_id = :thread_id AND blob_id IN ({in})",
+                            len(chunk),
+                        ),
+                        thread_id=thread_id,
+                        **self._in_params(chunk),
+                    )
+            needed = set(keep)
+            for checkpoint_id in keep:
+                needed.update(chains.get(checkpoint_id, ()))
+            bases = [row[0] for row in session.query(self._sql("journal_bases"), thread_id=thread_id)]
+            for base_id in bases:
+                if base_id not in needed:
+                    session.execute(self._sql("drop_base_entries"), thread_id=thread_id, base_id=base_id)
             return len(dropped)
 
-        with self.hold(thread_id):
-            result: int = self._run(work, what="prune checkpoints", thread_id=thread_id)
+        with self.hold(thread_id) as hold:
+            result: int = self._run(work, what="prune checkpoints", thread_id=thread_id, hold=hold)
         return result
 
     def close(self) -> None:
         self._adapter.close()
+
+
+def copy_v1_journals(session: Session, checkpointer: SqlCheckpointer) -> None:
+    """Upgrade step 1 → 2: one row per task journal (``journals_v1``) becomes one row per entry.
+
+    Journals left by an unfinished superstep are exactly the steps a crashed
+    run paid for: they are kept, under the checkpoint their superstep ran from.
+    """
+    fmt = checkpointer._format
+    rows = session.query(Statement(fmt("SELECT task_id, {jo_entries} FROM {p}_journals_v1")))
+    insert = Statement(
+        fmt(
+            "INSERT INTO {p}_journals (thread_id, base_id, task_key, entry_key, entry) "
+            "VALUES (:thread_id, :base_id, :task_key, :entry_key, {ji_entry}) ON CONFLICT DO NOTHING"
+        )
+    )
+    for task_id, stored in rows:
+        thread_id, base_id, task_key = _task_scope(task_id)
+        try:
+            entries = _records.decode_journal(stored, thread_id=thread_id)
+        except Exception as error:  # an unreadable old journal is left behind, not fatal
+            _LOG.warning("could not carry over the journal of task %r: %s", task_id, error)
+            continue
+        for entry in entries:
+            session.execute(
+                insert,
+                thread_id=thread_id,
+                base_id=base_id,
+                task_key=task_key,
+                entry_key=entry.key,
+                entry=_records.encode_entry(entry, f"journal {task_id!r}"),
+            )
+
+
+class _AlreadyStored(Exception):
+    """Internal: a retried write found its own earlier write; roll this one back."""
+
+
+def _task_scope(task_id: Any) -> tuple[str, str, str]:
+    """(thread, base checkpoint, task key) of a task id; an id of another shape is its own thread."""
+    task_id = checks.text(task_id, "task_id")
+    try:
+        return split_task_id(task_id)
+    except ValueError:
+        return task_id, "", ""
 
 
 class _Store:
@@ -908,12 +1517,16 @@ class _Store:
         template = (
             "SELECT blob_id, {jo_value} FROM {p}_blobs WHERE thread_id = :thread_id AND blob_id IN ({in})"
         )
-        rows = self._session.query(
-            self._owner._statement(template, len(blob_ids)),
-            thread_id=thread_id,
-            **self._owner._in_params(blob_ids),
-        )
-        return {int(row[0]): serde.decode(row[1]) for row in rows}
+        found: dict[int, Any] = {}
+        for chunk in _chunks(blob_ids):
+            rows = self._session.query(
+                self._owner._statement(template, len(chunk)),
+                thread_id=thread_id,
+                **self._owner._in_params(chunk),
+            )
+            for blob_id, value in rows:
+                found[int(blob_id)] = _records.decode_value(value, thread_id=thread_id, table="blobs")
+        return found
 
     def create_log(self, thread_id: str, channel: str, parent_id: int | None, base: int, length: int) -> int:
         rows = self._session.query(
@@ -953,26 +1566,37 @@ class _Store:
 
     def fetch_logs(self, thread_id: str) -> dict[int, LogInfo]:
         rows = self._session.query(self._owner._sql("logs"), thread_id=thread_id)
-        return {
-            int(row[0]): LogInfo(
-                int(row[0]), None if row[1] is None else int(row[1]), int(row[2]), int(row[3])
+        logs: dict[int, LogInfo] = {}
+        for row in rows:
+            log_id, parent_id, base, length = (
+                _stored_int(row[0], thread_id=thread_id, table="logs"),
+                None if row[1] is None else _stored_int(row[1], thread_id=thread_id, table="logs"),
+                _stored_int(row[2], thread_id=thread_id, table="logs"),
+                _stored_int(row[3], thread_id=thread_id, table="logs"),
             )
-            for row in rows
-        }
+            logs[log_id] = LogInfo(log_id, parent_id, base, length)
+        return logs
 
     def fetch_items(
         self, thread_id: str, spans: Sequence[tuple[int, int, int]]
     ) -> dict[int, builtins.list[Any]]:
-        if not spans:
-            return {}
-        clauses = " OR ".join(f"(log_id = :l{n} AND idx >= :s{n} AND idx < :e{n})" for n in range(len(spans)))
-        params: dict[str, Any] = {}
-        for n, (log_id, start, stop) in enumerate(spans):
-            params[f"l{n}"], params[f"s{n}"], params[f"e{n}"] = log_id, start, stop
-        statement = self._owner._statement(
-            f"SELECT log_id, {{jo_value}} FROM {{p}}_items WHERE {clauses} ORDER BY log_id, idx", 0
-        )
         found: dict[int, builtins.list[Any]] = {}
-        for log_id, value in self._session.query(statement, **params):
-            found.setdefault(int(log_id), []).append(serde.decode(value))
+        for start in range(0, len(spans), 100):
+            chunk = spans[start : start + 100]
+            # Scoped by thread in SQL too: a manifest naming another thread's
+            # log (a forged row) reads nothing of that thread.
+            clauses = " OR ".join(
+                f"(i.log_id = :l{n} AND i.idx >= :s{n} AND i.idx < :e{n})" for n in range(len(chunk))
+            )
+            params: dict[str, Any] = {"thread_id": thread_id}
+            for n, (log_id, lower, upper) in enumerate(chunk):
+                params[f"l{n}"], params[f"s{n}"], params[f"e{n}"] = log_id, lower, upper
+            statement = self._owner._statement(
+                "SELECT i.log_id, {jo_i_value} FROM {p}_items AS i JOIN {p}_logs AS l ON l.log_id = i.log_id "
+                f"WHERE l.thread_id = :thread_id AND ({clauses}) ORDER BY i.log_id, i.idx"
+            )
+            for log_id, value in self._session.query(statement, **params):
+                found.setdefault(int(log_id), []).append(
+                    _records.decode_value(value, thread_id=thread_id, table="items")
+                )
         return found

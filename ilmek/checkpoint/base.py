@@ -2,10 +2,19 @@
 
 The docstrings of :class:`Checkpointer` are the contract. Its seven abstract
 methods are the port of ``ilmek/1``; the methods after them are what this
-package adds beyond it (atomic commits, thread holds, the host API). They
-have working defaults built on the port, so a minimal third-party backend
-only implements the seven; ilmek's own backends override them to make them
-atomic and fast.
+package adds beyond it (holds, fenced writes, append-only journals, the
+host API). They have working defaults built on the port, so a minimal
+third-party backend only implements the seven (its holds then work within
+one process); ilmek's own backends override them to make them atomic, fast
+and valid across processes.
+
+Journals. A task's steps are recorded one entry at a time, under the
+checkpoint its superstep ran from (its *base*). The tasks of a checkpoint
+see the entries recorded from the checkpoints named in its
+``journal_chain`` (what a pause, a continued crash or a fork inherits from
+the same superstep), then the entries recorded from itself. A superstep
+that commits drops the entries recorded from its base; entries that a
+pause still inherits stay until the thread is pruned or deleted.
 """
 
 from __future__ import annotations
@@ -14,13 +23,25 @@ import abc
 import builtins
 import contextlib
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from ..errors import ConcurrentUpdateError, ThreadBusyError
-from ..types import ChannelChange, Checkpoint, JournalEntry, ThreadInfo, ThreadStatus
+from ..errors import CheckpointNotFoundError, ConcurrentUpdateError
+from ..types import ChannelChange, Checkpoint, JournalEntry, ThreadError, ThreadInfo, task_id_for
+from .holds import Hold, HoldLostError, LocalHold, busy_error, new_token
 
-__all__ = ["ANY_LATEST", "Checkpointer", "ThreadHold", "busy_error", "checkpoints_to_keep"]
+__all__ = [
+    "ANY_LATEST",
+    "Checkpointer",
+    "Hold",
+    "HoldLostError",
+    "busy_error",
+    "checkpoints_to_keep",
+    "concurrent_update_error",
+    "journal_view",
+    "missing_parent_error",
+    "same_channels",
+]
 
 
 class _AnyLatest:
@@ -32,55 +53,19 @@ ANY_LATEST: Final = _AnyLatest()
 """Passed as ``expect_latest``: commit whatever the thread's latest checkpoint is."""
 
 
-class ThreadHold:
-    """The right to run a thread, held from a run's start to its end.
+def journal_view(
+    carried: Iterable[JournalEntry], segments: Iterable[Iterable[JournalEntry]]
+) -> tuple[JournalEntry, ...]:
+    """One task's journal: entries carried in the checkpoint, then each segment's in order.
 
-    Attributes:
-        thread_id: The thread held.
-        keep_alive_interval: How often, in seconds, :meth:`keep_alive` should
-            be called while the hold is in use (``None``: never needed).
-        verifies: Whether :meth:`verify` can tell a lost hold (holds that can
-            only be lost with the connection that writes need not check).
+    A later entry under the same key replaces an earlier one (an answer
+    replaces the open pause it answers); order is that of first appearance.
     """
-
-    keep_alive_interval: float | None = None
-    #: Whether :meth:`verify` does anything (the engine skips it otherwise).
-    verifies: bool = False
-
-    def __init__(self, thread_id: str) -> None:
-        self.thread_id = thread_id
-
-    def verify(self) -> None:
-        """Confirm the hold is still this run's, just before a step's side effect.
-
-        Raises:
-            ThreadBusyError: the hold was lost; the step must not run.
-        """
-
-    def keep_alive(self) -> None:
-        """Renew the hold.
-
-        Raises:
-            ThreadBusyError: the hold was lost (its lease lapsed and another
-                run took the thread).
-        """
-
-    def release(self) -> None:
-        """Give the thread back; safe to call twice."""
-
-
-class _LocalHold(ThreadHold):
-    def __init__(self, thread_id: str, registry: set[str], lock: threading.Lock) -> None:
-        super().__init__(thread_id)
-        self._registry = registry
-        self._lock = lock
-        self._held = True
-
-    def release(self) -> None:
-        with self._lock:
-            if self._held:
-                self._registry.discard(self.thread_id)
-                self._held = False
+    merged: dict[str, JournalEntry] = {entry.key: entry for entry in carried}
+    for segment in segments:
+        for entry in segment:
+            merged[entry.key] = entry
+    return tuple(merged.values())
 
 
 class Checkpointer(abc.ABC):
@@ -91,7 +76,7 @@ class Checkpointer(abc.ABC):
     """
 
     def __init__(self) -> None:
-        self._local_holds: set[str] = set()
+        self._local_holds: dict[str, LocalHold] = {}
         self._local_holds_lock = threading.Lock()
         self._commit_lock = threading.RLock()
 
@@ -140,52 +125,17 @@ class Checkpointer(abc.ABC):
 
     @abc.abstractmethod
     def delete_thread(self, thread_id: str) -> None:
-        """Delete the thread: its checkpoints, its journals and its metadata.
+        """Delete the thread: its checkpoints, its journals, its metadata and its hold.
 
-        Threads whose ids merely look alike (a prefix, ``%`` or ``_``) are untouched.
+        Threads whose ids merely look alike (a prefix, ``%`` or ``_``) are
+        untouched. A run holding the thread fails at its next write and
+        writes nothing more.
         """
 
-    # --- beyond the port: what the engine needs ------------------------------------
-
-    def commit(
-        self,
-        thread_id: str,
-        checkpoint: Checkpoint,
-        *,
-        changes: Mapping[str, ChannelChange] | None = None,
-        expect_latest: str | _AnyLatest | None = ANY_LATEST,
-        drop_journals: Sequence[str] = (),
-        release_hold: bool = False,
-    ) -> None:
-        """Store a checkpoint and drop the journals it supersedes, all or nothing.
-
-        Args:
-            thread_id: The thread.
-            checkpoint: The new checkpoint; ``channels`` holds the full values.
-            changes: What changed relative to the parent, so that only that is
-                written; without it the backend works it out.
-            expect_latest: The id the thread's latest checkpoint must still
-                have (``None``: the thread must have none).
-            drop_journals: Task ids whose journals the checkpoint supersedes.
-            release_hold: This is the run's last write: a backend may give the
-                thread's hold back in the same transaction.
-
-        Raises:
-            ConcurrentUpdateError: the thread's latest checkpoint is not
-                ``expect_latest``; nothing was written.
-        """
-        with self._commit_lock:
-            if expect_latest is not ANY_LATEST:
-                latest = self.get(thread_id)
-                found = latest.id if latest is not None else None
-                if found != expect_latest:
-                    raise concurrent_update_error(thread_id, expect_latest, found)
-            self.put(thread_id, checkpoint)
-            for task_id in drop_journals:
-                self.drop_journal(task_id)
+    # --- beyond the port: several journals at once --------------------------------------
 
     def get_journals(self, task_ids: Sequence[str]) -> dict[str, tuple[JournalEntry, ...]]:
-        """The journals of several tasks (absent ones are left out)."""
+        """The journals of several tasks (tasks without one are left out)."""
         found = {}
         for task_id in task_ids:
             entries = self.get_journal(task_id)
@@ -194,32 +144,181 @@ class Checkpointer(abc.ABC):
         return found
 
     def put_journals(self, journals: Mapping[str, Sequence[JournalEntry]]) -> None:
-        """Replace several journals; ilmek's backends do it in one transaction."""
+        """Replace several journals; nothing is written if any entry cannot be stored.
+
+        Raises:
+            SerializationError: naming the task and the step key.
+        """
+        from . import _records
+
+        for task_id, entries in journals.items():
+            _records.encode_journal(task_id, entries)
         for task_id, entries in journals.items():
             self.put_journal(task_id, entries)
 
+    # --- beyond the port: holds ------------------------------------------------------
+
     @contextlib.contextmanager
-    def hold(self, thread_id: str) -> Iterator[ThreadHold]:
+    def hold(self, thread_id: str) -> Iterator[Hold]:
         """Hold a thread for one run: a second holder gets :class:`ThreadBusyError`.
 
-        The default holds within this process only; ilmek's SQL backends hold
+        The :class:`Hold` is passed to every write the run makes. The default
+        holds within this checkpointer object only; ilmek's own backends hold
         across processes and machines.
         """
-        with self.local_hold(thread_id) as handle:
-            yield handle
-
-    @contextlib.contextmanager
-    def local_hold(self, thread_id: str) -> Iterator[ThreadHold]:
-        """Hold a thread against other runs through this checkpointer object."""
-        with self._local_holds_lock:
-            if thread_id in self._local_holds:
-                raise busy_error(thread_id)
-            self._local_holds.add(thread_id)
-        handle = _LocalHold(thread_id, self._local_holds, self._local_holds_lock)
+        handle = self._take_local_hold(thread_id)
         try:
             yield handle
         finally:
             handle.release()
+
+    def _take_local_hold(self, thread_id: str) -> LocalHold:
+        with self._local_holds_lock:
+            if thread_id in self._local_holds:
+                raise busy_error(thread_id)
+            handle = LocalHold(thread_id, new_token(), self._forget_local_hold)
+            self._local_holds[thread_id] = handle
+            return handle
+
+    def _forget_local_hold(self, handle: LocalHold) -> None:
+        with self._local_holds_lock:
+            if self._local_holds.get(handle.thread_id) is handle:
+                del self._local_holds[handle.thread_id]
+
+    def _check_local_hold(self, hold: Hold | None) -> None:
+        """Fence for the default methods: the hold must still be registered here."""
+        if hold is None:
+            return
+        with self._local_holds_lock:
+            current = self._local_holds.get(hold.thread_id)
+        if current is not hold:
+            raise hold.mark_lost("the thread was deleted or taken by another run")
+
+    def request_cancel(self, thread_id: str, reason: str = "cancelled") -> bool:
+        """Ask the run holding the thread now to stop at its next superstep boundary.
+
+        Returns:
+            Whether a run was holding the thread. The request dies with that
+            run and never touches a later one.
+        """
+        with self._local_holds_lock:
+            current = self._local_holds.get(thread_id)
+        if current is None or current.released:
+            return False
+        current.renewed(0.0, reason)
+        return True
+
+    # --- beyond the port: what a run reads and writes ---------------------------------
+
+    def load(
+        self, thread_id: str, checkpoint_id: str | None = None, *, hold: Hold | None = None
+    ) -> Checkpoint | None:
+        """:meth:`get`, on behalf of the run that holds ``hold`` (through its connection)."""
+        return self.get(thread_id, checkpoint_id)
+
+    def load_journals(
+        self, base: Checkpoint, task_keys: Sequence[str], *, hold: Hold | None = None
+    ) -> dict[str, tuple[JournalEntry, ...]]:
+        """The journals the tasks of ``base.next`` see when they run from ``base``.
+
+        Returns:
+            Task key to entries, for the tasks that have any.
+        """
+        found: dict[str, tuple[JournalEntry, ...]] = {}
+        for key in task_keys:
+            segments = [
+                self.get_journal(task_id_for(base.thread_id, source, key))
+                for source in (*base.journal_chain, base.id)
+            ]
+            entries = journal_view(base.task_journals.get(key, ()), segments)
+            if entries:
+                found[key] = entries
+        return found
+
+    def append_journal(self, hold: Hold, base_id: str, task_key: str, entry: JournalEntry) -> None:
+        """Record one entry of a task running from ``base_id``; durable when this returns.
+
+        Fenced by ``hold``, and idempotent: recording the same key again keeps
+        the first record.
+
+        Raises:
+            HoldLostError: the run no longer holds the thread; nothing was written.
+            SerializationError: the entry cannot be stored; nothing was written.
+        """
+        self._check_local_hold(hold)
+        task_id = task_id_for(hold.thread_id, base_id, task_key)
+        entries = self.get_journal(task_id)
+        if all(existing.key != entry.key for existing in entries):
+            self.put_journal(task_id, (*entries, entry))
+
+    def record_answers(self, hold: Hold, base_id: str, answers: Mapping[str, Sequence[JournalEntry]]) -> None:
+        """Record the answers to a checkpoint's pauses (task key to entries), all or nothing."""
+        self._check_local_hold(hold)
+        for task_key, entries in answers.items():
+            task_id = task_id_for(hold.thread_id, base_id, task_key)
+            recorded = {entry.key: entry for entry in self.get_journal(task_id)}
+            recorded.update((entry.key, entry) for entry in entries)
+            self.put_journal(task_id, tuple(recorded.values()))
+
+    def commit(
+        self,
+        thread_id: str,
+        checkpoint: Checkpoint,
+        *,
+        changes: Mapping[str, ChannelChange] | None = None,
+        expect_latest: str | _AnyLatest | None = ANY_LATEST,
+        hold: Hold | None = None,
+        drop_journals: Sequence[str] = (),
+        journal: tuple[str, Mapping[str, Sequence[JournalEntry]]] | None = None,
+        release_hold: bool = False,
+    ) -> None:
+        """Store a checkpoint and drop the journals it makes useless, all or nothing.
+
+        Args:
+            thread_id: The thread.
+            checkpoint: The new checkpoint; ``channels`` holds the full values.
+            changes: What changed relative to the parent, so that only that is
+                written; without it the backend works it out.
+            expect_latest: The id the thread's latest checkpoint must still
+                have (``None``: the thread must have none).
+            hold: The run's hold: the commit lands only while it is the run's.
+            drop_journals: Task ids whose own journal entries the new
+                checkpoint makes useless (the tasks of a superstep that ended).
+            journal: ``(base checkpoint id, {task key: entries})`` to record
+                in the same transaction (the open pauses of a paused
+                superstep); an entry already recorded is kept.
+            release_hold: This is the run's last write: the hold is given back
+                in the same transaction.
+
+        Raises:
+            ConcurrentUpdateError: the thread's latest checkpoint is not
+                ``expect_latest``; nothing was written.
+            HoldLostError: ``hold`` is no longer the run's; nothing was written.
+        """
+        with self._commit_lock:
+            self._check_local_hold(hold)
+            if expect_latest is not ANY_LATEST:
+                latest = self.get(thread_id)
+                found = latest.id if latest is not None else None
+                if found != expect_latest:
+                    raise concurrent_update_error(thread_id, expect_latest, found)
+            self.put(thread_id, checkpoint)
+            for task_id in drop_journals:
+                self.drop_journal(task_id)
+            if journal is not None and hold is not None:
+                base_id, entries = journal
+                for task_key, recorded in entries.items():
+                    for entry in recorded:
+                        self.append_journal(hold, base_id, task_key, entry)
+        if release_hold and hold is not None:
+            hold.release()
+
+    def record_failure(self, hold: Hold, error: ThreadError) -> None:
+        """Store why the run holding ``hold`` failed; the thread then reads ``error``.
+
+        The next commit of the thread clears it. The default stores nothing.
+        """
+        self._check_local_hold(hold)
 
     # --- beyond the port: the host API ----------------------------------------------
 
@@ -227,9 +326,11 @@ class Checkpointer(abc.ABC):
         self,
         search: str | None = None,
         metadata: Mapping[str, Any] | None = None,
-        status: ThreadStatus | None = None,
+        status: str | None = None,
         offset: int = 0,
         limit: int | None = None,
+        updated_before: Any = None,
+        updated_after: Any = None,
     ) -> builtins.list[ThreadInfo]:
         """Threads, most recently updated first.
 
@@ -237,9 +338,14 @@ class Checkpointer(abc.ABC):
             search: Only threads whose id contains this text (case-insensitive).
             metadata: Only threads whose metadata has every one of these
                 key/value pairs.
-            status: Only threads in this status.
+            status: Only threads in this status (``done``, ``interrupted``,
+                ``unfinished``, ``error``), or ``running`` for those a live
+                run holds now.
             offset: Skip this many.
             limit: At most this many.
+            updated_before: Only threads last updated before this moment (an
+                aware ``datetime`` or epoch seconds).
+            updated_after: Only threads last updated at or after this moment.
         """
         raise NotImplementedError(f"{type(self).__name__} does not list threads")
 
@@ -280,6 +386,26 @@ class Checkpointer(abc.ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} does not prune")
 
+    def delete_threads(
+        self,
+        *,
+        updated_before: Any = None,
+        status: str | None = None,
+        limit: int | None = None,
+    ) -> int:
+        """Delete threads in bulk; never one a live run holds.
+
+        Args:
+            updated_before: Only threads last updated before this moment (an
+                aware ``datetime`` or epoch seconds).
+            status: Only threads in this status.
+            limit: At most this many (the least recently updated first).
+
+        Returns:
+            How many threads were deleted.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not delete threads in bulk")
+
     # --- lifetime ----------------------------------------------------------------------
 
     def close(self) -> None:
@@ -292,21 +418,35 @@ class Checkpointer(abc.ABC):
         self.close()
 
 
-def busy_error(thread_id: str) -> ThreadBusyError:
-    """The error for a thread another run holds."""
-    return ThreadBusyError(
-        f"thread {thread_id!r} is held by another run; wait for it to return "
-        "(or, if its process died, for its hold to lapse) and try again",
-        thread_id=thread_id,
-    )
-
-
 def concurrent_update_error(thread_id: str, expected: object, found: str | None) -> ConcurrentUpdateError:
+    """The error for a commit whose expected latest checkpoint moved on."""
     return ConcurrentUpdateError(
         f"thread {thread_id!r} moved on while this run worked: its latest checkpoint is "
         f"{found!r}, not {expected!r}; nothing was written. Reload the thread and try again",
         thread_id=thread_id,
         checkpoint_id=found,
+    )
+
+
+def same_channels(stored: Mapping[str, Any], channels: Mapping[str, Any]) -> bool:
+    """Whether two sets of channel values would be stored alike (a retried write meeting itself)."""
+    from .. import serde
+
+    if set(stored) != set(channels):
+        return False
+    try:
+        return all(serde.encode(stored[name]) == serde.encode(channels[name]) for name in stored)
+    except Exception:
+        return False
+
+
+def missing_parent_error(thread_id: str, checkpoint: Checkpoint) -> CheckpointNotFoundError:
+    """The error for a commit whose parent checkpoint is gone (its delta has nothing to build on)."""
+    return CheckpointNotFoundError(
+        f"the parent {checkpoint.parent_id!r} of checkpoint {checkpoint.id!r} is not a checkpoint of "
+        f"thread {thread_id!r} (pruned or deleted meanwhile?); nothing was written",
+        thread_id=thread_id,
+        checkpoint_id=checkpoint.parent_id,
     )
 
 

@@ -1,30 +1,32 @@
 """InMemoryCheckpointer: the reference backend, held in this process's memory.
 
 It stores encoded JSON exactly as the SQL backends do (through the same
-delta layout), so a value that could not survive a database fails here too,
-and code tested against it behaves the same on SQLite or Postgres.
+delta layout and the same journal entries), so a value that could not
+survive a database fails here too, and code tested against it behaves the
+same on SQLite or Postgres. Holds are kept per checkpointer object.
 """
 
 from __future__ import annotations
 
 import bisect
 import builtins
+import datetime as _dt
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from .. import serde
+from .. import checks, serde
 from ..errors import CheckpointNotFoundError, ConcurrentUpdateError
 from ..types import (
     ChannelChange,
     Checkpoint,
     JournalEntry,
     LazyChannels,
+    ThreadError,
     ThreadInfo,
-    ThreadStatus,
-    thread_of_task,
+    split_task_id,
     utc_now,
 )
 from . import _records
@@ -39,9 +41,21 @@ from ._delta import (
     read_channels,
     write_channels,
 )
-from .base import ANY_LATEST, Checkpointer, _AnyLatest, checkpoints_to_keep, concurrent_update_error
+from .base import (
+    ANY_LATEST,
+    Checkpointer,
+    Hold,
+    _AnyLatest,
+    checkpoints_to_keep,
+    concurrent_update_error,
+    journal_view,
+    missing_parent_error,
+    same_channels,
+)
 
 __all__ = ["InMemoryCheckpointer"]
+
+_Scope = tuple[str, str, str]  # (thread, base checkpoint, task key)
 
 
 @attrs.define
@@ -55,8 +69,9 @@ class _StoredCheckpoint:
     next_text: str
     pending_text: str
     journals_text: str
+    chain_text: str
     metadata_text: str
-    status: ThreadStatus
+    status: str
 
 
 @attrs.define
@@ -64,11 +79,14 @@ class _Thread:
     created_at: Any
     updated_at: Any
     metadata_text: str = "{}"
+    status: str = "done"
+    error: ThreadError | None = None
     ids: list[str] = attrs.Factory(list)
     checkpoints: dict[str, _StoredCheckpoint] = attrs.Factory(dict)
     blobs: dict[int, str] = attrs.Factory(dict)
     logs: dict[int, LogInfo] = attrs.Factory(dict)
     items: dict[int, list[str]] = attrs.Factory(dict)
+    journals: dict[tuple[str, str], dict[str, str]] = attrs.Factory(dict)
 
 
 class _Store:
@@ -133,8 +151,6 @@ class InMemoryCheckpointer(Checkpointer):
         super().__init__()
         self._lock = threading.RLock()
         self._threads: dict[str, _Thread] = {}
-        self._journals: dict[str, str] = {}
-        self._journals_by_thread: dict[str, set[str]] = {}
         self._ids = 0
         self._store = _Store(self)
         self._cache = ValueCache()
@@ -142,6 +158,13 @@ class InMemoryCheckpointer(Checkpointer):
     def _next_id(self) -> int:
         self._ids += 1
         return self._ids
+
+    def _touch(self, thread_id: str) -> _Thread:
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            now = utc_now()
+            thread = self._threads[thread_id] = _Thread(created_at=now, updated_at=now)
+        return thread
 
     # --- checkpoints ----------------------------------------------------------------
 
@@ -155,41 +178,52 @@ class InMemoryCheckpointer(Checkpointer):
         *,
         changes: Mapping[str, ChannelChange] | None = None,
         expect_latest: str | _AnyLatest | None = ANY_LATEST,
+        hold: Hold | None = None,
         drop_journals: Sequence[str] = (),
+        journal: tuple[str, Mapping[str, Sequence[JournalEntry]]] | None = None,
         release_hold: bool = False,
     ) -> None:
+        thread_id = checks.thread_id(thread_id)
         _records.check_thread(thread_id, checkpoint)
+        checks.checkpoint_id(checkpoint.id, "checkpoint.id")
+        # Encode everything before touching the store: a value that cannot be
+        # stored must leave the thread as it was.
+        encoded = _records.encode_changes(changes) if changes is not None else None
+        stored_fields = _records.encode_fields(checkpoint)
+        recorded = _encode_entries(journal)
         with self._lock:
+            self._check_local_hold(hold)
             thread = self._threads.get(thread_id)
-            if expect_latest is not ANY_LATEST:
-                found = thread.ids[-1] if thread is not None and thread.ids else None
-                if found != expect_latest:
-                    raise concurrent_update_error(thread_id, expect_latest, found)
-            if thread is not None and checkpoint.id in thread.checkpoints:
+            existing = thread.checkpoints.get(checkpoint.id) if thread is not None else None
+            if existing is not None:
+                if _same_record(existing, checkpoint, stored_fields) and same_channels(
+                    self._values(thread_id, existing), checkpoint.channels
+                ):
+                    return  # this very commit already landed
                 raise ConcurrentUpdateError(
                     f"checkpoint {checkpoint.id!r} of thread {thread_id!r} already exists; "
                     "checkpoints are never overwritten: write a new one with a new id",
                     thread_id=thread_id,
                     checkpoint_id=checkpoint.id,
                 )
+            if expect_latest is not ANY_LATEST:
+                found = thread.ids[-1] if thread is not None and thread.ids else None
+                if found != expect_latest:
+                    raise concurrent_update_error(thread_id, expect_latest, found)
             parent = None
             if thread is not None and checkpoint.parent_id is not None:
                 parent = thread.checkpoints.get(checkpoint.parent_id)
+            if parent is None and checkpoint.parent_id is not None and encoded is not None:
+                raise missing_parent_error(thread_id, checkpoint)
             keep: set[str] | None = None
-            if changes is None:
+            if encoded is None:
                 parent_values = self._values(thread_id, parent) if parent is not None else None
-                changes = diff_channels(parent_values, checkpoint.channels)
+                encoded = _records.encode_changes(diff_channels(parent_values, checkpoint.channels))
                 keep = set(checkpoint.channels)
-            # Encode everything before touching the store: a value that cannot
-            # be stored must leave the thread as it was.
-            encoded = _records.encode_changes(changes)
-            stored_fields = _records.encode_fields(checkpoint)
-            if thread is None:
-                now = utc_now()
-                thread = self._threads[thread_id] = _Thread(created_at=now, updated_at=now)
+            thread = self._touch(thread_id)
             parent_manifest = parent.manifest if parent else {}
             manifest = write_channels(self._store, thread_id, parent_manifest, encoded, keep)
-            extend_cached_logs(self._cache, parent_manifest, manifest, encoded)
+            extend_cached_logs(self._cache, thread_id, parent_manifest, manifest, encoded)
             stored = _StoredCheckpoint(
                 id=checkpoint.id,
                 parent_id=checkpoint.parent_id,
@@ -202,11 +236,21 @@ class InMemoryCheckpointer(Checkpointer):
             )
             bisect.insort(thread.ids, checkpoint.id)
             thread.checkpoints[checkpoint.id] = stored
+            if thread.ids[-1] == checkpoint.id:
+                thread.status, thread.error = checkpoint.status, None
             thread.updated_at = utc_now()
             for task_id in drop_journals:
-                self._drop_journal(task_id)
+                self._drop_own(task_id)
+            for (base_id, task_key), texts in recorded.items():
+                own = thread.journals.setdefault((base_id, task_key), {})
+                for entry_key, text in texts.items():
+                    own.setdefault(entry_key, text)
+            if release_hold and hold is not None:
+                hold.release()
 
     def get(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
+        thread_id = checks.thread_id(thread_id)
+        checkpoint_id = checks.optional_checkpoint_id(checkpoint_id)
         with self._lock:
             thread = self._threads.get(thread_id)
             if thread is None or not thread.ids:
@@ -219,6 +263,9 @@ class InMemoryCheckpointer(Checkpointer):
     def list(
         self, thread_id: str, *, limit: int | None = None, before: str | None = None
     ) -> builtins.list[Checkpoint]:
+        thread_id = checks.thread_id(thread_id)
+        limit = checks.count(limit, "limit", optional=True)
+        before = checks.optional_checkpoint_id(before, "before")
         with self._lock:
             thread = self._threads.get(thread_id)
             if thread is None:
@@ -227,7 +274,7 @@ class InMemoryCheckpointer(Checkpointer):
             end = len(ids) if before is None else bisect.bisect_left(ids, before)
             chosen = ids[:end][::-1]
             if limit is not None:
-                chosen = chosen[: max(limit, 0)]
+                chosen = chosen[:limit]
             return [self._checkpoint(thread_id, thread.checkpoints[i], lazy=True) for i in chosen]
 
     def _values(self, thread_id: str, stored: _StoredCheckpoint) -> dict[str, Any]:
@@ -240,98 +287,205 @@ class InMemoryCheckpointer(Checkpointer):
             channels = LazyChannels(lambda: self._values(thread_id, stored))
         else:
             channels = self._values(thread_id, stored)
+        where = {"thread_id": thread_id, "checkpoint_id": stored.id}
         return Checkpoint(
             id=stored.id,
             thread_id=thread_id,
             parent_id=stored.parent_id,
             plan_id=stored.plan_id,
             channels=channels,
-            next=_records.decode_next(stored.next_text),
-            pending=_records.decode_pending(stored.pending_text),
-            task_journals=_records.decode_task_journals(stored.journals_text),
+            next=_records.decode_next(stored.next_text, **where),
+            pending=_records.decode_pending(stored.pending_text, **where),
+            task_journals=_records.decode_task_journals(stored.journals_text, **where),
+            journal_chain=_records.decode_chain(stored.chain_text, **where),
             step=stored.step,
             ts=stored.ts,
-            metadata=serde.decode(stored.metadata_text),
+            metadata=_records.decode_metadata(stored.metadata_text, **where),
         )
 
     # --- journals --------------------------------------------------------------------
+
+    def _scope(self, task_id: Any) -> _Scope:
+        task_id = checks.text(task_id, "task_id")
+        try:
+            return split_task_id(task_id)
+        except ValueError:
+            # A task id of another shape is its own journal, in no thread.
+            return task_id, "", ""
+
+    def _own(self, scope: _Scope) -> builtins.list[JournalEntry]:
+        thread = self._threads.get(scope[0])
+        if thread is None:
+            return []
+        texts = thread.journals.get((scope[1], scope[2]), {})
+        return [
+            _records.decode_entry(text, thread_id=scope[0], checkpoint_id=scope[1]) for text in texts.values()
+        ]
+
+    def _view(
+        self, thread_id: str, base: Checkpoint | _StoredCheckpoint | None, base_id: str, key: str
+    ) -> tuple[JournalEntry, ...]:
+        carried: tuple[JournalEntry, ...] = ()
+        chain: tuple[str, ...] = ()
+        if isinstance(base, _StoredCheckpoint):
+            where = {"thread_id": thread_id, "checkpoint_id": base.id}
+            carried = _records.decode_task_journals(base.journals_text, **where).get(key, ())
+            chain = _records.decode_chain(base.chain_text, **where)
+        elif isinstance(base, Checkpoint):
+            carried, chain = base.task_journals.get(key, ()), base.journal_chain
+        return journal_view(carried, [self._own((thread_id, source, key)) for source in (*chain, base_id)])
 
     def put_journal(self, task_id: str, entries: Sequence[JournalEntry]) -> None:
         self.put_journals({task_id: entries})
 
     def put_journals(self, journals: Mapping[str, Sequence[JournalEntry]]) -> None:
-        encoded = {task_id: _records.encode_journal(task_id, e) for task_id, e in journals.items()}
+        encoded = [
+            (self._scope(task_id), {e.key: _records.encode_entry(e, f"journal {task_id!r}") for e in entries})
+            for task_id, entries in journals.items()
+        ]
         with self._lock:
-            for task_id, text in encoded.items():
-                self._journals[task_id] = text
-                self._journals_by_thread.setdefault(thread_of_task(task_id), set()).add(task_id)
+            for scope, texts in encoded:
+                self._touch_journals(scope[0])[(scope[1], scope[2])] = texts
+
+    def _touch_journals(self, thread_id: str) -> dict[tuple[str, str], dict[str, str]]:
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            now = utc_now()
+            # A journal alone does not make a listed thread: no checkpoints yet.
+            thread = self._threads[thread_id] = _Thread(created_at=now, updated_at=now)
+        return thread.journals
 
     def get_journal(self, task_id: str) -> tuple[JournalEntry, ...]:
+        thread_id, base_id, key = self._scope(task_id)
         with self._lock:
-            text = self._journals.get(task_id)
-        return _records.decode_journal(text) if text is not None else ()
+            thread = self._threads.get(thread_id)
+            base = thread.checkpoints.get(base_id) if thread is not None else None
+            return self._view(thread_id, base, base_id, key)
 
     def drop_journal(self, task_id: str) -> None:
+        scope = self._scope(task_id)
         with self._lock:
-            self._drop_journal(task_id)
+            self._drop_own(task_id, scope)
 
-    def _drop_journal(self, task_id: str) -> None:
-        if self._journals.pop(task_id, None) is not None:
-            self._journals_by_thread.get(thread_of_task(task_id), set()).discard(task_id)
+    def _drop_own(self, task_id: str, scope: _Scope | None = None) -> None:
+        thread_id, base_id, key = scope or self._scope(task_id)
+        thread = self._threads.get(thread_id)
+        if thread is not None:
+            thread.journals.pop((base_id, key), None)
+
+    def load_journals(
+        self, base: Checkpoint, task_keys: Sequence[str], *, hold: Hold | None = None
+    ) -> dict[str, tuple[JournalEntry, ...]]:
+        with self._lock:
+            found = {key: self._view(base.thread_id, base, base.id, key) for key in task_keys}
+        return {key: entries for key, entries in found.items() if entries}
+
+    def append_journal(self, hold: Hold, base_id: str, task_key: str, entry: JournalEntry) -> None:
+        text = _records.encode_entry(entry, f"task {task_key!r}")
+        with self._lock:
+            self._check_local_hold(hold)
+            own = self._touch_journals(hold.thread_id).setdefault((base_id, task_key), {})
+            own.setdefault(entry.key, text)
+
+    def record_answers(self, hold: Hold, base_id: str, answers: Mapping[str, Sequence[JournalEntry]]) -> None:
+        encoded = {
+            key: {entry.key: _records.encode_entry(entry, f"task {key!r}") for entry in entries}
+            for key, entries in answers.items()
+        }
+        with self._lock:
+            self._check_local_hold(hold)
+            journals = self._touch_journals(hold.thread_id)
+            for key, texts in encoded.items():
+                journals.setdefault((base_id, key), {}).update(texts)
+
+    def record_failure(self, hold: Hold, error: ThreadError) -> None:
+        with self._lock:
+            self._check_local_hold(hold)
+            thread = self._threads.get(hold.thread_id)
+            if thread is not None and thread.ids:
+                thread.status, thread.error = "error", error
+                thread.updated_at = utc_now()
 
     def delete_thread(self, thread_id: str) -> None:
+        thread_id = checks.thread_id(thread_id)
         with self._lock:
             self._threads.pop(thread_id, None)
-            for task_id in self._journals_by_thread.pop(thread_id, set()):
-                self._journals.pop(task_id, None)
+            with self._local_holds_lock:
+                # The run that held it fails at its next write.
+                self._local_holds.pop(thread_id, None)
 
     # --- host API ----------------------------------------------------------------------
 
     def _info(self, thread_id: str, thread: _Thread) -> ThreadInfo:
         latest = thread.checkpoints[thread.ids[-1]] if thread.ids else None
+        hold = self._local_holds.get(thread_id)
+        running = hold is not None and not hold.released
         return ThreadInfo(
             id=thread_id,
             created_at=thread.created_at,
             updated_at=thread.updated_at,
-            status=latest.status if latest is not None else "done",
+            status=thread.status,  # type: ignore[arg-type]
             step=latest.step if latest is not None else 0,
             checkpoint_id=latest.id if latest is not None else None,
-            metadata=serde.decode(thread.metadata_text),
+            metadata=_records.decode_metadata(thread.metadata_text, thread_id=thread_id, table="threads"),
+            error=thread.error if thread.status == "error" else None,
+            running=running,
+            held_since=_moment(hold.acquired_at) if running and hold is not None else None,
         )
+
+    def _infos(self) -> builtins.list[ThreadInfo]:
+        with self._lock, self._local_holds_lock:
+            return [
+                self._info(tid, thread)
+                for tid, thread in self._threads.items()
+                if thread.ids or thread.metadata_text != "{}"
+            ]
 
     def list_threads(
         self,
         search: str | None = None,
         metadata: Mapping[str, Any] | None = None,
-        status: ThreadStatus | None = None,
+        status: str | None = None,
         offset: int = 0,
         limit: int | None = None,
+        updated_before: Any = None,
+        updated_after: Any = None,
     ) -> builtins.list[ThreadInfo]:
-        with self._lock:
-            infos = [self._info(tid, thread) for tid, thread in self._threads.items()]
-        if search:
-            needle = search.casefold()
-            infos = [i for i in infos if needle in i.id.casefold()]
-        if metadata:
-            infos = [i for i in infos if _records.metadata_matches(i.metadata, metadata)]
-        if status is not None:
-            infos = [i for i in infos if i.status == status]
+        needle = checks.search_text(search)
+        wanted = _records.check_metadata_filter(metadata)
+        status = checks.thread_status(status)
+        offset = checks.count(offset, "offset") or 0
+        limit = checks.count(limit, "limit", optional=True)
+        before = checks.moment(updated_before, "updated_before")
+        after = checks.moment(updated_after, "updated_after")
+        infos = self._infos()
+        if needle:
+            folded = needle.casefold()
+            infos = [i for i in infos if folded in i.id.casefold()]
+        if wanted:
+            infos = [i for i in infos if _records.metadata_matches(i.metadata, wanted)]
+        infos = [i for i in infos if _status_matches(i, status)]
+        if before is not None:
+            infos = [i for i in infos if i.updated_at.timestamp() < before]
+        if after is not None:
+            infos = [i for i in infos if i.updated_at.timestamp() >= after]
         infos.sort(key=lambda i: (i.updated_at, i.id), reverse=True)
         end = None if limit is None else offset + limit
         return infos[offset:end]
 
     def get_thread(self, thread_id: str) -> ThreadInfo | None:
-        with self._lock:
+        thread_id = checks.thread_id(thread_id)
+        with self._lock, self._local_holds_lock:
             thread = self._threads.get(thread_id)
-            return self._info(thread_id, thread) if thread is not None else None
+            if thread is None or not (thread.ids or thread.metadata_text != "{}"):
+                return None
+            return self._info(thread_id, thread)
 
     def put_thread_metadata(self, thread_id: str, metadata: Mapping[str, Any]) -> None:
+        thread_id = checks.thread_id(thread_id)
         text = _records.encode_thread_metadata(thread_id, metadata)
         with self._lock:
-            thread = self._threads.get(thread_id)
-            if thread is None:
-                now = utc_now()
-                thread = self._threads[thread_id] = _Thread(created_at=now, updated_at=now)
+            thread = self._touch(thread_id)
             thread.metadata_text = text
             thread.updated_at = utc_now()
 
@@ -344,8 +498,11 @@ class InMemoryCheckpointer(Checkpointer):
         *,
         checkpoint_id: str | None = None,
     ) -> builtins.list[Any]:
-        if offset < 0 or (limit is not None and limit < 0):
-            raise ValueError("offset and limit must not be negative")
+        thread_id = checks.thread_id(thread_id)
+        channel = checks.text(channel, "channel")
+        offset = checks.count(offset, "offset") or 0
+        limit = checks.count(limit, "limit", optional=True)
+        checkpoint_id = checks.optional_checkpoint_id(checkpoint_id)
         with self._lock:
             thread = self._threads.get(thread_id)
             stored = None
@@ -363,9 +520,9 @@ class InMemoryCheckpointer(Checkpointer):
             return read_channel_slice(self._store, thread_id, ref, offset, limit)
 
     def prune(self, thread_id: str, keep_last: int) -> int:
-        if keep_last < 1:
-            raise ValueError("keep_last must be at least 1: the latest checkpoint is always kept")
-        with self._lock:
+        thread_id = checks.thread_id(thread_id)
+        keep_last = checks.count(keep_last, "keep_last", minimum=1) or 1
+        with self.hold(thread_id), self._lock:
             thread = self._threads.get(thread_id)
             if thread is None:
                 return 0
@@ -379,4 +536,69 @@ class InMemoryCheckpointer(Checkpointer):
             for blob_id in builtins.list(thread.blobs):
                 if blob_id not in used:
                     del thread.blobs[blob_id]
+            needed = set(thread.ids)
+            for stored in thread.checkpoints.values():
+                needed.update(
+                    _records.decode_chain(stored.chain_text, thread_id=thread_id, checkpoint_id=stored.id)
+                )
+            for scope in builtins.list(thread.journals):
+                if scope[0] not in needed:
+                    del thread.journals[scope]
             return len(dropped)
+
+    def delete_threads(
+        self,
+        *,
+        updated_before: Any = None,
+        status: str | None = None,
+        limit: int | None = None,
+    ) -> int:
+        before = checks.moment(updated_before, "updated_before")
+        status = checks.thread_status(status)
+        limit = checks.count(limit, "limit", optional=True)
+        with self._lock:
+            infos = [i for i in self._infos() if not i.running and _status_matches(i, status)]
+            if before is not None:
+                infos = [i for i in infos if i.updated_at.timestamp() < before]
+            infos.sort(key=lambda i: (i.updated_at, i.id))
+            chosen = infos if limit is None else infos[:limit]
+            for info in chosen:
+                self._threads.pop(info.id, None)
+            return len(chosen)
+
+
+def _moment(epoch: float) -> _dt.datetime:
+    return _dt.datetime.fromtimestamp(epoch, _dt.UTC)
+
+
+def _status_matches(info: ThreadInfo, status: str | None) -> bool:
+    if status is None:
+        return True
+    if status == "running":
+        return info.running
+    return info.status == status
+
+
+def _encode_entries(
+    journal: tuple[str, Mapping[str, Sequence[JournalEntry]]] | None,
+) -> dict[tuple[str, str], dict[str, str]]:
+    if journal is None:
+        return {}
+    base_id, entries = journal
+    return {
+        (base_id, task_key): {
+            entry.key: _records.encode_entry(entry, f"task {task_key!r}") for entry in recorded
+        }
+        for task_key, recorded in entries.items()
+    }
+
+
+def _same_record(existing: _StoredCheckpoint, checkpoint: Checkpoint, fields: Mapping[str, str]) -> bool:
+    """Whether a stored checkpoint is this one (a retried commit that already landed)."""
+    return (
+        existing.parent_id == checkpoint.parent_id
+        and existing.step == checkpoint.step
+        and existing.next_text == fields["next_text"]
+        and existing.pending_text == fields["pending_text"]
+        and existing.metadata_text == fields["metadata_text"]
+    )

@@ -4,8 +4,9 @@ WAL lets readers run beside the one writer; every write transaction starts
 with ``BEGIN IMMEDIATE``, because a deferred transaction that reads and then
 writes fails at once under WAL when another connection wrote meanwhile,
 whatever the busy timeout. Many threads and several processes may share a
-file: each thread gets its own connection to a file we opened, holds are
-leases in the ``holds`` table, and ``database is locked`` is retried.
+file: each thread gets its own connection to a file we opened (closed when
+that thread ends), holds are leases in the ``holds`` table, and ``database
+is locked`` is retried.
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ import pathlib
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from ..dbapi import Adapter, ErrorKind, LockedConnection, Session, Statement
-from ._sql import SqlCheckpointer
+from ..errors import InvalidArgumentError, StorageError, TransientStorageError
+from ._sql import Migration, SqlCheckpointer, copy_v1_journals, validate_prefix
+from .django import DjangoAdapter, is_django_connection
 
 __all__ = ["DEFAULT_PATH", "SqliteCheckpointer"]
 
@@ -32,38 +36,57 @@ _TRANSIENT_CODES = frozenset({5, 6})
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _MIN_VERSION = (3, 35, 0)  # RETURNING
 
-_MIGRATIONS: list[list[str]] = [
-    [
-        "CREATE TABLE IF NOT EXISTS {p}_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-        "CREATE TABLE IF NOT EXISTS {p}_threads ("
-        " thread_id TEXT PRIMARY KEY, created_at REAL NOT NULL, updated_at REAL NOT NULL,"
-        " status TEXT NOT NULL, step INTEGER NOT NULL, checkpoint_id TEXT,"
-        " metadata TEXT NOT NULL DEFAULT '{{}}')",
-        "CREATE INDEX IF NOT EXISTS {p}_threads_updated ON {p}_threads (updated_at DESC, thread_id DESC)",
-        "CREATE INDEX IF NOT EXISTS {p}_threads_status ON {p}_threads (status, updated_at DESC)",
-        "CREATE TABLE IF NOT EXISTS {p}_checkpoints ("
-        " thread_id TEXT NOT NULL, checkpoint_id TEXT NOT NULL, parent_id TEXT, plan_id TEXT,"
-        " step INTEGER NOT NULL, ts REAL NOT NULL, manifest TEXT NOT NULL, next TEXT NOT NULL,"
-        " pending TEXT NOT NULL, task_journals TEXT NOT NULL, metadata TEXT NOT NULL,"
-        " PRIMARY KEY (thread_id, checkpoint_id)) WITHOUT ROWID",
-        "CREATE TABLE IF NOT EXISTS {p}_blobs ("
-        " blob_id INTEGER PRIMARY KEY AUTOINCREMENT, thread_id TEXT NOT NULL,"
-        " channel TEXT NOT NULL, value TEXT NOT NULL)",
-        "CREATE INDEX IF NOT EXISTS {p}_blobs_thread ON {p}_blobs (thread_id)",
-        "CREATE TABLE IF NOT EXISTS {p}_logs ("
-        " log_id INTEGER PRIMARY KEY AUTOINCREMENT, thread_id TEXT NOT NULL, channel TEXT NOT NULL,"
-        " parent_id INTEGER, base INTEGER NOT NULL, length INTEGER NOT NULL)",
-        "CREATE INDEX IF NOT EXISTS {p}_logs_thread ON {p}_logs (thread_id)",
-        "CREATE TABLE IF NOT EXISTS {p}_items ("
-        " log_id INTEGER NOT NULL, idx INTEGER NOT NULL, value TEXT NOT NULL,"
-        " PRIMARY KEY (log_id, idx)) WITHOUT ROWID",
-        "CREATE TABLE IF NOT EXISTS {p}_journals ("
-        " task_id TEXT PRIMARY KEY, thread_id TEXT NOT NULL, entries TEXT NOT NULL) WITHOUT ROWID",
-        "CREATE INDEX IF NOT EXISTS {p}_journals_thread ON {p}_journals (thread_id)",
-        "CREATE TABLE IF NOT EXISTS {p}_holds ("
-        " thread_id TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at REAL NOT NULL) WITHOUT ROWID",
-    ],
+_SCHEMA: list[str] = [
+    "CREATE TABLE IF NOT EXISTS {p}_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS {p}_threads ("
+    " thread_id TEXT PRIMARY KEY, created_at REAL NOT NULL, updated_at REAL NOT NULL,"
+    " status TEXT NOT NULL, step INTEGER NOT NULL, checkpoint_id TEXT,"
+    " metadata TEXT NOT NULL DEFAULT '{{}}', error TEXT)",
+    "CREATE INDEX IF NOT EXISTS {p}_threads_updated ON {p}_threads (updated_at DESC, thread_id DESC)",
+    "CREATE INDEX IF NOT EXISTS {p}_threads_status ON {p}_threads (status, updated_at DESC)",
+    "CREATE TABLE IF NOT EXISTS {p}_checkpoints ("
+    " thread_id TEXT NOT NULL, checkpoint_id TEXT NOT NULL, parent_id TEXT, plan_id TEXT,"
+    " step INTEGER NOT NULL, ts REAL NOT NULL, manifest TEXT NOT NULL, next TEXT NOT NULL,"
+    " pending TEXT NOT NULL, task_journals TEXT NOT NULL, metadata TEXT NOT NULL,"
+    " journal_chain TEXT NOT NULL DEFAULT '[]',"
+    " PRIMARY KEY (thread_id, checkpoint_id)) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS {p}_blobs ("
+    " blob_id INTEGER PRIMARY KEY AUTOINCREMENT, thread_id TEXT NOT NULL,"
+    " channel TEXT NOT NULL, value TEXT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS {p}_blobs_thread ON {p}_blobs (thread_id)",
+    "CREATE TABLE IF NOT EXISTS {p}_logs ("
+    " log_id INTEGER PRIMARY KEY AUTOINCREMENT, thread_id TEXT NOT NULL, channel TEXT NOT NULL,"
+    " parent_id INTEGER, base INTEGER NOT NULL, length INTEGER NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS {p}_logs_thread ON {p}_logs (thread_id)",
+    "CREATE TABLE IF NOT EXISTS {p}_items ("
+    " log_id INTEGER NOT NULL, idx INTEGER NOT NULL, value TEXT NOT NULL,"
+    " PRIMARY KEY (log_id, idx)) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS {p}_journals ("
+    " entry_id INTEGER PRIMARY KEY AUTOINCREMENT, thread_id TEXT NOT NULL, base_id TEXT NOT NULL,"
+    " task_key TEXT NOT NULL, entry_key TEXT NOT NULL, entry TEXT NOT NULL)",
+    "CREATE UNIQUE INDEX IF NOT EXISTS {p}_journals_entry"
+    " ON {p}_journals (thread_id, base_id, task_key, entry_key)",
+    "CREATE TABLE IF NOT EXISTS {p}_holds ("
+    " thread_id TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at REAL NOT NULL,"
+    " acquired_at REAL NOT NULL DEFAULT 0, holder INTEGER, cancel_reason TEXT) WITHOUT ROWID",
 ]
+
+
+_UPGRADES: dict[int, list[Migration]] = {
+    1: [
+        "ALTER TABLE {p}_threads ADD COLUMN error TEXT",
+        "ALTER TABLE {p}_checkpoints ADD COLUMN journal_chain TEXT NOT NULL DEFAULT '[]'",
+        "ALTER TABLE {p}_holds ADD COLUMN acquired_at REAL NOT NULL DEFAULT 0",
+        "ALTER TABLE {p}_holds ADD COLUMN holder INTEGER",
+        "ALTER TABLE {p}_holds ADD COLUMN cancel_reason TEXT",
+        "DROP INDEX IF EXISTS {p}_journals_thread",
+        "ALTER TABLE {p}_journals RENAME TO {p}_journals_v1",
+        _SCHEMA[-3],
+        _SCHEMA[-2],
+        copy_v1_journals,
+        "DROP TABLE {p}_journals_v1",
+    ],
+}
 
 
 class _SqliteAdapter(Adapter):
@@ -71,13 +94,16 @@ class _SqliteAdapter(Adapter):
 
     paramstyle = "qmark"
 
-    def __init__(self, connections: _Connections) -> None:
+    def __init__(self, connections: _Connections, *, joins: bool) -> None:
+        super().__init__()
         self._connections = connections
+        self.joins = joins
+        self.renews_off_thread = connections.any_thread and not joins
 
     def connection(self) -> contextlib.AbstractContextManager[Any]:
         return self._connections.borrow()
 
-    def in_transaction(self, connection: Any) -> bool:
+    def transaction_open(self, connection: Any) -> bool:
         return bool(connection.in_transaction)
 
     def begin(self, connection: Any, *, write: bool) -> None:
@@ -93,24 +119,32 @@ class _SqliteAdapter(Adapter):
     def execute(self, connection: Any, sql: str, params: Any) -> list[tuple[Any, ...]]:
         cursor = connection.execute(sql, params if params is not None else ())
         try:
-            return cursor.fetchall() if cursor.description is not None else []
+            return [tuple(row) for row in cursor.fetchall()] if cursor.description is not None else []
         finally:
             cursor.close()
 
     def classify(self, error: BaseException) -> ErrorKind | None:
-        if not isinstance(error, sqlite3.Error):
-            return None
-        code = getattr(error, "sqlite_errorcode", None)
-        if code is not None and code & 0xFF in _TRANSIENT_CODES:
-            return "transient"
-        return "permanent"
+        return classify_sqlite_error(error)
 
     def close(self) -> None:
         self._connections.close()
 
 
+def classify_sqlite_error(error: BaseException) -> ErrorKind | None:
+    """``transient`` for a lock held by another connection; ``permanent`` for other sqlite3 errors."""
+    if not isinstance(error, sqlite3.Error):
+        return None
+    code = getattr(error, "sqlite_errorcode", None)
+    if isinstance(code, int) and code & 0xFF in _TRANSIENT_CODES:
+        return "transient"
+    return "permanent"
+
+
 class _Connections:
     """Where connections come from: a caller's one, our one, or ours per thread."""
+
+    #: Whether a connection may be borrowed from any thread (the hold keeper's too).
+    any_thread = True
 
     def borrow(self) -> contextlib.AbstractContextManager[Any]:
         raise NotImplementedError
@@ -120,6 +154,9 @@ class _Connections:
 
 
 class _CallerConnection(_Connections):
+    # The caller's connection may insist on its own thread (check_same_thread).
+    any_thread = False
+
     def __init__(self, connection: sqlite3.Connection) -> None:
         self._shared = LockedConnection(connection)
 
@@ -140,34 +177,60 @@ class _OwnedConnection(_Connections):
         self._shared.connection.close()
 
 
+class _ThreadConnection:
+    """A thread's connection; closed when the thread ends and its locals go."""
+
+    __slots__ = ("__weakref__", "connection")
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self.connection = connection
+
+
+def _close_quietly(connection: sqlite3.Connection) -> None:
+    with contextlib.suppress(Exception):
+        connection.close()
+
+
 class _PerThreadConnections(_Connections):
-    """A connection per thread to a file we opened, so readers never wait on each other."""
+    """A connection per thread to a file we opened, so readers never wait on each other.
+
+    A thread-per-request server makes and ends threads all day: a thread's
+    connection is closed when the thread ends, so open files stay bounded.
+    """
 
     def __init__(self, open_connection: Any) -> None:
         self._open = open_connection
         self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
+        self._live: weakref.WeakSet[_ThreadConnection] = weakref.WeakSet()
         self._lock = threading.Lock()
         self._closed = False
 
     @contextlib.contextmanager
     def borrow(self) -> Iterator[Any]:
-        connection = getattr(self._local, "connection", None)
-        if connection is None:
+        holder: _ThreadConnection | None = getattr(self._local, "holder", None)
+        if holder is None:
             with self._lock:
                 if self._closed:
-                    raise sqlite3.ProgrammingError("the checkpointer is closed")
-                connection = self._open()
-                self._all.append(connection)
-            self._local.connection = connection
-        yield connection
+                    raise StorageError("the SqliteCheckpointer is closed; open a new one")
+            connection = self._open()
+            holder = _ThreadConnection(connection)
+            weakref.finalize(holder, _close_quietly, connection)
+            with self._lock:
+                self._live.add(holder)
+            self._local.holder = holder
+        yield holder.connection
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            for connection in self._all:
-                connection.close()
-            self._all.clear()
+            holders = list(self._live)
+        for holder in holders:
+            _close_quietly(holder.connection)
+
+    def open_count(self) -> int:
+        """How many thread connections are open now (for tests of thread-per-request servers)."""
+        with self._lock:
+            return len(self._live)
 
 
 class SqliteCheckpointer(SqlCheckpointer):
@@ -175,8 +238,8 @@ class SqliteCheckpointer(SqlCheckpointer):
 
     Args:
         conn_or_path: A path (created with its folders if missing), ``":memory:"``,
-            an open ``sqlite3.Connection`` (used as it is, never closed, and its
-            open transactions never committed by ilmek), or ``None`` for
+            an open ``sqlite3.Connection`` or a Django connection to a SQLite
+            database (used as they are, never closed), or ``None`` for
             ``~/.ilmek/checkpoints.db``.
         table_prefix: Tables are named ``<prefix>_checkpoints`` and so on.
         lease_seconds: How long a thread stays held after its holder stops
@@ -185,50 +248,69 @@ class SqliteCheckpointer(SqlCheckpointer):
         synchronous: SQLite's ``synchronous`` pragma for files we open:
             ``FULL`` (the default) survives power loss; ``NORMAL`` is faster and
             still survives a crashed process.
+        join_transaction: Only with your own ``sqlite3.Connection``: write
+            inside the transaction you have open on it (in savepoints; the
+            writes land when you commit, and vanish if you roll back) instead
+            of in transactions of ilmek's own. Without it, ilmek refuses a
+            connection on which you left a transaction open rather than
+            commit your work.
 
     The tables are created, or upgraded, when the checkpointer is built.
 
     Raises:
+        InvalidArgumentError: a bad ``table_prefix`` (checked before any file is touched).
         SchemaVersionError: the file was written by a newer ilmek.
+        StorageError: the file cannot be opened or created.
     """
 
-    MIGRATIONS: ClassVar[list[list[str]]] = _MIGRATIONS
+    SCHEMA: ClassVar[list[str]] = _SCHEMA
+    UPGRADES: ClassVar[dict[int, list[Migration]]] = _UPGRADES
     AUTO_MIGRATE: ClassVar[bool] = True
 
     def __init__(
         self,
-        conn_or_path: sqlite3.Connection | str | os.PathLike[str] | None = None,
+        conn_or_path: Any = None,
         *,
         table_prefix: str = "ilmek",
         lease_seconds: float = 5.0,
         busy_timeout: float = 30.0,
         synchronous: str = "FULL",
+        join_transaction: bool = False,
     ) -> None:
+        table_prefix = validate_prefix(table_prefix)
         if sqlite3.sqlite_version_info < _MIN_VERSION:
             raise RuntimeError(
                 f"SqliteCheckpointer needs SQLite {'.'.join(map(str, _MIN_VERSION))} or newer; "
                 f"this Python has {sqlite3.sqlite_version}"
             )
-        if synchronous.upper() not in _SYNCHRONOUS:
-            raise ValueError(f"synchronous must be one of {_SYNCHRONOUS}, got {synchronous!r}")
+        if not isinstance(synchronous, str) or synchronous.upper() not in _SYNCHRONOUS:
+            raise InvalidArgumentError(f"synchronous must be one of {_SYNCHRONOUS}, got {synchronous!r}")
+        if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, (int, float)) or busy_timeout < 0:
+            raise InvalidArgumentError(f"busy_timeout must be a number of seconds, got {busy_timeout!r}")
         self.path: str | None
-        connections: _Connections
-        if isinstance(conn_or_path, sqlite3.Connection):
+        adapter: Adapter
+        if is_django_connection(conn_or_path, "sqlite"):
             self.path = None
-            connections = _CallerConnection(conn_or_path)
+            adapter = DjangoAdapter(conn_or_path, classify=classify_sqlite_error)
+        elif isinstance(conn_or_path, sqlite3.Connection):
+            self.path = None
+            if getattr(conn_or_path, "autocommit", None) is False and not join_transaction:
+                raise InvalidArgumentError(
+                    "this sqlite3 connection has autocommit=False, so a transaction is always open on it: "
+                    "pass join_transaction=True to write inside it, or open it with "
+                    "autocommit=sqlite3.LEGACY_TRANSACTION_CONTROL"
+                )
+            adapter = _SqliteAdapter(_CallerConnection(conn_or_path), joins=join_transaction)
+        elif conn_or_path is None or isinstance(conn_or_path, (str, os.PathLike)):
+            if join_transaction:
+                raise InvalidArgumentError("join_transaction needs a connection of yours to join")
+            self.path, adapter = _open_file(conn_or_path, float(busy_timeout), synchronous)
         else:
-            target = os.fspath(conn_or_path) if conn_or_path is not None else str(DEFAULT_PATH.expanduser())
-            self.path = target
-            if target == ":memory:":
-                connections = _OwnedConnection(_connect(target, busy_timeout, synchronous))
-            else:
-                pathlib.Path(target).expanduser().parent.mkdir(parents=True, exist_ok=True)
-                target = str(pathlib.Path(target).expanduser())
-                self.path = target
-                # WAL is a property of the file: set it once, before the pool starts.
-                _connect(target, busy_timeout, synchronous, wal=True).close()
-                connections = _PerThreadConnections(lambda: _connect(target, busy_timeout, synchronous))
-        super().__init__(_SqliteAdapter(connections), table_prefix=table_prefix, lease_seconds=lease_seconds)
+            raise InvalidArgumentError(
+                f"SqliteCheckpointer takes a path, ':memory:', a sqlite3.Connection or a Django SQLite "
+                f"connection, got {type(conn_or_path).__name__}"
+            )
+        super().__init__(adapter, table_prefix=table_prefix, lease_seconds=lease_seconds)
         try:
             self._ensure_schema()
         except BaseException:
@@ -244,6 +326,11 @@ class SqliteCheckpointer(SqlCheckpointer):
         rows = session.query(_TABLE_EXISTS, name=table)
         return bool(rows)
 
+    def open_connections(self) -> int:
+        """How many connections of ilmek's own are open on the file right now."""
+        connections = getattr(self._adapter, "_connections", None)
+        return connections.open_count() if isinstance(connections, _PerThreadConnections) else 0
+
     def __repr__(self) -> str:
         where = self.path if self.path is not None else "a caller's connection"
         return f"SqliteCheckpointer({where!r}, table_prefix={self.table_prefix!r})"
@@ -252,14 +339,45 @@ class SqliteCheckpointer(SqlCheckpointer):
 _TABLE_EXISTS = Statement("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :name")
 
 
+def _open_file(
+    conn_or_path: str | os.PathLike[str] | None, busy_timeout: float, synchronous: str
+) -> tuple[str, _SqliteAdapter]:
+    target = os.fspath(conn_or_path) if conn_or_path is not None else str(DEFAULT_PATH.expanduser())
+    if not isinstance(target, str) or not target or "\0" in target:
+        raise InvalidArgumentError(f"a SQLite path is a non-empty string without NUL, got {target!r}")
+    try:
+        if target == ":memory:":
+            return target, _SqliteAdapter(
+                _OwnedConnection(_connect(target, busy_timeout, synchronous)), joins=False
+            )
+        path = pathlib.Path(target).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        target = str(path)
+        # WAL is a property of the file: set it once, before the pool starts.
+        _connect(target, busy_timeout, synchronous, wal=True).close()
+    except (OSError, sqlite3.Error) as error:
+        kind = classify_sqlite_error(error)
+        error_class = TransientStorageError if kind == "transient" else StorageError
+        raise error_class(
+            f"could not open the SQLite file {target!r}: {type(error).__name__}: {error}",
+        ) from error
+    return target, _SqliteAdapter(
+        _PerThreadConnections(lambda: _connect(target, busy_timeout, synchronous)), joins=False
+    )
+
+
 def _connect(path: str, busy_timeout: float, synchronous: str, *, wal: bool = False) -> sqlite3.Connection:
     # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves, so the
     # module never opens a deferred transaction behind our back.
     connection = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
-    connection.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-    connection.execute(f"PRAGMA synchronous = {synchronous.upper()}")
-    if wal:
-        _enable_wal(connection, busy_timeout)
+    try:
+        connection.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+        connection.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+        if wal:
+            _enable_wal(connection, busy_timeout)
+    except BaseException:
+        connection.close()
+        raise
     return connection
 
 

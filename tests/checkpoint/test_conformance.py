@@ -1111,7 +1111,8 @@ def test_unicode_round_trips_as_values_keys_metadata_and_journals(checkpointer: 
         JournalEntry(key=f"step {name} ✓", value=text, kind="interrupt", payload=keyed, answered=True)
         for name, text in UNICODE_SAMPLES.items()
     ]
-    task_id = task_id_for(thread_id, "c0001", "agent")
+    # Under the checkpoint without carried journals: what comes back is exactly what went in.
+    task_id = task_id_for(thread_id, "c0002", "agent")
     checkpointer.put_journal(task_id, journal)
     checkpointer.put_thread_metadata(thread_id, {"keyed": keyed, "title": UNICODE_SAMPLES["zwj"]})
 
@@ -1321,7 +1322,7 @@ def test_racing_commits_on_one_expected_latest_let_exactly_one_win(checkpointer:
 def test_a_held_thread_cannot_be_held_again(checkpointer: Checkpointer) -> None:
     """A second ``hold`` of a held thread is ThreadBusyError naming the thread."""
     with checkpointer.hold("t") as hold:
-        hold.keep_alive()
+        hold.renew()
         with pytest.raises(ThreadBusyError) as caught, checkpointer.hold("t"):
             pytest.fail("the thread was held twice")
 
@@ -1335,12 +1336,12 @@ def test_a_thread_held_by_another_checkpointer_cannot_be_held(
     """A hold taken through one checkpointer blocks a hold through another on the same store, both ways."""
     other = reopen()
     with checkpointer.hold("t") as hold:
-        hold.keep_alive()
+        hold.renew()
         with pytest.raises(ThreadBusyError, match="'t'"), other.hold("t"):
             pytest.fail("the thread was held twice")
 
     with other.hold("t") as hold:
-        hold.keep_alive()
+        hold.renew()
         with pytest.raises(ThreadBusyError, match="'t'"), checkpointer.hold("t"):
             pytest.fail("the thread was held twice")
 

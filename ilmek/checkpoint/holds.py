@@ -1,0 +1,271 @@
+"""Holds: the right to run a thread, one run at a time, kept by one object per run.
+
+A run takes its thread's hold before it reads anything and gives it back
+when it ends. The :class:`Hold` object is passed to every write the run
+makes (journal entries, checkpoints, the failure record), and each such
+write is *fenced*: it lands only while the hold is still this run's. A hold
+never lives in a process-wide table keyed by thread id; whoever needs it is
+handed the object.
+
+Clocks. A lease's expiry is judged where it is stored: by the database's
+clock on Postgres, by the machine's wall clock on SQLite (one machine).
+The holder itself counts with the monotonic clock only: it renews when a
+quarter of the lease has passed since its last successful fenced write, and
+it stops starting new steps once three quarters have passed without one.
+A wall clock that jumps forward by more than a lease on a SQLite machine
+can therefore let another run take a live thread; its next write then fails
+rather than land.
+
+Renewal happens wherever the run's driver waits (it checks the deadline,
+not whether its queue was idle) and, for holds whose connection may be used
+from any thread, on the :class:`Keeper` thread too, so a stream whose
+reader stops reading for a while keeps its hold.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from ..errors import ThreadBusyError
+
+__all__ = ["Hold", "HoldLostError", "Keeper", "LocalHold", "busy_error", "new_token"]
+
+_LOG = logging.getLogger("ilmek.holds")
+
+#: Renew once this share of the lease has passed since the last renewal.
+RENEW_AT = 0.25
+#: Refuse to start a new step once this share has passed without a renewal.
+TRUST_UNTIL = 0.75
+
+
+class HoldLostError(ThreadBusyError):
+    """This run no longer holds its thread (it was deleted, or another run took it); nothing more is written."""
+
+
+def busy_error(thread_id: str) -> ThreadBusyError:
+    """The error for a thread another run holds."""
+    return ThreadBusyError(
+        f"thread {thread_id!r} is held by another run; wait for it to return "
+        "(or, if its process died, for its hold to lapse) and try again",
+        thread_id=thread_id,
+    )
+
+
+def lost_error(thread_id: str, why: str) -> HoldLostError:
+    """The error for a run whose hold is gone."""
+    return HoldLostError(
+        f"the run of thread {thread_id!r} lost its hold ({why}); nothing more was written. "
+        "Look at the thread's latest checkpoint before running it again",
+        thread_id=thread_id,
+    )
+
+
+def new_token() -> str:
+    """A hold token no other run, process or machine will make."""
+    return f"{os.getpid()}-{os.urandom(9).hex()}"
+
+
+class Hold:
+    """One run's hold on one thread.
+
+    Attributes:
+        thread_id: The thread held.
+        token: What every fenced write checks the stored hold against.
+        acquired_at: When it was taken (seconds since the epoch).
+        lease_seconds: How long the hold outlives its last renewal, or
+            ``None`` for holds that cannot lapse while their holder lives.
+        cancel_reason: The reason of a cancel request another process
+            stored for this run, once a fenced write or renewal saw one.
+    """
+
+    #: Whether the :class:`Keeper` may renew this hold from its own thread.
+    renews_off_thread: bool = False
+
+    def __init__(self, thread_id: str, token: str, *, lease_seconds: float | None = None) -> None:
+        self.thread_id = thread_id
+        self.token = token
+        self.acquired_at = time.time()
+        self.lease_seconds = lease_seconds
+        self.cancel_reason: str | None = None
+        self.on_cancel: Callable[[str], None] | None = None
+        self._lost: str | None = None
+        self._released = False
+        self._renewed = time.monotonic()
+        # Serializes the run's own storage work with renewals from the keeper.
+        self.lock = threading.RLock()
+
+    # --- state --------------------------------------------------------------------
+
+    @property
+    def lost(self) -> bool:
+        """Whether the hold is known to be gone."""
+        return self._lost is not None
+
+    @property
+    def released(self) -> bool:
+        """Whether :meth:`release` ran (or the final commit gave the hold back)."""
+        return self._released
+
+    def mark_lost(self, why: str) -> HoldLostError:
+        """Remember that the hold is gone; return the error to raise."""
+        if self._lost is None:
+            self._lost = why
+            _LOG.warning(
+                "lost the hold on thread %r: %s", self.thread_id, why, extra={"thread_id": self.thread_id}
+            )
+        return lost_error(self.thread_id, self._lost)
+
+    def renewed(self, started: float, cancel_reason: str | None = None) -> None:
+        """A fenced write that began at monotonic time ``started`` committed."""
+        self._renewed = max(self._renewed, started)
+        if cancel_reason and self.cancel_reason is None:
+            self.cancel_reason = cancel_reason
+            _LOG.info(
+                "cancel requested for thread %r: %s",
+                self.thread_id,
+                cancel_reason,
+                extra={"thread_id": self.thread_id},
+            )
+            if self.on_cancel is not None:
+                self.on_cancel(cancel_reason)
+
+    def mark_released(self) -> None:
+        """The hold was given back (by :meth:`release` or in a final commit)."""
+        self._released = True
+
+    # --- timing -------------------------------------------------------------------
+
+    def seconds_until_renewal(self) -> float | None:
+        """How long the driver may wait before it must renew (``None``: never)."""
+        if self.lease_seconds is None or self._released:
+            return None
+        return max(0.0, self._renewed + self.lease_seconds * RENEW_AT - time.monotonic())
+
+    def renewal_due(self) -> bool:
+        """Whether a quarter of the lease has passed since the last renewal."""
+        wait = self.seconds_until_renewal()
+        return wait is not None and wait <= 0.0
+
+    # --- what runs call ---------------------------------------------------------------
+
+    def needs_confirmation(self) -> bool:
+        """Whether too long has passed without a renewal to trust the lease without asking."""
+        return (
+            self.lease_seconds is not None
+            and not self._released
+            and time.monotonic() - self._renewed > self.lease_seconds * TRUST_UNTIL
+        )
+
+    def verify(self) -> None:
+        """Confirm the hold is still this run's, just before a step's side effect.
+
+        Raises:
+            HoldLostError: the hold is gone; the step must not run.
+        """
+        if self._lost is not None:
+            raise lost_error(self.thread_id, self._lost)
+        if self.needs_confirmation():
+            # Renewing fails if another run took the thread meanwhile.
+            self.renew()
+
+    def renew_if_due(self) -> None:
+        """Renew when due (the driver calls this wherever it waits)."""
+        if self.renewal_due():
+            self.renew()
+
+    def renew(self) -> None:
+        """Extend the hold; a backend overrides this.
+
+        Raises:
+            HoldLostError: the hold is gone.
+        """
+        if self._lost is not None:
+            raise lost_error(self.thread_id, self._lost)
+
+    def release(self) -> None:
+        """Give the thread back; safe to call twice."""
+        self._released = True
+
+
+class LocalHold(Hold):
+    """A hold kept in one process, for backends that live in one process."""
+
+    def __init__(self, thread_id: str, token: str, forget: Callable[[LocalHold], None]) -> None:
+        super().__init__(thread_id, token)
+        self._forget = forget
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._forget(self)
+
+
+class Keeper:
+    """One daemon thread that renews, on time, the holds that may be renewed from it.
+
+    A run's driver renews its own hold whenever it runs; the keeper covers
+    the time it does not (a stream whose reader has not asked for the next
+    event yet, a node's long step). Holds are remembered only while
+    registered, and never by thread id.
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Hold]] = []
+        self._order = itertools.count()
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def add(self, hold: Hold) -> None:
+        """Start renewing ``hold`` until it is released or lost."""
+        if not hold.renews_off_thread or hold.lease_seconds is None:
+            return
+        with self._wake:
+            self._push(hold)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="ilmek-hold-keeper", daemon=True)
+                self._thread.start()
+            self._wake.notify()
+
+    def _push(self, hold: Hold) -> None:
+        wait = hold.seconds_until_renewal()
+        if wait is not None:
+            heapq.heappush(self._heap, (time.monotonic() + wait, next(self._order), hold))
+
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                while not self._heap:
+                    self._wake.wait()
+                due, _, hold = self._heap[0]
+                delay = due - time.monotonic()
+                if delay > 0:
+                    self._wake.wait(delay)
+                    continue
+                heapq.heappop(self._heap)
+            self._tend(hold)
+
+    def _tend(self, hold: Hold) -> None:
+        if hold.released or hold.lost:
+            return
+        if hold.lock.acquire(blocking=False):
+            try:
+                hold.renew_if_due()
+            except Exception as error:  # the run sees the loss at its next write
+                _LOG.debug("keeper could not renew the hold on %r: %s", hold.thread_id, error)
+            finally:
+                hold.lock.release()
+        if not (hold.released or hold.lost):
+            with self._wake:
+                # The run's driver is using its connection: it renews itself
+                # when due; look again a little later either way.
+                wait = hold.seconds_until_renewal() or 0.0
+                heapq.heappush(self._heap, (time.monotonic() + max(wait, 0.05), next(self._order), hold))
+
+
+KEEPER = Keeper()
+"""The process's keeper; SQL backends register their holds with it."""

@@ -1,0 +1,229 @@
+"""PostgresCheckpointer: threads shared by processes and machines through Postgres.
+
+It takes the caller's own client: a psycopg2 connection or pool, a psycopg 3
+connection or pool, a Django connection, a SQLAlchemy ``Engine``,
+``Connection`` or ``Session``, or any object whose ``execute(sql, params)``
+returns rows. One small adapter per kind (a module each) is chosen once, by
+type, against the driver classes the caller's own code already imported.
+
+Values are stored as JSONB. A hold is a row with a lease that the run
+renews, fenced by a token on every write; the row records the database
+session of the holder's last write, so when that session ends (the holder
+was killed) another run may take the thread at once instead of waiting for
+the lease. Nothing relies on server-side prepared statements or on session
+state, so a transaction-mode pooler in front works.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, ClassVar
+
+from ... import serde
+from ...dbapi import Adapter, Session, Statement, describe_error
+from ...errors import InvalidArgumentError, StorageError
+from ...redact import mask_secrets
+from .._sql import Migration, SqlCheckpointer, copy_v1_journals, validate_prefix
+from ..django import DjangoAdapter, is_django_connection
+from . import generic, psycopg, psycopg2, sqlalchemy
+from .common import SingleConnectionAdapter
+from .errors import classify_postgres_error
+
+__all__ = ["PostgresCheckpointer", "adapter_for", "advisory_key", "classify_postgres_error"]
+
+_C = 'COLLATE "C"'
+_SCHEMA: list[str] = [
+    "CREATE TABLE IF NOT EXISTS {p}_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    f"CREATE TABLE IF NOT EXISTS {{p}}_threads (thread_id TEXT {_C} PRIMARY KEY,"
+    " created_at DOUBLE PRECISION NOT NULL, updated_at DOUBLE PRECISION NOT NULL,"
+    f" status TEXT NOT NULL, step BIGINT NOT NULL, checkpoint_id TEXT {_C},"
+    " metadata JSONB NOT NULL DEFAULT '{{}}'::jsonb, error JSONB) WITH (fillfactor = 85)",
+    "CREATE INDEX IF NOT EXISTS {p}_threads_updated ON {p}_threads (updated_at DESC, thread_id DESC)",
+    "CREATE INDEX IF NOT EXISTS {p}_threads_status ON {p}_threads (status, updated_at DESC)",
+    "CREATE INDEX IF NOT EXISTS {p}_threads_metadata ON {p}_threads USING GIN (metadata jsonb_path_ops)",
+    f"CREATE TABLE IF NOT EXISTS {{p}}_checkpoints (thread_id TEXT {_C} NOT NULL,"
+    f" checkpoint_id TEXT {_C} NOT NULL, parent_id TEXT {_C}, plan_id TEXT {_C},"
+    " step BIGINT NOT NULL, ts DOUBLE PRECISION NOT NULL, manifest JSONB NOT NULL,"
+    " next JSONB NOT NULL, pending JSONB NOT NULL, task_journals JSONB NOT NULL,"
+    " metadata JSONB NOT NULL, journal_chain JSONB NOT NULL DEFAULT '[]'::jsonb,"
+    " PRIMARY KEY (thread_id, checkpoint_id))",
+    "CREATE TABLE IF NOT EXISTS {p}_blobs (blob_id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
+    f" thread_id TEXT {_C} NOT NULL, channel TEXT NOT NULL, value JSONB NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS {p}_blobs_thread ON {p}_blobs (thread_id)",
+    "CREATE TABLE IF NOT EXISTS {p}_logs (log_id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
+    f" thread_id TEXT {_C} NOT NULL, channel TEXT NOT NULL, parent_id BIGINT,"
+    " base BIGINT NOT NULL, length BIGINT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS {p}_logs_thread ON {p}_logs (thread_id)",
+    "CREATE TABLE IF NOT EXISTS {p}_items (log_id BIGINT NOT NULL, idx BIGINT NOT NULL,"
+    " value JSONB NOT NULL, PRIMARY KEY (log_id, idx))",
+    "CREATE TABLE IF NOT EXISTS {p}_journals (entry_id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
+    f" thread_id TEXT {_C} NOT NULL, base_id TEXT {_C} NOT NULL, task_key TEXT {_C} NOT NULL,"
+    f" entry_key TEXT {_C} NOT NULL, entry JSONB NOT NULL)",
+    "CREATE UNIQUE INDEX IF NOT EXISTS {p}_journals_entry"
+    " ON {p}_journals (thread_id, base_id, task_key, entry_key)",
+    f"CREATE TABLE IF NOT EXISTS {{p}}_holds (thread_id TEXT {_C} PRIMARY KEY,"
+    " owner TEXT NOT NULL, expires_at DOUBLE PRECISION NOT NULL,"
+    " acquired_at DOUBLE PRECISION NOT NULL DEFAULT 0, holder INTEGER, cancel_reason TEXT)",
+]
+
+_UPGRADES: dict[int, list[Migration]] = {
+    1: [
+        "ALTER TABLE {p}_threads ADD COLUMN IF NOT EXISTS error JSONB",
+        "ALTER TABLE {p}_checkpoints ADD COLUMN IF NOT EXISTS journal_chain JSONB NOT NULL DEFAULT '[]'::jsonb",
+        "ALTER TABLE {p}_holds ADD COLUMN IF NOT EXISTS acquired_at DOUBLE PRECISION NOT NULL DEFAULT 0",
+        "ALTER TABLE {p}_holds ADD COLUMN IF NOT EXISTS holder INTEGER",
+        "ALTER TABLE {p}_holds ADD COLUMN IF NOT EXISTS cancel_reason TEXT",
+        "DROP INDEX IF EXISTS {p}_journals_thread",
+        "ALTER TABLE {p}_journals RENAME TO {p}_journals_v1",
+        "ALTER TABLE {p}_journals_v1 RENAME CONSTRAINT {p}_journals_pkey TO {p}_journals_v1_pkey",
+        _SCHEMA[-3],
+        _SCHEMA[-2],
+        copy_v1_journals,
+        "DROP TABLE {p}_journals_v1",
+    ],
+}
+
+_TABLE_EXISTS = Statement("SELECT to_regclass(:name) IS NOT NULL")
+_TRY_XACT_LOCK = Statement("SELECT pg_try_advisory_xact_lock(:key)")
+_XACT_LOCK = Statement("SELECT pg_advisory_xact_lock(:key)")
+
+
+def advisory_key(table_prefix: str, thread_id: str) -> int:
+    """The 64-bit advisory lock key of a thread under a table prefix."""
+    digest = hashlib.blake2b(f"{table_prefix}\0{thread_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def adapter_for(client: Any, *, join_transaction: bool = False) -> Adapter:
+    """Choose the adapter for a caller's client, once, by its type.
+
+    Raises:
+        InvalidArgumentError: the object is none of the supported client
+            kinds, or an async one (it is also a ``TypeError``).
+    """
+    if isinstance(client, Adapter):
+        return client
+    if is_django_connection(client, "postgresql"):
+        return DjangoAdapter(client, classify=classify_postgres_error)
+    for kind in (sqlalchemy, psycopg2, psycopg, generic):
+        adapter = kind.adapt(client, join_transaction=join_transaction)
+        if adapter is not None:
+            return adapter
+    raise InvalidArgumentError(
+        f"PostgresCheckpointer cannot use a {type(client).__module__}.{type(client).__qualname__}: "
+        "pass a psycopg2 or psycopg connection or pool, a Django connection, a SQLAlchemy "
+        "Engine, Connection or Session, or an object whose execute(sql, params) returns rows"
+    )
+
+
+class PostgresCheckpointer(SqlCheckpointer):
+    """Checkpoints in Postgres, through the client the application already has.
+
+    Args:
+        client: A psycopg2 connection or pool (``getconn``/``putconn``), a
+            psycopg 3 connection or ``psycopg_pool.ConnectionPool``, a Django
+            connection (``django.db.connection``), a SQLAlchemy ``Engine``,
+            ``Connection`` or ``Session``, or any object whose
+            ``execute(sql, params)`` returns rows (it must run consecutive
+            calls on one session). ilmek never opens or closes the caller's
+            connections, and never commits work it did not start.
+        table_prefix: Tables are ``<prefix>_checkpoints``, ``<prefix>_journals``
+            and a few more; ``[A-Za-z_][A-Za-z0-9_]*``, at most 40 characters.
+        lease_seconds: How long a hold outlives its last renewal, when its
+            holder's death cannot be seen at once (behind a transaction-mode
+            pooler, or a process frozen without its connection closing).
+        join_transaction: With a single connection of yours (psycopg2,
+            psycopg 3, generic): write inside the transaction you keep open on
+            it, in savepoints; the writes land when you commit. Without it,
+            ilmek runs transactions of its own and refuses a connection on
+            which you left one open. A SQLAlchemy ``Connection`` or ``Session``
+            always joins yours; Django's ``atomic`` decides for a Django
+            connection; a pool or an ``Engine`` lends connections of their own.
+
+    The tables are not created until :meth:`migrate` runs (or an operator runs
+    the SQL of :meth:`ddl`).
+
+    Raises:
+        InvalidArgumentError: an invalid ``table_prefix`` (before any SQL is
+            sent), or an unsupported client.
+    """
+
+    SCHEMA: ClassVar[list[str]] = _SCHEMA
+    UPGRADES: ClassVar[dict[int, list[Migration]]] = _UPGRADES
+    JSON_IN: ClassVar[str] = "CAST({} AS jsonb)"
+    JSON_OUT: ClassVar[str] = "{}::text"
+    NOW: ClassVar[str] = "EXTRACT(EPOCH FROM clock_timestamp())"
+    HOLDER: ClassVar[str] = "pg_backend_pid()"
+    HOLDER_GONE: ClassVar[str] = (
+        "({alias}.holder IS NOT NULL AND NOT EXISTS "
+        "(SELECT 1 FROM pg_stat_activity AS a WHERE a.pid = {alias}.holder))"
+    )
+    FIND: ClassVar[str] = "strpos(lower(t.thread_id), :needle) > 0"
+    LOCK_SHARE: ClassVar[str] = " FOR SHARE"
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        table_prefix: str = "ilmek",
+        lease_seconds: float = 5.0,
+        join_transaction: bool = False,
+    ) -> None:
+        table_prefix = validate_prefix(table_prefix)
+        super().__init__(
+            adapter_for(client, join_transaction=join_transaction),
+            table_prefix=table_prefix,
+            lease_seconds=lease_seconds,
+        )
+
+    @classmethod
+    def connect(cls, dsn: str, *, table_prefix: str = "ilmek", **options: Any) -> PostgresCheckpointer:
+        """Open a connection of ilmek's own (closed by :meth:`close`) with psycopg2, or psycopg 3.
+
+        Raises:
+            StorageError: the connection failed (the message never shows a password).
+        """
+        validate_prefix(table_prefix)  # before a session is opened for nothing
+        try:
+            import psycopg2 as driver
+        except ImportError:
+            import psycopg as driver  # type: ignore[no-redef]
+        try:
+            connection = driver.connect(dsn)
+        except Exception as error:
+            raise StorageError(
+                f"could not connect to Postgres at {mask_secrets(str(dsn))!r}: {describe_error(error)}"
+            ) from error
+        adapter = adapter_for(connection)
+        if isinstance(adapter, SingleConnectionAdapter):
+            adapter._owned = True
+        return cls(adapter, table_prefix=table_prefix, **options)
+
+    def table_exists(self, session: Session, table: str) -> bool:
+        return bool(session.query(_TABLE_EXISTS, name=table)[0][0])
+
+    def lock_for_migration(self, session: Session) -> None:
+        session.execute(_XACT_LOCK, key=advisory_key(self.table_prefix, "\0migrate"))
+
+    def advisory_lock(self, session: Session, thread_id: str, *, wait: bool) -> bool:
+        # A transaction lock: inside the caller's transaction it lasts until
+        # they commit, which is how a hold taken there keeps other runs out.
+        key = advisory_key(self.table_prefix, thread_id)
+        if wait:
+            session.execute(_XACT_LOCK, key=key)
+            return True
+        return bool(session.query(_TRY_XACT_LOCK, key=key)[0][0])
+
+    def metadata_filter(self, index: int, key: str, value: Any) -> tuple[str, dict[str, Any]]:
+        # Containment lets the GIN index find candidates; jsonb equality then
+        # demands the whole value (containment alone would match a sub-dict).
+        whole = serde.encode({key: value}, where=f"the metadata filter {key!r}")
+        single = serde.encode(value, where=f"the metadata filter {key!r}")
+        fragment = (
+            f"t.metadata @> CAST(:mf{index} AS jsonb) "
+            f"AND t.metadata -> CAST(:mk{index} AS text) = CAST(:mv{index} AS jsonb)"
+        )
+        return fragment, {f"mf{index}": whole, f"mk{index}": key, f"mv{index}": single}
+
+    def __repr__(self) -> str:
+        return f"PostgresCheckpointer({type(self._adapter).__name__}, table_prefix={self.table_prefix!r})"

@@ -1,0 +1,165 @@
+"""What every Postgres client kind shares: paramstyle, errors, transactions, pools.
+
+A driver module (``psycopg2``, ``psycopg``, ``sqlalchemy``) says how to make
+a cursor that returns tuples and how to read a connection's transaction
+status; the pool logic here lends a run one connection for its whole
+length (:class:`PoolPin`), so a pool of N connections runs N threads at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ...dbapi import Adapter, ErrorKind, LockedConnection, Pin
+from .errors import classify_postgres_error, is_pool_exhausted
+
+__all__ = ["POOL_ADVICE", "PoolAdapter", "PoolPin", "PostgresAdapter", "SingleConnectionAdapter"]
+
+POOL_ADVICE = (
+    "The pool lent every connection it has: a run keeps one connection from its start to its end, so "
+    "size the pool for the number of threads you run at once, plus what the rest of your application "
+    "uses at the same time (psycopg2 maxconn, psycopg_pool max_size, SQLAlchemy pool_size + max_overflow)."
+)
+_STATUS_IDLE = 0  # psycopg2 and psycopg 3 number transaction states alike
+
+
+class PostgresAdapter(Adapter):
+    """A Postgres client: pyformat parameters, SQLSTATE classification, explicit BEGIN in autocommit."""
+
+    paramstyle = "pyformat"
+    renews_off_thread = True
+
+    def classify(self, error: BaseException) -> ErrorKind | None:
+        return classify_postgres_error(error, connected_once=self.connected_once)
+
+    def advice(self, error: BaseException) -> str:
+        return POOL_ADVICE if is_pool_exhausted(error) else ""
+
+    def status(self, connection: Any) -> int:
+        """The connection's transaction status (0 when idle)."""
+        raise NotImplementedError
+
+    def autocommit(self, connection: Any) -> bool:
+        return bool(connection.autocommit)
+
+    def transaction_open(self, connection: Any) -> bool:
+        return self.status(connection) != _STATUS_IDLE
+
+    def begin(self, connection: Any, *, write: bool) -> None:
+        if self.autocommit(connection):
+            self.execute(connection, "BEGIN", None)
+
+    def commit(self, connection: Any) -> None:
+        if self.autocommit(connection):
+            self.execute(connection, "COMMIT", None)
+        else:
+            connection.commit()
+
+    def rollback(self, connection: Any) -> None:
+        if self.autocommit(connection):
+            if self.status(connection) != _STATUS_IDLE:
+                self.execute(connection, "ROLLBACK", None)
+        else:
+            connection.rollback()
+
+
+class SingleConnectionAdapter(PostgresAdapter):
+    """One connection of the caller's (or ours, from ``connect``), shared by threads in turn."""
+
+    def __init__(self, connection: Any, *, joins: bool, owned: bool = False) -> None:
+        super().__init__()
+        self._shared = LockedConnection(connection)
+        self.joins = joins
+        self._owned = owned
+
+    def connection(self) -> contextlib.AbstractContextManager[Any]:
+        return self._shared.borrow()
+
+    def close(self) -> None:
+        if self._owned:
+            self._shared.connection.close()
+
+
+class PoolPin(Pin):
+    """One pooled connection lent to a run until it ends; a broken one is swapped for a fresh one."""
+
+    def __init__(self, adapter: PoolAdapter) -> None:
+        self._adapter = adapter
+        self._connection: Any = None
+        self._lock = threading.RLock()
+
+    @contextlib.contextmanager
+    def _use(self) -> Iterator[Any]:
+        with self._lock:
+            if self._connection is None:
+                self._connection = self._adapter.take()
+            yield self._connection
+
+    def connection(self) -> contextlib.AbstractContextManager[Any]:
+        return self._use()
+
+    def discard(self, connection: Any) -> None:
+        with self._lock:
+            if connection is self._connection:
+                self._connection = None
+                self._adapter.give_back(connection, broken=True)
+
+    def release(self) -> None:
+        with self._lock:
+            connection, self._connection = self._connection, None
+        if connection is not None:
+            self._adapter.give_back(connection, broken=self._adapter.is_broken(connection))
+
+
+class PoolAdapter(PostgresAdapter):
+    """A pool of the caller's: connections are borrowed, given back, and never closed by ilmek."""
+
+    def take(self) -> Any:
+        """Borrow a connection (``getconn``), rolling back what someone left open on it."""
+        raise NotImplementedError
+
+    def give_back(self, connection: Any, *, broken: bool) -> None:
+        """Return a connection (``putconn``); a broken one is closed so the pool replaces it."""
+        raise NotImplementedError
+
+    def is_broken(self, connection: Any) -> bool:
+        return bool(getattr(connection, "closed", False))
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._broken: set[int] = set()
+        self._broken_lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def _borrow(self) -> Iterator[Any]:
+        connection = self.take()
+        try:
+            yield connection
+        finally:
+            with self._broken_lock:
+                broken = id(connection) in self._broken
+                self._broken.discard(id(connection))
+            self.give_back(connection, broken=broken or self.is_broken(connection))
+
+    def connection(self) -> contextlib.AbstractContextManager[Any]:
+        return self._borrow()
+
+    def discard(self, connection: Any) -> None:
+        with self._broken_lock:
+            self._broken.add(id(connection))
+
+    def pin(self) -> Pin:
+        return PoolPin(self)
+
+    def transaction_open(self, connection: Any) -> bool:
+        # A borrowed connection carries no transaction of the caller's.
+        return False
+
+
+def rollback_left_open(adapter: PostgresAdapter, connection: Any, rollback: Callable[[], None]) -> None:
+    """A pooled connection returned mid-transaction: that work is not ours to keep, nor to commit."""
+    if adapter.status(connection) != _STATUS_IDLE:
+        rollback()

@@ -1,0 +1,105 @@
+"""Which Postgres failures are worth a retry, told by SQLSTATE and error class, never by text.
+
+Transient: serialization failures and deadlocks, lock timeouts, the server
+shutting down or starting up, too many clients, every connection exception
+(class 08), a connection that broke while in use, and a pool with no free
+connection. A connection refused while logging in is transient only once
+this client has worked before (the server is coming back); the first login
+failing (a wrong password, no such database) is permanent.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from ...dbapi import ErrorKind, while_connecting
+
+__all__ = ["classify_postgres_error", "is_pool_exhausted", "sqlstate"]
+
+# Worth a retry: serialization failure, deadlock, lock not available, the
+# server shutting down (admin or crash) or starting up, too many clients.
+_TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57P01", "57P02", "57P03", "53300"})
+_DRIVER_ROOTS = ("psycopg2", "psycopg", "psycopg_pool")
+
+
+def sqlstate(error: BaseException) -> str | None:
+    """The SQLSTATE a driver error carries (psycopg2's ``pgcode``, psycopg's ``sqlstate``)."""
+    for candidate in (error, error.__cause__, getattr(error, "orig", None)):
+        if candidate is None:
+            continue
+        code = getattr(candidate, "pgcode", None) or getattr(candidate, "sqlstate", None)
+        if isinstance(code, str) and code:
+            return code
+    return None
+
+
+def _classes(module: str, *names: str) -> tuple[type[BaseException], ...]:
+    found = sys.modules.get(module)
+    if found is None:
+        return ()
+    return tuple(cls for name in names if isinstance(cls := getattr(found, name, None), type))
+
+
+def is_pool_exhausted(error: BaseException) -> bool:
+    """Whether a pool refused to lend a connection (all lent, or none came in time)."""
+    pool_errors = (
+        *_classes("psycopg2.pool", "PoolError"),
+        *_classes("psycopg_pool", "PoolTimeout", "TooManyRequests"),
+        *_classes("sqlalchemy.exc", "TimeoutError"),
+    )
+    return bool(pool_errors) and isinstance(error, pool_errors)
+
+
+def _driver_error(error: BaseException) -> BaseException | None:
+    """The driver's own error: the error itself, or what a wrapper (SQLAlchemy, Django) chained."""
+    for candidate in (error, getattr(error, "orig", None), error.__cause__):
+        if candidate is None:
+            continue
+        root = type(candidate).__module__.split(".")[0]
+        if root in _DRIVER_ROOTS:
+            return candidate
+    return None
+
+
+def classify_postgres_error(error: BaseException, *, connected_once: bool = False) -> ErrorKind | None:
+    """Classify a psycopg2 / psycopg 3 error (or one SQLAlchemy or a pool raised).
+
+    Args:
+        error: What was raised.
+        connected_once: Whether this client has completed a transaction
+            before: a refused connection is then a server restarting.
+    """
+    if is_pool_exhausted(error):
+        return "transient"
+    code = sqlstate(error)
+    connecting = while_connecting(error) or any(
+        while_connecting(e) for e in (error.__cause__, getattr(error, "orig", None)) if e is not None
+    )
+    if code is not None:
+        if code in _TRANSIENT_SQLSTATES or code.startswith("08"):
+            return "transient"
+        return "permanent"
+    driver_error = _driver_error(error)
+    if driver_error is None:
+        return "permanent" if _is_sqlalchemy_database_error(error) else None
+    if type(driver_error).__name__ in ("OperationalError", "InterfaceError"):
+        if connecting or _from_connect_attempt(driver_error):
+            # A login that never worked (a wrong address or password) will not
+            # start working in a second; one that worked before is a server
+            # coming back after a restart.
+            return "transient" if connected_once else "permanent"
+        # No SQLSTATE on a connection in use: it broke (reset, closed, server gone).
+        return "transient"
+    return "permanent"
+
+
+def _from_connect_attempt(error: BaseException) -> bool:
+    # psycopg 3 keeps the failed connection attempt on the error.
+    return getattr(error, "pgconn", None) is not None
+
+
+def _is_sqlalchemy_database_error(error: Any) -> bool:
+    return bool(_classes("sqlalchemy.exc", "DBAPIError")) and isinstance(
+        error, _classes("sqlalchemy.exc", "DBAPIError")
+    )

@@ -1,0 +1,87 @@
+"""Any object whose ``execute(sql, params)`` returns rows, run on one session.
+
+ilmek sends ``BEGIN`` / ``COMMIT`` / ``ROLLBACK`` through it. Such a client
+cannot say whether you left a transaction open on it, so it may declare it:
+an ``in_transaction`` attribute (a bool, or a method returning one). Without
+it, ilmek asks the server before each transaction of its own (one extra
+round trip) and refuses to commit work it did not start. With
+``join_transaction=True`` it writes in savepoints inside yours instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from ...dbapi import ErrorKind
+from .common import PostgresAdapter
+from .errors import sqlstate
+
+__all__ = ["GenericAdapter", "adapt"]
+
+_NO_TRANSACTION = "25P01"  # SAVEPOINT outside a transaction block
+
+
+class GenericAdapter(PostgresAdapter):
+    """An ``execute(sql, params)`` client."""
+
+    # Nothing says such a client may be used from another thread.
+    renews_off_thread = False
+
+    def __init__(self, client: Any, *, joins: bool) -> None:
+        super().__init__()
+        self._client = client
+        self.paramstyle = getattr(client, "paramstyle", "pyformat")
+        self.joins = joins
+        self._lock = threading.RLock()
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[Any]:
+        with self._lock:
+            yield self._client
+
+    def connection(self) -> contextlib.AbstractContextManager[Any]:
+        return self._locked()
+
+    def transaction_open(self, connection: Any) -> bool:
+        declared = getattr(connection, "in_transaction", None)
+        if callable(declared):
+            declared = declared()
+        if isinstance(declared, bool):
+            return declared
+        try:
+            self.execute(connection, "SAVEPOINT ilmek_probe", None)
+        except Exception as error:
+            if sqlstate(error) == _NO_TRANSACTION:
+                return False
+            raise
+        self.execute(connection, "RELEASE SAVEPOINT ilmek_probe", None)
+        return True
+
+    def begin(self, connection: Any, *, write: bool) -> None:
+        self.execute(connection, "BEGIN", None)
+
+    def commit(self, connection: Any) -> None:
+        self.execute(connection, "COMMIT", None)
+
+    def rollback(self, connection: Any) -> None:
+        self.execute(connection, "ROLLBACK", None)
+
+    def status(self, connection: Any) -> int:
+        return 0
+
+    def execute(self, connection: Any, sql: str, params: Any) -> list[tuple[Any, ...]]:
+        rows = connection.execute(sql, params if params is not None else ())
+        return [tuple(row) for row in rows] if rows else []
+
+    def classify(self, error: BaseException) -> ErrorKind | None:
+        return super().classify(error)
+
+
+def adapt(client: Any, *, join_transaction: bool) -> PostgresAdapter | None:
+    """The adapter for an ``execute(sql, params)`` client, or ``None``."""
+    if callable(getattr(client, "execute", None)):
+        return GenericAdapter(client, joins=join_transaction)
+    return None

@@ -1,0 +1,169 @@
+"""SQLAlchemy: an ``Engine`` (ilmek's own transactions on raw pooled connections),
+or a ``Connection`` / ``Session`` (ilmek writes inside your transaction).
+
+With an ``Engine``, a run keeps one of its pooled connections and commits its
+own work. With a ``Connection`` or a ``Session`` — what Flask and FastAPI
+applications usually hold — the transaction is yours: ilmek writes in a
+savepoint (``begin_nested()``), commits nothing, and the writes land when
+you commit. SQLAlchemy is imported only once the caller has imported it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from ...dbapi import Adapter, Session
+from .common import PoolAdapter, PostgresAdapter
+from .psycopg import PsycopgConnection
+from .psycopg2 import Psycopg2Connection
+
+__all__ = ["adapt"]
+
+
+def _driver_adapter(driver_connection: Any) -> PostgresAdapter:
+    """How to make tuple cursors and read the status of the engine's DBAPI connection."""
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None and isinstance(driver_connection, psycopg.Connection):
+        return PsycopgConnection(driver_connection, joins=False)
+    return Psycopg2Connection(driver_connection, joins=False)
+
+
+class _EngineConnection:
+    """A pooled connection of the engine: the proxy SQLAlchemy hands out, and the driver's."""
+
+    def __init__(self, proxy: Any) -> None:
+        self.proxy = proxy
+        self.driver = getattr(proxy, "driver_connection", None) or proxy.dbapi_connection
+        self.tools = _driver_adapter(self.driver)
+
+    @property
+    def autocommit(self) -> bool:
+        return bool(self.driver.autocommit)
+
+    @property
+    def closed(self) -> bool:
+        return bool(getattr(self.driver, "closed", False))
+
+    def commit(self) -> None:
+        self.proxy.commit()
+
+    def rollback(self) -> None:
+        self.proxy.rollback()
+
+
+class EngineAdapter(PoolAdapter):
+    """A SQLAlchemy ``Engine``: raw DB-API connections from its pool."""
+
+    def __init__(self, engine: Any) -> None:
+        super().__init__()
+        self._engine = engine
+        self.paramstyle = engine.dialect.paramstyle
+
+    def take(self) -> Any:
+        proxy = self._engine.raw_connection()
+        connection = _EngineConnection(proxy)
+        try:
+            if connection.tools.status(connection.driver) != 0:
+                proxy.rollback()
+        except BaseException:
+            self.give_back(connection, broken=True)
+            raise
+        return connection
+
+    def give_back(self, connection: Any, *, broken: bool) -> None:
+        if broken:
+            with contextlib.suppress(Exception):
+                connection.proxy.invalidate()
+        # Closing the proxy returns it to the engine's pool.
+        with contextlib.suppress(Exception):
+            connection.proxy.close()
+
+    def cursor(self, connection: Any) -> Any:
+        return connection.tools.cursor(connection.driver)
+
+    def run_statement(self, connection: Any, cursor: Any, sql: str, params: Any) -> None:
+        connection.tools.run_statement(connection.driver, cursor, sql, params)
+
+    def status(self, connection: Any) -> int:
+        return connection.tools.status(connection.driver)
+
+
+class _JoinedAdapter(PostgresAdapter):
+    """Statements through SQLAlchemy inside the caller's transaction, in savepoints."""
+
+    joins = True
+    # SQLAlchemy connections and sessions belong to one thread at a time.
+    renews_off_thread = False
+
+    def __init__(self, client: Any) -> None:
+        super().__init__()
+        self._client = client
+        bind = self._bind()
+        self.paramstyle = bind.dialect.paramstyle
+
+    def _bind(self) -> Any:
+        raise NotImplementedError
+
+    def _sql_connection(self) -> Any:
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def _mine(self) -> Iterator[Any]:
+        yield self._client
+
+    def connection(self) -> contextlib.AbstractContextManager[Any]:
+        return self._mine()
+
+    @contextlib.contextmanager
+    def transaction_scope(self, connection: Any, *, write: bool) -> Iterator[Session]:
+        # SQLAlchemy names its savepoints and counts their depth itself.
+        nested = connection.begin_nested()
+        try:
+            yield Session(self, connection, joined=True)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                nested.rollback()
+            raise
+        nested.commit()
+        self.connected_once = True
+
+    def execute(self, connection: Any, sql: str, params: Any) -> list[tuple[Any, ...]]:
+        result = self._sql_connection().exec_driver_sql(sql, params if params is not None else ())
+        return [tuple(row) for row in result.fetchall()] if result.returns_rows else []
+
+
+class ConnectionAdapter(_JoinedAdapter):
+    """A SQLAlchemy ``Connection``."""
+
+    def _bind(self) -> Any:
+        return self._client.engine
+
+    def _sql_connection(self) -> Any:
+        return self._client
+
+
+class SessionAdapter(_JoinedAdapter):
+    """A SQLAlchemy ORM ``Session``."""
+
+    def _bind(self) -> Any:
+        return self._client.get_bind()
+
+    def _sql_connection(self) -> Any:
+        return self._client.connection()
+
+
+def adapt(client: Any, *, join_transaction: bool) -> Adapter | None:
+    """The adapter for a SQLAlchemy Engine, Connection or Session, or ``None``."""
+    engine = sys.modules.get("sqlalchemy.engine")
+    if engine is not None:
+        if isinstance(client, engine.Engine):
+            return EngineAdapter(client)
+        if isinstance(client, engine.Connection):
+            return ConnectionAdapter(client)
+    orm = sys.modules.get("sqlalchemy.orm")
+    if orm is not None and isinstance(client, orm.Session):
+        return SessionAdapter(client)
+    return None

@@ -1,0 +1,123 @@
+"""Argument checks at the public entry points, with the same rules on every backend.
+
+Every check returns the value as ilmek will use it (a plain ``str`` or
+``int``, never a subclass that renders differently) or raises
+:class:`~ilmek.errors.InvalidArgumentError` naming the argument and what it
+should be. Nothing here touches storage.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any
+
+from .errors import InvalidArgumentError
+from .types import THREAD_STATUSES
+
+__all__ = [
+    "MAX_ID_BYTES",
+    "MAX_LIMIT",
+    "checkpoint_id",
+    "count",
+    "moment",
+    "optional_checkpoint_id",
+    "search_text",
+    "text",
+    "thread_id",
+    "thread_status",
+]
+
+MAX_ID_BYTES = 1024
+"""The longest thread, checkpoint or task id, in UTF-8 bytes (indexes have limits)."""
+
+MAX_LIMIT = 2**31 - 1
+"""The largest ``limit``, ``offset`` or ``keep_last`` accepted."""
+
+
+def _problem(value: str) -> str | None:
+    if "\0" in value:
+        return "contains NUL, which databases cannot store"
+    try:
+        encoded = value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains a lone surrogate, which is not text"
+    if len(encoded) > MAX_ID_BYTES:
+        return f"is longer than {MAX_ID_BYTES} bytes"
+    return None
+
+
+def text(value: Any, name: str, *, allow_empty: bool = False) -> str:
+    """A plain ``str`` without NUL or lone surrogates, of bounded length."""
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{name} must be a string, got {type(value).__name__}")
+    plain = str.__str__(value)
+    if not plain and not allow_empty:
+        raise InvalidArgumentError(f"{name} must not be empty")
+    problem = _problem(plain)
+    if problem is not None:
+        raise InvalidArgumentError(f"{name} {_shown(plain)} {problem}")
+    return plain
+
+
+def thread_id(value: Any, name: str = "thread_id") -> str:
+    """A thread id: a non-empty string, no NUL, no lone surrogate, at most 1 KiB."""
+    return text(value, name)
+
+
+def checkpoint_id(value: Any, name: str = "checkpoint_id") -> str:
+    """A checkpoint id, by the same rules as a thread id."""
+    return text(value, name)
+
+
+def optional_checkpoint_id(value: Any, name: str = "checkpoint_id") -> str | None:
+    """``None`` or a checkpoint id."""
+    return None if value is None else checkpoint_id(value, name)
+
+
+def search_text(value: Any, name: str = "search") -> str | None:
+    """``None`` or text to look for (the empty string means no filter)."""
+    if value is None:
+        return None
+    return text(value, name, allow_empty=True) or None
+
+
+def count(value: Any, name: str, *, minimum: int = 0, optional: bool = False) -> int | None:
+    """An ``int`` (not a ``bool``) between ``minimum`` and :data:`MAX_LIMIT`."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"{name} must be an int, got {type(value).__name__}")
+    if not minimum <= value <= MAX_LIMIT:
+        raise InvalidArgumentError(f"{name} must be between {minimum} and {MAX_LIMIT}, got {value}")
+    return int(value)
+
+
+def moment(value: Any, name: str) -> float | None:
+    """``None``, or a point in time as epoch seconds: an aware ``datetime`` or a number.
+
+    A naive ``datetime`` is refused: it would be read in an unknown zone.
+    """
+    if value is None:
+        return None
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None:
+            raise InvalidArgumentError(f"{name} must be time-zone aware (e.g. datetime.now(UTC))")
+        return value.timestamp()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise InvalidArgumentError(f"{name} must be a datetime or epoch seconds, got {type(value).__name__}")
+
+
+def _shown(value: str) -> str:
+    shown = value if len(value) <= 60 else value[:57] + "..."
+    return repr(shown)
+
+
+def thread_status(value: Any, name: str = "status") -> str | None:
+    """``None``, a thread status, or ``running`` (held by a live run now)."""
+    if value is None:
+        return None
+    allowed = (*THREAD_STATUSES, "running")
+    if not isinstance(value, str) or value not in allowed:
+        raise InvalidArgumentError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+    return str.__str__(value)

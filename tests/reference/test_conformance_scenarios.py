@@ -32,7 +32,7 @@ from ilmek import (
     to_spec,
 )
 from tests.helpers import Calls
-from tests.reference.graphs import compile_allowing_a_warning, linear
+from tests.reference.helpers import compile_allowing_a_warning, counted, linear
 
 
 def test_1_a_step_executes_once_across_an_interrupt_resume_cycle(ref_checkpointer: Checkpointer) -> None:
@@ -40,18 +40,9 @@ def test_1_a_step_executes_once_across_an_interrupt_resume_cycle(ref_checkpointe
     calls = Calls()
 
     def work(state: Any, ctx: Any) -> dict[str, Any]:
-        def create_order() -> str:
-            calls.hit("create_order")
-            return "order-1"
-
-        order = ctx.step("create_order", create_order)
+        order = ctx.step("create_order", counted(calls, "create_order", "order-1"))
         answer = ctx.interrupt({"question": "Charge order?"})
-
-        def charge() -> str:
-            calls.hit("charge")
-            return f"charged-{order}"
-
-        charged = ctx.step("charge", charge)
+        charged = ctx.step("charge", counted(calls, "charge", f"charged-{order}"))
         return {"log": [f"{order}/{answer}/{charged}"]}
 
     g = linear("checkout", work)
@@ -108,7 +99,7 @@ def test_3_an_interrupt_in_a_loop_with_stable_keys_resumes_at_the_right_iteratio
     def work(state: Any, ctx: Any) -> dict[str, Any]:
         approvals = []
         for item in state["items"]:
-            ctx.step(f"prepare:{item}", lambda item=item: calls.hit(item) or f"prep-{item}")
+            ctx.step(f"prepare:{item}", counted(calls, item, f"prep-{item}"))
             approvals.append(ctx.interrupt({"q": f"approve {item}"}, f"approve:{item}"))
         return {"log": approvals}
 
@@ -163,7 +154,7 @@ def test_5_a_crashed_superstep_replays_with_zero_re_executed_steps(ref_checkpoin
     should_fail = [True]
 
     def work(state: Any, ctx: Any) -> dict[str, Any]:
-        ctx.step("expensive", lambda: calls.hit("expensive") or "computed")
+        ctx.step("expensive", counted(calls, "expensive", "computed"))
         if should_fail[0]:
             should_fail[0] = False
             raise RuntimeError("transient boom")
@@ -336,7 +327,7 @@ def test_11_a_retried_node_re_runs_its_body_not_its_completed_steps(ref_checkpoi
         return "ok"
 
     def charge_then_call(state: Any, ctx: Any) -> dict[str, Any]:
-        ctx.step("charge", lambda: effects.hit("charge") or "charged")
+        ctx.step("charge", counted(effects, "charge", "charged"))
         ctx.step("call_api", call_api)
         return {"log": ["done"]}
 

@@ -21,8 +21,9 @@ from ilmek import (
     send,
     stream,
 )
+from ilmek.events import NodeRetry
 from tests.helpers import Calls
-from tests.reference.graphs import compile_allowing_a_warning
+from tests.reference.helpers import compile_allowing_a_warning
 
 # --- send: dynamic fan-out --------------------------------------------------------------------
 
@@ -197,7 +198,7 @@ def test_node_retry_events_are_emitted_before_each_new_attempt() -> None:
         .compile()
     )
 
-    assert [2, 3] == [e.attempt for e in stream(g) if e.type == "node_retry"]
+    assert [2, 3] == [e.attempt for e in stream(g) if isinstance(e, NodeRetry)]
 
 
 def test_exhausting_attempts_ends_the_run_in_error() -> None:

@@ -32,8 +32,9 @@ from ilmek import (
     stream,
     to_spec,
 )
+from ilmek.events import NodeRetry
 from tests.helpers import Calls
-from tests.reference.graphs import compile_allowing_a_warning, linear
+from tests.reference.helpers import compile_allowing_a_warning, counted, linear
 
 
 def _opts(checkpointer: Checkpointer, thread_id: str, **more: Any) -> dict[str, Any]:
@@ -46,9 +47,9 @@ def test_12_1_step_runs_once_across_resume(ref_checkpointer: Checkpointer) -> No
     calls = Calls()
 
     def work(state: Any, ctx: Any) -> dict[str, Any]:
-        order = ctx.step("create_order", lambda: calls.hit("create") or "order-1")
+        order = ctx.step("create_order", counted(calls, "create", "order-1"))
         answer = ctx.interrupt({"question": "Charge order?"})
-        charged = ctx.step("charge", lambda: calls.hit("charge") or f"charged-{order}")
+        charged = ctx.step("charge", counted(calls, "charge", f"charged-{order}"))
         return {"log": f"{order}/{answer}/{charged}"}
 
     g = linear("checkout", work)
@@ -93,10 +94,14 @@ def test_12_3_an_interrupt_in_a_loop_resumes_correctly(ref_checkpointer: Checkpo
     iteration"."""
     prepared: list[str] = []
 
+    def prepare(item: str) -> str:
+        prepared.append(item)
+        return f"prep-{item}"
+
     def work(state: Any, ctx: Any) -> dict[str, Any]:
         approvals = []
         for item in state["items"]:
-            ctx.step(f"prepare:{item}", lambda item=item: prepared.append(item) or f"prep-{item}")
+            ctx.step(f"prepare:{item}", prepare, item)
             approvals.append(ctx.interrupt({"q": f"approve {item}"}, f"approve:{item}"))
         return {"log": approvals}
 
@@ -143,7 +148,7 @@ def test_12_5_a_crash_replays_without_re_running_steps(ref_checkpointer: Checkpo
     should_fail = [True]
 
     def work(state: Any, ctx: Any) -> dict[str, Any]:
-        ctx.step("expensive", lambda: calls.hit("expensive") or "computed")
+        ctx.step("expensive", counted(calls, "expensive", "computed"))
         if should_fail[0]:
             should_fail[0] = False
             raise RuntimeError("transient boom")
@@ -425,7 +430,7 @@ def test_12_11_retry_does_not_re_run_completed_steps(ref_checkpointer: Checkpoin
         return "ok"
 
     def charge_then_call(state: Any, ctx: Any) -> dict[str, Any]:
-        ctx.step("charge", lambda: calls.hit("charge") or "charged")
+        ctx.step("charge", counted(calls, "charge", "charged"))
         ctx.step("call_api", call_api)
         return {"log": "done"}
 
@@ -463,7 +468,7 @@ def test_retry_events_are_emitted() -> None:
         .compile()
     )
 
-    assert [2, 3] == [e.attempt for e in stream(g) if e.type == "node_retry"]
+    assert [2, 3] == [e.attempt for e in stream(g) if isinstance(e, NodeRetry)]
 
 
 def test_an_interrupt_is_not_retried(ref_checkpointer: Checkpointer) -> None:

@@ -28,7 +28,8 @@ from ilmek import (
     run,
     stream,
 )
-from tests.reference.graphs import linear, pausing
+from ilmek.events import CustomEvent, StateEvent
+from tests.reference.helpers import linear, pausing
 
 # --- basics -------------------------------------------------------------------------------
 
@@ -112,8 +113,8 @@ def test_ctx_emit_reaches_the_stream_live_before_the_superstep_settles() -> None
         return {"log": ["done"]}
 
     events = list(stream(linear("emitter", emitter)))
-    customs = [e for e in events if e.type == "custom"]
-    reduced = next(e for e in events if e.type == "state" and e.channels.get("log") == ["done"])
+    customs = [e for e in events if isinstance(e, CustomEvent)]
+    reduced = next(e for e in events if isinstance(e, StateEvent) and e.channels.get("log") == ["done"])
 
     assert [{"token": "hel"}, {"token": "lo"}] == [e.payload for e in customs]
     assert all(e.seq < reduced.seq for e in customs)

@@ -34,7 +34,7 @@ from ilmek import (
 )
 from ilmek.context import TaskJournal
 from tests.helpers import Calls
-from tests.reference.graphs import linear
+from tests.reference.helpers import linear
 
 
 def _pay(fn: Callable[..., Any]) -> CompiledGraph:

@@ -27,6 +27,7 @@ from ilmek import (
     thread_state,
 )
 from tests.helpers import Calls
+from tests.reference.helpers import counted
 
 
 @attrs.define
@@ -76,7 +77,7 @@ def test_a_typed_graph_runs_the_interrupt_resume_cycle_step_once(ref_checkpointe
     calls = Calls()
 
     def checkout(state: CheckoutState, ctx: Any) -> dict[str, Any]:
-        ctx.step("create_order", lambda: calls.hit("create") or "order-1")
+        ctx.step("create_order", counted(calls, "create", "order-1"))
         return {"log": [ctx.interrupt({"q": "charge?"})]}
 
     g = (

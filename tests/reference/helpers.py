@@ -1,12 +1,15 @@
-"""Graph shapes the reference suites build again and again, built once here."""
+"""Helpers the reference suites use again and again: graph shapes, counted effects."""
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from ilmek import END, START, CompiledGraph, GraphBuilder, channel, graph
+from tests.helpers import Calls
+
+T = TypeVar("T")
 
 
 def linear(name: str, fn: Callable[..., Any]) -> CompiledGraph:
@@ -44,3 +47,13 @@ def compile_allowing_a_warning(builder: GraphBuilder) -> CompiledGraph:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return builder.compile()
+
+
+def counted(calls: Calls, name: str, value: T) -> Callable[[], T]:
+    """A step function that counts its call under ``name`` and returns ``value``."""
+
+    def effect() -> T:
+        calls.hit(name)
+        return value
+
+    return effect

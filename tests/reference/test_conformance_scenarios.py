@@ -9,43 +9,41 @@ other cases of those files are in ``test_ilmek.py`` and ``test_control.py``.
 from __future__ import annotations
 
 import copy
-import time
 from typing import Any
 
 import pytest
 
 from ilmek import (
-    END,
-    START,
     Checkpointer,
     NondeterminismError,
     ResumeError,
-    RetryPolicy,
-    channel,
-    command,
     from_spec,
-    graph,
     resume,
     resume_keyed,
     run,
-    send,
     to_spec,
 )
 from tests.helpers import Calls
-from tests.reference.helpers import compile_allowing_a_warning, counted, linear
+from tests.reference.helpers import (
+    approve_each_item,
+    charge_then_flaky_api,
+    checkout,
+    compile_allowing_a_warning,
+    crashes_once_after_a_step,
+    goto_over_a_static_edge,
+    map_reduce,
+    race,
+    two_interrupts,
+    two_pauses,
+    wobbly,
+)
 
 
 def test_1_a_step_executes_once_across_an_interrupt_resume_cycle(ref_checkpointer: Checkpointer) -> None:
     """Scenario 1 · ilmek.test.ts "§12.1 a step executes exactly once across an interrupt/resume cycle"."""
     calls = Calls()
 
-    def work(state: Any, ctx: Any) -> dict[str, Any]:
-        order = ctx.step("create_order", counted(calls, "create_order", "order-1"))
-        answer = ctx.interrupt({"question": "Charge order?"})
-        charged = ctx.step("charge", counted(calls, "charge", f"charged-{order}"))
-        return {"log": [f"{order}/{answer}/{charged}"]}
-
-    g = linear("checkout", work)
+    g = checkout(calls)
     opts: dict[str, Any] = {"thread_id": "t-checkout", "checkpointer": ref_checkpointer}
 
     paused = run(g, {}, **opts)
@@ -67,12 +65,7 @@ def test_2_two_interrupts_in_one_node_resolve_independently(ref_checkpointer: Ch
     """Scenario 2 · ilmek.test.ts "§12.2 two interrupts in one node resolve independently,
     one resume each"."""
 
-    def work(state: Any, ctx: Any) -> dict[str, Any]:
-        first = ctx.interrupt({"q": "first"})
-        second = ctx.interrupt({"q": "second"})
-        return {"log": [f"{first}+{second}"]}
-
-    g = linear("double", work)
+    g = two_interrupts()
     opts: dict[str, Any] = {"thread_id": "t-double", "checkpointer": ref_checkpointer}
 
     p1 = run(g, {}, **opts)
@@ -96,14 +89,7 @@ def test_3_an_interrupt_in_a_loop_with_stable_keys_resumes_at_the_right_iteratio
     the right iteration"."""
     calls = Calls()
 
-    def work(state: Any, ctx: Any) -> dict[str, Any]:
-        approvals = []
-        for item in state["items"]:
-            ctx.step(f"prepare:{item}", counted(calls, item, f"prep-{item}"))
-            approvals.append(ctx.interrupt({"q": f"approve {item}"}, f"approve:{item}"))
-        return {"log": approvals}
-
-    g = linear("loop", work)
+    g = approve_each_item(calls)
     opts: dict[str, Any] = {"thread_id": "t-loop", "checkpointer": ref_checkpointer}
 
     p1 = run(g, {"items": ["a", "b"]}, **opts)
@@ -123,24 +109,7 @@ def test_3_an_interrupt_in_a_loop_with_stable_keys_resumes_at_the_right_iteratio
 
 def test_4_superstep_reduce_order_is_task_order_not_completion_order() -> None:
     """Scenario 4 · ilmek.test.ts "§12.4 superstep reduce order is task order, not completion order"."""
-
-    def declared_first(state: Any) -> dict[str, Any]:
-        time.sleep(0.06)
-        return {"winner": "declaredFirst"}
-
-    g = (
-        graph("race")
-        .channel("winner", channel.last_write())
-        .node("declaredFirst", declared_first)
-        .node("declaredSecond", lambda state: {"winner": "declaredSecond"})
-        .edge(START, "declaredFirst")
-        .edge(START, "declaredSecond")
-        .edge("declaredFirst", END)
-        .edge("declaredSecond", END)
-        .compile()
-    )
-
-    assert "declaredSecond" == run(g).state["winner"]
+    assert "declaredSecond" == run(race()).state["winner"]
 
 
 def test_5_a_crashed_superstep_replays_with_zero_re_executed_steps(ref_checkpointer: Checkpointer) -> None:
@@ -151,16 +120,7 @@ def test_5_a_crashed_superstep_replays_with_zero_re_executed_steps(ref_checkpoin
     unfinished thread continues its plan, replaying the journal.
     """
     calls = Calls()
-    should_fail = [True]
-
-    def work(state: Any, ctx: Any) -> dict[str, Any]:
-        ctx.step("expensive", counted(calls, "expensive", "computed"))
-        if should_fail[0]:
-            should_fail[0] = False
-            raise RuntimeError("transient boom")
-        return {"log": ["survived"]}
-
-    g = linear("flaky", work)
+    g = crashes_once_after_a_step(calls)
     opts: dict[str, Any] = {"thread_id": "t-flaky", "checkpointer": ref_checkpointer}
 
     crashed = run(g, {}, **opts)
@@ -208,14 +168,7 @@ def test_6_compile_spec_then_to_spec_round_trips() -> None:
 def test_7_strict_mode_raises_when_a_journaled_step_vanishes(ref_checkpointer: Checkpointer) -> None:
     """Scenario 7 · ilmek.test.ts "§12.7 strict mode raises when a journaled step vanishes on replay"."""
     take_branch = [True]
-
-    def work(state: Any, ctx: Any) -> dict[str, Any]:
-        if take_branch[0]:
-            ctx.step("sometimes", lambda: "did_it")
-        ctx.interrupt({"q": "ok?"})
-        return {"log": ["end"]}
-
-    g = linear("wobbly", work)
+    g = wobbly(take_branch)
     opts: dict[str, Any] = {"thread_id": "t-wobbly", "checkpointer": ref_checkpointer}
     assert "interrupted" == run(g, {}, **opts).status
 
@@ -232,17 +185,7 @@ def test_7_strict_mode_raises_when_a_journaled_step_vanishes(ref_checkpointer: C
 def test_8_concurrent_pauses_resolve_to_their_own_answers(ref_checkpointer: Checkpointer) -> None:
     """Scenario 8 · ilmek.test.ts "a bare answer to concurrent pauses is refused, and names the
     alternative"."""
-    g = (
-        graph("fanout")
-        .channel("log", channel.append())
-        .node("a", lambda s, ctx: {"log": [ctx.interrupt({"q": "a?"})]})
-        .node("b", lambda s, ctx: {"log": [ctx.interrupt({"q": "b?"})]})
-        .edge(START, "a")
-        .edge(START, "b")
-        .edge("a", END)
-        .edge("b", END)
-        .compile()
-    )
+    g = two_pauses()
     opts: dict[str, Any] = {"thread_id": "t-fanout", "checkpointer": ref_checkpointer}
 
     paused = run(g, {}, **opts)
@@ -263,24 +206,7 @@ def test_9_a_send_fan_out_runs_the_target_once_per_payload() -> None:
     """Scenario 9 · control.test.ts "§12.9 one target run per payload, each with its own input,
     reduced independent of scheduling"."""
     seen_inputs: list[int] = []
-
-    def worker(state: Any) -> dict[str, Any]:
-        seen_inputs.append(state["n"])
-        return {"results": state["n"] * 10}
-
-    g = (
-        graph("mapreduce")
-        .channel("items", channel.last_write([]))
-        .channel("results", channel.append())
-        .node("map", lambda state: {})
-        .node("worker", worker)
-        .node("reduce", lambda state: {})
-        .edge(START, "map")
-        .router("map", lambda state: [send("worker", {"n": n}) for n in state["items"]])
-        .edge("worker", "reduce")
-        .edge("reduce", END)
-        .compile()
-    )
+    g = map_reduce(seen_inputs, fan_in="reduce")
 
     result = run(g, {"items": [1, 2, 3]})
 
@@ -295,19 +221,7 @@ def test_10_command_goto_overrides_static_edges_and_update_reduces_first() -> No
 
     ``buy`` is reached only by the goto: it compiles (MODEL §15), a warning at most.
     """
-    builder = (
-        graph("router-node")
-        .channel("log", channel.append())
-        .channel("intent", channel.last_write(""))
-        .node("classify", lambda state: command(update={"intent": "buy", "log": ["classified"]}, goto="buy"))
-        .node("buy", lambda state: {"log": ["bought"]})
-        .node("browse", lambda state: {"log": ["browsed"]})
-        .edge(START, "classify")
-        .edge("classify", "browse")
-        .edge("buy", END)
-        .edge("browse", END)
-    )
-    g = compile_allowing_a_warning(builder)
+    g = compile_allowing_a_warning(goto_over_a_static_edge())
 
     result = run(g, {})
     assert "done" == result.status
@@ -317,31 +231,10 @@ def test_10_command_goto_overrides_static_edges_and_update_reduces_first() -> No
 
 def test_11_a_retried_node_re_runs_its_body_not_its_completed_steps(ref_checkpointer: Checkpointer) -> None:
     """Scenario 11 · control.test.ts "§12.11 a retried node re-runs its body but NOT its completed steps"."""
-    effects = Calls()
-    api_attempts = [0]
+    calls = Calls()
 
-    def call_api() -> str:
-        api_attempts[0] += 1
-        if api_attempts[0] < 3:
-            raise RuntimeError(f"transient {api_attempts[0]}")
-        return "ok"
-
-    def charge_then_call(state: Any, ctx: Any) -> dict[str, Any]:
-        ctx.step("charge", counted(effects, "charge", "charged"))
-        ctx.step("call_api", call_api)
-        return {"log": ["done"]}
-
-    g = (
-        graph("resilient")
-        .channel("log", channel.append())
-        .node("charge_then_call", charge_then_call, retry=RetryPolicy(max_attempts=3, backoff=0))
-        .edge(START, "charge_then_call")
-        .edge("charge_then_call", END)
-        .compile()
-    )
-
-    result = run(g, {}, thread_id="t-retry", checkpointer=ref_checkpointer)
+    result = run(charge_then_flaky_api(calls), {}, thread_id="t-retry", checkpointer=ref_checkpointer)
 
     assert "done" == result.status
-    assert 1 == effects["charge"]
-    assert 3 == api_attempts[0]
+    assert 1 == calls["charge"]
+    assert 3 == calls["call_api"]

@@ -23,7 +23,14 @@ from ilmek import (
 )
 from ilmek.events import NodeRetry
 from tests.helpers import Calls
-from tests.reference.helpers import compile_allowing_a_warning
+from tests.reference.helpers import (
+    asks_under_retry,
+    command_without_goto,
+    compile_allowing_a_warning,
+    fails_twice,
+    goto_sends,
+    send_pauses,
+)
 
 # --- send: dynamic fan-out --------------------------------------------------------------------
 
@@ -77,21 +84,7 @@ def test_an_interrupt_inside_one_fan_out_branch_does_not_collide_with_its_siblin
 ) -> None:
     """control.test.ts · "an interrupt inside one fan-out branch does not collide with its siblings"."""
     opts: dict[str, Any] = {"thread_id": "t-fanout-hitl", "checkpointer": ref_checkpointer}
-
-    def worker(state: Any, ctx: Any) -> dict[str, Any]:
-        ok = ctx.interrupt({"q": f"approve {state['id']}?"})
-        return {"out": f"{state['id']}:{ok}"}
-
-    g = (
-        graph("fanout-hitl")
-        .channel("out", channel.append())
-        .node("map", lambda state: {})
-        .node("worker", worker)
-        .edge(START, "map")
-        .router("map", lambda state: [send("worker", {"id": "a"}), send("worker", {"id": "b"})])
-        .edge("worker", END)
-        .compile()
-    )
+    g = send_pauses()
 
     paused = run(g, {}, **opts)
     assert "interrupted" == paused.status
@@ -108,18 +101,7 @@ def test_an_interrupt_inside_one_fan_out_branch_does_not_collide_with_its_siblin
 
 def test_a_command_with_no_goto_falls_back_to_static_edges() -> None:
     """control.test.ts · "command with no goto falls back to static edges"."""
-    g = (
-        graph("cmd-fallback")
-        .channel("log", channel.append())
-        .node("a", lambda state: command(update={"log": ["a"]}))
-        .node("b", lambda state: {"log": ["b"]})
-        .edge(START, "a")
-        .edge("a", "b")
-        .edge("b", END)
-        .compile()
-    )
-
-    assert ["a", "b"] == run(g).state["log"]
+    assert ["a", "b"] == run(command_without_goto()).state["log"]
 
 
 def test_a_node_with_no_static_edges_is_legal_when_it_always_returns_a_goto() -> None:
@@ -144,16 +126,7 @@ def test_a_command_goto_can_carry_sends_for_fan_out_discovered_inside_the_node()
 
     ``worker`` is reached only by the goto's sends: it compiles, a warning at most.
     """
-    builder = (
-        graph("cmd-send")
-        .channel("out", channel.append())
-        .node("plan", lambda state: command(goto=[send("worker", {"n": 1}), send("worker", {"n": 2})]))
-        .node("worker", lambda state: {"out": state["n"]})
-        .edge(START, "plan")
-        .edge("worker", END)
-    )
-
-    result = run(compile_allowing_a_warning(builder), {})
+    result = run(compile_allowing_a_warning(goto_sends()), {})
     assert [1, 2] == sorted(result.state["out"])
 
 
@@ -181,24 +154,7 @@ def test_node_retry_events_are_emitted_before_each_new_attempt() -> None:
 
     ``attempt`` numbers the attempt about to run: 2, then 3 (issue #8).
     """
-    failures = [0]
-
-    def flaky(state: Any) -> dict[str, Any]:
-        failures[0] += 1
-        if failures[0] < 3:
-            raise RuntimeError(f"boom {failures[0]}")
-        return {"log": ["ok"]}
-
-    g = (
-        graph("retry-events")
-        .channel("log", channel.append())
-        .node("flaky", flaky, retry=RetryPolicy(max_attempts=5, backoff=0))
-        .edge(START, "flaky")
-        .edge("flaky", END)
-        .compile()
-    )
-
-    assert [2, 3] == [e.attempt for e in stream(g) if isinstance(e, NodeRetry)]
+    assert [2, 3] == [e.attempt for e in stream(fails_twice()) if isinstance(e, NodeRetry)]
 
 
 def test_exhausting_attempts_ends_the_run_in_error() -> None:
@@ -246,22 +202,8 @@ def test_retry_on_can_decline_to_retry_an_error() -> None:
 
 def test_an_interrupt_is_never_treated_as_a_retryable_error(ref_checkpointer: Checkpointer) -> None:
     """control.test.ts · "an interrupt is never treated as a retryable error"."""
-    attempts = [0]
+    calls = Calls()
 
-    def asks(state: Any, ctx: Any) -> dict[str, Any]:
-        attempts[0] += 1
-        ctx.interrupt({"q": "?"})
-        return {"log": ["resumed"]}
-
-    g = (
-        graph("interrupt-not-error")
-        .channel("log", channel.append())
-        .node("asks", asks, retry=RetryPolicy(max_attempts=3, backoff=0))
-        .edge(START, "asks")
-        .edge("asks", END)
-        .compile()
-    )
-
-    paused = run(g, {}, thread_id="t-int-retry", checkpointer=ref_checkpointer)
+    paused = run(asks_under_retry(calls), {}, thread_id="t-int-retry", checkpointer=ref_checkpointer)
     assert "interrupted" == paused.status
-    assert 1 == attempts[0]
+    assert 1 == calls["asks"]

@@ -29,7 +29,7 @@ from ilmek import (
     stream,
 )
 from ilmek.events import CustomEvent, StateEvent
-from tests.reference.helpers import linear, pausing
+from tests.reference.helpers import linear, pausing, wobbly
 
 # --- basics -------------------------------------------------------------------------------
 
@@ -181,14 +181,7 @@ def test_a_guard_cannot_step_or_interrupt_it_has_no_journal(call: str) -> None:
 def test_strict_mode_can_be_turned_off_for_a_run(ref_checkpointer: Checkpointer) -> None:
     """ilmek.test.ts · "strict mode can be turned off for a run"."""
     take_branch = [True]
-
-    def work(state: Any, ctx: Any) -> dict[str, Any]:
-        if take_branch[0]:
-            ctx.step("sometimes", lambda: "did_it")
-        ctx.interrupt({"q": "ok?"})
-        return {"log": ["end"]}
-
-    g = linear("wobbly-lax", work)
+    g = wobbly(take_branch)
     opts: dict[str, Any] = {"thread_id": "t-lax", "checkpointer": ref_checkpointer, "strict": False}
 
     assert "interrupted" == run(g, {}, **opts).status

@@ -42,7 +42,6 @@ from tests.reference.helpers import (
 def test_1_a_step_executes_once_across_an_interrupt_resume_cycle(ref_checkpointer: Checkpointer) -> None:
     """Scenario 1 · ilmek.test.ts "§12.1 a step executes exactly once across an interrupt/resume cycle"."""
     calls = Calls()
-
     g = checkout(calls)
     opts: dict[str, Any] = {"thread_id": "t-checkout", "checkpointer": ref_checkpointer}
 
@@ -88,7 +87,6 @@ def test_3_an_interrupt_in_a_loop_with_stable_keys_resumes_at_the_right_iteratio
     """Scenario 3 · ilmek.test.ts "§12.3 an interrupt inside a loop with stable keys resumes at
     the right iteration"."""
     calls = Calls()
-
     g = approve_each_item(calls)
     opts: dict[str, Any] = {"thread_id": "t-loop", "checkpointer": ref_checkpointer}
 

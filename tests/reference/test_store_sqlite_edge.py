@@ -11,13 +11,15 @@ option: SPEC §7 puts every file ilmek opens in WAL).
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import sqlite3
 from collections.abc import Callable, Iterator
 
+import psycopg2
 import pytest
 
-from ilmek import IlmekError, SqliteCheckpointer, StorageError
+from ilmek import IlmekError, PostgresCheckpointer, SchemaVersionError, SqliteCheckpointer, StorageError
 from tests.reference.edge_helpers import done, keys_of, make_checkpoint
 
 pytestmark = pytest.mark.timeout(60)
@@ -65,13 +67,14 @@ def test_a_good_prefix_names_every_table(connection: sqlite3.Connection, prefix:
     """sqlite.edge · "the prefix <good> names both tables".
 
     Python SPEC §7: ``<prefix>_checkpoints``, ``<prefix>_journals`` and any other table ilmek needs.
+    Names compare as SQLite resolves them, ignoring case (ilmek folds a prefix to lower case).
     """
     SqliteCheckpointer(connection, table_prefix=prefix).migrate()
 
-    names = table_names(connection)
+    names = [name.lower() for name in table_names(connection) if name != "sqlite_sequence"]
 
-    assert {f"{prefix}_checkpoints", f"{prefix}_journals"} <= set(names)
-    assert [] == [name for name in names if not name.startswith(f"{prefix}_") and name != "sqlite_sequence"]
+    assert {f"{prefix}_checkpoints".lower(), f"{prefix}_journals".lower()} <= set(names)
+    assert [] == [name for name in names if not name.startswith(f"{prefix}_".lower())]
 
 
 def test_two_prefixes_in_one_file_see_nothing_of_each_other(tmp_path: pathlib.Path) -> None:
@@ -116,6 +119,34 @@ def test_every_operation_works_on_a_fresh_connection_at_once(connection: sqlite3
         operation()
 
     assert None is checkpointer.get("t")
+
+
+def test_every_operation_refuses_before_migrate_on_postgres(postgres_dsn: str) -> None:
+    """sqlite.edge · "every operation refuses to run before migrate()", where it has meaning: Postgres.
+
+    A PostgresCheckpointer never creates tables on its own (SPEC §7): each port operation on
+    tables not yet migrated is a SchemaVersionError saying to run migrate(), and creates nothing.
+    """
+    with PostgresCheckpointer.connect(postgres_dsn, table_prefix="unmigrated") as checkpointer:
+        operations: dict[str, Callable[[], object]] = {
+            "put": lambda: checkpointer.put("t", make_checkpoint("t")),
+            "get": lambda: checkpointer.get("t"),
+            "list": lambda: checkpointer.list("t"),
+            "put_journal": lambda: checkpointer.put_journal("t:root:n", ()),
+            "get_journal": lambda: checkpointer.get_journal("t:root:n"),
+            "drop_journal": lambda: checkpointer.drop_journal("t:root:n"),
+            "delete_thread": lambda: checkpointer.delete_thread("t"),
+        }
+        refused = {}
+        for name, operation in operations.items():
+            with pytest.raises(SchemaVersionError, match=r"migrate\(\)") as raised:
+                operation()
+            refused[name] = type(raised.value)
+
+    assert dict.fromkeys(operations, SchemaVersionError) == refused
+    with contextlib.closing(psycopg2.connect(postgres_dsn)) as check, check.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_class WHERE relname LIKE 'unmigrated%'")
+        assert [(0,)] == cursor.fetchall()
 
 
 def test_migrating_twice_keeps_the_data_written_in_between() -> None:

@@ -11,7 +11,18 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ilmek import END, START, Checkpoint, CompiledGraph, JournalEntry, channel, graph
+from ilmek import (
+    END,
+    START,
+    Checkpoint,
+    Checkpointer,
+    CompiledGraph,
+    JournalEntry,
+    channel,
+    graph,
+    resume,
+    run,
+)
 from ilmek.types import new_checkpoint_id
 from tests.helpers import Calls
 
@@ -91,3 +102,32 @@ def race(*calls: Callable[[], Any]) -> list[Any]:
     for thread in threads:
         thread.join(timeout=60)
     return outcomes
+
+
+def assert_a_step_runs_once_across_a_pause(checkpointer: Checkpointer, thread_id: str) -> None:
+    """The §12.1 case every store suite of the reference repeats: pause, answer, each effect once."""
+    calls = Calls()
+    g = checkout_graph(calls)
+
+    paused = run(g, {}, thread_id=thread_id, checkpointer=checkpointer)
+    assert "interrupted" == paused.status
+    assert {"create_order": 1} == dict(calls)
+
+    finished = resume(g, "yes", thread_id=thread_id, checkpointer=checkpointer)
+    assert ("done", ["yes"]) == (finished.status, finished.state["log"])
+    assert {"create_order": 1, "charge": 1} == dict(calls)
+
+
+def assert_history_reads_and_delete(checkpointer: Checkpointer, thread_id: str) -> None:
+    """get by id, list newest first with a limit, then delete_thread leaves nothing."""
+    run(chain_graph(), {}, thread_id=thread_id, checkpointer=checkpointer)
+
+    listed = checkpointer.list(thread_id)
+    assert len(listed) >= 2
+    assert listed[0].id > listed[-1].id
+    assert [listed[0].id] == [c.id for c in checkpointer.list(thread_id, limit=1)]
+    assert listed[0] == checkpointer.get(thread_id, listed[0].id)
+
+    checkpointer.delete_thread(thread_id)
+    assert None is checkpointer.get(thread_id)
+    assert [] == checkpointer.list(thread_id)

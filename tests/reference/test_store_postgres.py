@@ -20,7 +20,12 @@ import pytest
 
 from ilmek import Checkpointer, PostgresCheckpointer, resume, run
 from tests.helpers import Calls
-from tests.reference.edge_helpers import chain_graph, checkout_graph
+from tests.reference.edge_helpers import (
+    assert_a_step_runs_once_across_a_pause,
+    assert_history_reads_and_delete,
+    chain_graph,
+    checkout_graph,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -55,17 +60,7 @@ def test_migrate_creates_both_tables_idempotently(connection: Any) -> None:
 
 def test_a_step_runs_once_across_a_pause(ref_checkpointer: Checkpointer) -> None:
     """postgres · "a step runs once across an interrupt/resume cycle (§12.1) on Postgres"."""
-    calls = Calls()
-    g = checkout_graph(calls)
-    options: dict[str, Any] = {"thread_id": "t1", "checkpointer": ref_checkpointer}
-
-    paused = run(g, {}, **options)
-    assert "interrupted" == paused.status
-    assert {"create_order": 1} == dict(calls)
-
-    finished = resume(g, "yes", **options)
-    assert ("done", ["yes"]) == (finished.status, finished.state["log"])
-    assert {"create_order": 1, "charge": 1} == dict(calls)
+    assert_a_step_runs_once_across_a_pause(ref_checkpointer, "t1")
 
 
 def test_a_second_checkpointer_on_the_same_store_resumes_the_pause(
@@ -82,17 +77,7 @@ def test_a_second_checkpointer_on_the_same_store_resumes_the_pause(
 
 def test_get_by_id_list_newest_first_with_limit_and_delete_thread(ref_checkpointer: Checkpointer) -> None:
     """postgres · "get by id, list (newest first, with limit), and deleteThread"."""
-    run(chain_graph(), {}, thread_id="t3", checkpointer=ref_checkpointer)
-
-    listed = ref_checkpointer.list("t3")
-    assert len(listed) >= 2
-    assert listed[0].id > listed[-1].id
-    assert [listed[0].id] == [c.id for c in ref_checkpointer.list("t3", limit=1)]
-    assert listed[0] == ref_checkpointer.get("t3", listed[0].id)
-
-    ref_checkpointer.delete_thread("t3")
-    assert None is ref_checkpointer.get("t3")
-    assert [] == ref_checkpointer.list("t3")
+    assert_history_reads_and_delete(ref_checkpointer, "t3")
 
 
 def test_it_is_a_checkpointer(connection: Any) -> None:

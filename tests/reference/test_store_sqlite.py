@@ -16,7 +16,12 @@ import pytest
 
 from ilmek import Checkpointer, SqliteCheckpointer, resume, run
 from tests.helpers import Calls
-from tests.reference.edge_helpers import chain_graph, checkout_graph
+from tests.reference.edge_helpers import (
+    assert_a_step_runs_once_across_a_pause,
+    assert_history_reads_and_delete,
+    chain_graph,
+    checkout_graph,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -45,17 +50,7 @@ def test_a_fresh_connection_is_migrated_when_the_checkpointer_is_built() -> None
 
 def test_a_step_runs_once_across_a_pause(ref_checkpointer: Checkpointer) -> None:
     """sqlite · "a step runs once across an interrupt/resume cycle (§12.1) on SQLite"."""
-    calls = Calls()
-    g = checkout_graph(calls)
-    options = {"thread_id": "t1", "checkpointer": ref_checkpointer}
-
-    paused = run(g, {}, **options)
-    assert "interrupted" == paused.status
-    assert {"create_order": 1} == dict(calls)
-
-    finished = resume(g, "yes", **options)
-    assert ("done", ["yes"]) == (finished.status, finished.state["log"])
-    assert {"create_order": 1, "charge": 1} == dict(calls)
+    assert_a_step_runs_once_across_a_pause(ref_checkpointer, "t1")
 
 
 def test_a_pause_survives_closing_the_store(
@@ -94,17 +89,7 @@ def test_an_effect_before_the_pause_does_not_rerun_after_a_restart(
 
 def test_get_by_id_list_newest_first_with_limit_and_delete_thread(ref_checkpointer: Checkpointer) -> None:
     """sqlite · "get by id, list (newest first, with limit), and deleteThread"."""
-    run(chain_graph(), {}, thread_id="t4", checkpointer=ref_checkpointer)
-
-    listed = ref_checkpointer.list("t4")
-    assert len(listed) >= 2
-    assert listed[0].id > listed[-1].id
-    assert [listed[0].id] == [c.id for c in ref_checkpointer.list("t4", limit=1)]
-    assert listed[0] == ref_checkpointer.get("t4", listed[0].id)
-
-    ref_checkpointer.delete_thread("t4")
-    assert None is ref_checkpointer.get("t4")
-    assert [] == ref_checkpointer.list("t4")
+    assert_history_reads_and_delete(ref_checkpointer, "t4")
 
 
 def test_a_table_prefix_isolates_two_apps_in_one_file(tmp_path: pathlib.Path) -> None:

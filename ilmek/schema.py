@@ -194,7 +194,9 @@ class StateSchema:
             self.check_writes(update, who=who, thread_id=thread_id, node=writer)
             for name, incoming in update.items():
                 channel = self.channels[name]
-                current = new_values[name] if name in new_values else channel.initial()
+                # The first write folds onto UNSET, not the default: MODEL §2 says a
+                # reducer's current value is absent on the first write.
+                current = new_values.get(name, UNSET)
                 try:
                     new_values[name] = channel.fold(current, incoming)
                 except Exception as exc:

@@ -108,6 +108,11 @@ def guards_spec() -> dict[str, Any]:
     }
 
 
+def max_of(current: Any, incoming: Any) -> Any:
+    """The "max" reducer the specs name: the first write (current None) is kept as it is."""
+    return incoming if current is None else max(current, incoming)
+
+
 def control_spec() -> dict[str, Any]:
     """Retry policies, command destinations and a reduce channel resolved by name."""
     return {
@@ -149,7 +154,7 @@ ROUND_TRIPS = {"support": support_spec, "guards": guards_spec, "control": contro
 def test_a_canonical_spec_round_trips_exactly(make: Callable[[], dict[str, Any]]) -> None:
     """to_spec(from_spec(s)) == s, and s survives JSON on the way through."""
     spec = make()
-    rebuilt = from_spec(json.loads(json.dumps(spec)), REGISTRY, reducers={"max": max})
+    rebuilt = from_spec(json.loads(json.dumps(spec)), REGISTRY, reducers={"max": max_of})
     exported = to_spec(rebuilt)
     assert spec == exported
     assert exported == json.loads(json.dumps(exported))
@@ -246,7 +251,7 @@ def canonical_specs(draw: st.DrawFn) -> dict[str, Any]:
 @given(canonical_specs())
 def test_every_canonical_spec_round_trips_exactly(spec: dict[str, Any]) -> None:
     """Property: for generated specs of every shape, to_spec(from_spec(s)) == s."""
-    assert spec == to_spec(from_spec(spec, REGISTRY, reducers={"max": max}))
+    assert spec == to_spec(from_spec(spec, REGISTRY, reducers={"max": max_of}))
 
 
 def test_round_trip_keeps_the_order_of_nodes_and_edges() -> None:
@@ -287,7 +292,7 @@ def test_from_spec_passes_config_and_builds_the_declared_retry_policy() -> None:
         received.append(config)
         return lambda state: None
 
-    g = from_spec(control_spec(), {"noop": factory}, reducers={"max": max})
+    g = from_spec(control_spec(), {"noop": factory}, reducers={"max": max_of})
     assert [{}, {"nested": {"list": [1, 2.5, "three", None, True]}}, {}] == received
     expected = RetryPolicy(max_attempts=5, backoff=0.1, factor=3.0, max_backoff=2.0, jitter=0.25)
     assert expected == g.nodes["left"].retry
@@ -349,8 +354,16 @@ def test_a_spec_reduce_channel_folds_with_the_named_function(checkpointer: Check
         ],
         "edges": [{"from": START, "to": name} for name in ("low", "high", "mid")],
     }
-    g = from_spec(spec, {"bid": bid}, reducers={"max": max})
+    seen: list[Any] = []
+
+    def record(current: Any, incoming: Any) -> Any:
+        seen.append(current)
+        return max_of(current, incoming)
+
+    g = from_spec(spec, {"bid": bid}, reducers={"max": record})
     assert {"best": 9} == run(g, {}, thread_id="auction", checkpointer=checkpointer).state
+    # Called on every write, with None (not the default 0) as the first current value.
+    assert [None, 3, 9] == seen
 
 
 def _without(path: tuple[Any, ...]) -> Callable[[dict[str, Any]], None]:

@@ -97,7 +97,13 @@ class StateSchema:
         self.channels[name] = channel
 
     def full_values(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        """Written values over the defaults; channels with neither are absent."""
+        """Written values over the defaults, for the declared channels only.
+
+        A channel with neither a written value nor a default is absent. A
+        value of a channel the graph no longer declares (a checkpoint written
+        by an older version of the graph) is dropped, as the reference does:
+        nodes and hosts see the state the graph declares.
+        """
         full: dict[str, Any] = {}
         for name, channel in self.channels.items():
             if name in values:
@@ -106,9 +112,6 @@ class StateSchema:
                 initial = channel.initial()
                 if initial is not UNSET:
                     full[name] = initial
-        for name, value in values.items():
-            # Values of channels the graph no longer declares stay readable.
-            full.setdefault(name, value)
         return full
 
     def view(self, values: Mapping[str, Any]) -> Any:

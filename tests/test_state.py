@@ -266,6 +266,32 @@ def test_an_attrs_instance_as_input_writes_every_field(checkpointer: Checkpointe
     assert Cart(items=["a"], total=1.0, note="hi") == result.state
 
 
+def test_channels_the_graph_no_longer_declares_are_dropped_from_every_view(
+    checkpointer: Checkpointer,
+) -> None:
+    """channel.test.ts "values for channels the graph does not declare are dropped", across versions."""
+    old = (
+        graph("v", {"kept": channel.last_write(), "gone": channel.append()})
+        .node("n", lambda s: {"kept": 1, "gone": ["x"]})
+        .edge(START, "n")
+        .compile()
+    )
+    assert {"kept": 1, "gone": ["x"]} == run(old, {}, thread_id="v", checkpointer=checkpointer).state
+    seen: list[Any] = []
+    new = (
+        graph("v", {"kept": channel.last_write(), "added": channel.last_write("new")})
+        .node("n", lambda s: seen.append(dict(s)) or {"kept": 2})
+        .edge(START, "n")
+        .compile()
+    )
+    assert {"kept": 1, "added": "new"} == thread_state(new, checkpointer, "v")
+    result = run(new, {}, thread_id="v", checkpointer=checkpointer)
+    assert [{"kept": 1, "added": "new"}] == seen
+    assert {"kept": 2, "added": "new"} == result.state
+    assert {"kept": 2, "added": "new"} == thread_state(new, checkpointer, "v")
+    assert {"kept": 2, "added": "new"} == new.schema.full_values({"kept": 2, "gone": ["x"]})
+
+
 def test_thread_state_of_an_unknown_thread_is_none(checkpointer: Checkpointer) -> None:
     """thread_state returns None for a thread that was never run."""
     g = graph("s", {"x": channel.last_write()}).node("n", lambda s: None).edge(START, "n").compile()

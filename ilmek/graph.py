@@ -30,6 +30,8 @@ END: Final = "__end__"
 """The virtual exit node."""
 
 _RESERVED_CHARACTERS = (":", "#", "\0")
+UNNAMED: Final = "unnamed"
+"""The name of a graph built from a spec whose ``name`` is ``null``."""
 
 
 class UnreachableNodeWarning(UserWarning):
@@ -140,11 +142,13 @@ def _destinations(value: Iterable[str] | None) -> tuple[str, ...] | None:
 class GraphBuilder:
     """Collects channels, nodes, edges and routers; :meth:`compile` checks them.
 
-    Every method returns the builder, so calls chain.
+    Every method returns the builder, so calls chain. ``named`` is ``False``
+    only for a graph built from a spec whose ``name`` is ``null``.
     """
 
     name: str
     schema: StateSchema
+    named: bool = attrs.field(default=True, kw_only=True)
     _nodes: list[NodeSpec] = attrs.field(factory=list, alias="_nodes")
     _edges: list[EdgeSpec] = attrs.field(factory=list, alias="_edges")
     _routers: list[RouterSpec] = attrs.field(factory=list, alias="_routers")
@@ -287,6 +291,7 @@ class GraphBuilder:
             nodes=nodes,
             edges=tuple(self._edges),
             routers=tuple(self._routers),
+            named=self.named,
         )
         reachable = compiled.reachable()
         for name in nodes:
@@ -352,6 +357,11 @@ class CompiledGraph:
     Nothing in it can change: ``nodes`` and ``channels`` are read-only
     mappings, edges and routers are tuples of frozen values, and the builder
     it came from can go on changing without touching it.
+
+    Attributes:
+        name: The graph's name (:data:`UNNAMED` for a spec whose name is null).
+        named: ``False`` when built from a spec whose ``name`` is ``null``;
+            ``to_spec`` then writes ``null`` back.
     """
 
     name: str
@@ -359,6 +369,7 @@ class CompiledGraph:
     nodes: Mapping[str, NodeSpec] = attrs.field(converter=_read_only_nodes)
     edges: tuple[EdgeSpec, ...] = attrs.field(converter=_edge_tuple)
     routers: tuple[RouterSpec, ...] = attrs.field(converter=_router_tuple)
+    named: bool = True
     _order: Mapping[str, int] = attrs.field(init=False, alias="_order")
 
     def __attrs_post_init__(self) -> None:

@@ -103,7 +103,8 @@ def guards_spec() -> dict[str, Any]:
                 "to": "d",
                 "when": {"not": {"channel": "profile", "not_in": [{"tier": "gold", "since": 2020}]}},
             },
-            {"from": "start", "to": END, "when": {"channel": "flags", "ne": {}}},
+            {"from": "start", "to": END, "when": {"channel": "flags", "neq": {}}},
+            {"from": "b", "to": END, "when": {"channel": "tags", "truthy": False}},
             {"from": "a", "to": END, "when": {"channel": "score", "le": 50}},
         ],
     }
@@ -172,11 +173,18 @@ NAMES = st.text("abcdefgh_", min_size=1, max_size=6)
 def predicates(channel_names: list[str]) -> st.SearchStrategy[dict[str, Any]]:
     """Every predicate form over the given channels, nested."""
     names = st.sampled_from(channel_names)
-    comparison = st.builds(
+    equality = st.builds(
         lambda channel, op, value: {"channel": channel, op: value},
         names,
-        st.sampled_from(["eq", "ne", "gt", "ge", "lt", "le"]),
+        st.sampled_from(["eq", "neq"]),
         JSON,
+    )
+    numbers = st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    ordering = st.builds(
+        lambda channel, op, value: {"channel": channel, op: value},
+        names,
+        st.sampled_from(["gt", "ge", "lt", "le"]),
+        numbers,
     )
     membership = st.builds(
         lambda channel, op, values: {"channel": channel, op: values},
@@ -184,9 +192,14 @@ def predicates(channel_names: list[str]) -> st.SearchStrategy[dict[str, Any]]:
         st.sampled_from(["in", "not_in"]),
         st.lists(JSON, max_size=3),
     )
-    exists = st.builds(lambda channel, flag: {"channel": channel, "exists": flag}, names, st.booleans())
+    flags = st.builds(
+        lambda channel, op, flag: {"channel": channel, op: flag},
+        names,
+        st.sampled_from(["exists", "truthy"]),
+        st.booleans(),
+    )
     return st.recursive(
-        comparison | membership | exists,
+        equality | ordering | membership | flags,
         lambda inner: (
             st.builds(lambda parts: {"all": parts}, st.lists(inner, min_size=1, max_size=3))
             | st.builds(lambda parts: {"any": parts}, st.lists(inner, min_size=1, max_size=3))
@@ -398,7 +411,7 @@ def _appending(path: tuple[Any, ...], value: Any) -> Callable[[dict[str, Any]], 
 
 
 INVALID = {
-    "missing name": (_without(("name",)), "spec.name: required"),
+    "name not a string": (_setting(("name",), 7), "spec.name: expected a non-empty string, got 7"),
     "empty name": (_setting(("name",), ""), "spec.name: expected a non-empty string, got ''"),
     "unknown top-level key": (_setting(("version",), 2), "spec.version: unknown key"),
     "channels not an object": (_setting(("channels",), []), "spec.channels: expected an object, got array"),
@@ -406,7 +419,10 @@ INVALID = {
         _setting(("channels", "intent"), "last_write"),
         "spec.channels.intent: expected an object, got string",
     ),
-    "missing reducer": (_setting(("channels", "intent"), {}), "spec.channels.intent.reducer: required"),
+    "channel null": (
+        _setting(("channels", "intent"), None),
+        "spec.channels.intent: expected an object, got null",
+    ),
     "unknown reducer": (
         _setting(("channels", "intent", "reducer"), "sum"),
         "spec.channels.intent.reducer: unknown reducer 'sum' (known: last_write, append, merge, reduce)",
@@ -497,7 +513,7 @@ INVALID = {
         _setting(("nodes", 0, "destinations"), ["chat", "nowhere"]),
         "spec.nodes[0].destinations[1]: unknown node 'nowhere' (nodes: agent, chat, checkout)",
     ),
-    "edges not a list": (_setting(("edges",), None), "spec.edges: expected an array, got null"),
+    "edges not a list": (_setting(("edges",), "a->b"), "spec.edges: expected an array, got string"),
     "edge not an object": (_setting(("edges", 3), ["checkout", END]), "spec.edges[3]: expected an object"),
     "from not a string": (
         _setting(("edges", 0, "from"), [START]),
@@ -540,6 +556,30 @@ INVALID = {
             {"all": [{"channel": "intent", "eq": "buy"}, {"not": {"channel": "intent"}}]},
         ),
         "spec.edges[2].when.all[1].not: a predicate takes exactly one operator, got 0",
+    ),
+    "when without a channel": (
+        _setting(("edges", 1, "when"), {"eq": 1}),
+        "spec.edges[1].when.channel: expected a channel name",
+    ),
+    "when with two operators": (
+        _setting(("edges", 1, "when"), {"channel": "intent", "gt": 1, "lt": 5}),
+        "spec.edges[1].when: a predicate takes exactly one operator, got 2",
+    ),
+    "in not a list": (
+        _setting(("edges", 1, "when"), {"channel": "intent", "in": "buy"}),
+        "spec.edges[1].when.in: expected a list",
+    ),
+    "gt not a number": (
+        _setting(("edges", 1, "when"), {"channel": "intent", "gt": "5"}),
+        "spec.edges[1].when.gt: expected a number, got '5'",
+    ),
+    "lt a boolean": (
+        _setting(("edges", 1, "when"), {"channel": "intent", "lt": True}),
+        "spec.edges[1].when.lt: expected a number, got True",
+    ),
+    "truthy not a boolean": (
+        _setting(("edges", 1, "when"), {"channel": "intent", "truthy": "yes"}),
+        "spec.edges[1].when.truthy: expected true or false",
     ),
     "when operand not JSON": (
         _setting(("edges", 1, "when"), {"channel": "intent", "eq": ("buy",)}),

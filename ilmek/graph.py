@@ -399,11 +399,21 @@ class CompiledGraph:
                 frontier.append(target)
         return seen
 
-    def to_mermaid(self) -> str:
-        """The graph as a Mermaid flowchart."""
+    def to_mermaid(
+        self, *, direction: str = "TD", include_routers: bool = True, highlight: Any = None
+    ) -> str:
+        """The graph as Mermaid flowchart text; see :func:`ilmek.mermaid.to_mermaid`.
+
+        Args:
+            direction: ``TD`` (the default), ``TB``, ``BT``, ``LR`` or ``RL``.
+            include_routers: ``False`` leaves routers' arrows out.
+            highlight: A checkpoint whose next tasks and open pauses are marked.
+        """
         from .mermaid import to_mermaid  # mermaid imports this module: import late
 
-        drawing: str = to_mermaid(self)
+        drawing: str = to_mermaid(
+            self, direction=direction, include_routers=include_routers, highlight=highlight
+        )
         return drawing
 
     # --- planning ---------------------------------------------------------------

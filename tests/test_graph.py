@@ -322,23 +322,3 @@ def test_duplicate_targets_from_several_routers_run_the_node_once() -> None:
     )
     assert "done" == run(g, {}).status
     assert ["t"] == runs
-
-
-def test_to_mermaid_draws_every_node_and_edge_kind() -> None:
-    """The drawing names every node and marks guarded and routed edges."""
-    g = (
-        graph("draw", {"go": channel.last_write()})
-        .node("plan", noop)
-        .node('say "hi"', noop)
-        .edge(START, "plan")
-        .edge("plan", 'say "hi"', when={"channel": "go", "eq": True})
-        .router("plan", lambda s: END, destinations=[END])
-        .compile()
-    )
-    drawing = g.to_mermaid()
-    assert drawing.startswith("flowchart TD")
-    assert 'n0["plan"]' in drawing
-    assert "say #quot;hi#quot;" in drawing
-    assert "start --> n0" in drawing
-    assert '-.->|"{#quot;channel#quot;: #quot;go#quot;, #quot;eq#quot;: true}"| n1' in drawing
-    assert 'n0 -.->|"router"| end' in drawing

@@ -768,13 +768,12 @@ def test_to_spec_wants_a_compiled_graph() -> None:
 
 
 def test_mermaid_of_a_spec_graph_draws_every_node_and_the_guard() -> None:
-    """The drawing names each node and labels the guarded edge with its predicate."""
+    """The drawing names each node and labels the guarded edges with their predicates."""
     drawing = from_spec(support_spec(), REGISTRY).to_mermaid()
     lines = drawing.splitlines()
-    assert lines[0].startswith("flowchart TD")
+    assert ["---", 'title: "support"', "---", "flowchart TD"] == lines[:4]
     for node in ("agent", "checkout", "chat"):
-        assert any(f'["{node}"]' in line for line in lines), node
-    guard = json.dumps({"channel": "intent", "eq": "buy"}, sort_keys=True).replace('"', "#quot;")
-    assert any(f'-.->|"{guard}"|' in line for line in lines), drawing
-    assert 2 == sum("-.->" in line for line in lines)
-    assert 3 == sum(" --> " in line for line in lines)
+        assert f'  {node}["{node}"]' in lines, node
+    assert '  agent -->|"intent == #quot;buy#quot;"| checkout' in lines
+    assert '  agent -->|"not (intent == #quot;buy#quot;)"| chat' in lines
+    assert 5 == sum("-->" in line for line in lines)

@@ -238,6 +238,7 @@ def test_a_null_name_round_trips_as_null() -> None:
     exported = to_spec(g)
     assert exported["name"] is None
     assert exported == to_spec(from_spec(exported, NOOP))
+    assert "unnamed" not in g.to_mermaid()
 
 
 def test_missing_name_and_collections_read_as_null_and_empty() -> None:

@@ -225,8 +225,9 @@ def from_spec(
     return builder.compile()
 
 
-def _present(document: Mapping[str, Any], key: str, empty: Any) -> Any:
-    value = document.get(key)
+def _present(entry: Mapping[str, Any], key: str, empty: Any) -> Any:
+    """``entry[key]``, or ``empty`` when it is missing or null (as the reference reads ``?? {}``)."""
+    value = entry.get(key)
     return empty if value is None else value
 
 
@@ -303,8 +304,7 @@ def _node_from_spec(
     if node_type not in registry:
         known = ", ".join(sorted(registry)) or "none"
         raise GraphError(f"{path}.type: unknown node type {node_type!r} (registered: {known})")
-    config_entry = node.get("config")
-    config = copy.deepcopy(dict(_object({} if config_entry is None else config_entry, f"{path}.config")))
+    config = copy.deepcopy(dict(_object(_present(node, "config", {}), f"{path}.config")))
     _check_json(config, f"{path}.config")
     retry = _retry_from_spec(node["retry"], f"{path}.retry") if "retry" in node else None
     destinations: list[str] | None = None

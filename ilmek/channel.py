@@ -78,7 +78,11 @@ class Channel:
     fn: Callable[[Any, Any], Any] | None = attrs.field(default=None, eq=False)
 
     def initial(self) -> Any:
-        """The value before any write: a fresh copy of the default, or ``UNSET``."""
+        """What a read sees before any write: a fresh copy of the default, or ``UNSET``.
+
+        Never what a reducer folds onto: :meth:`fold` gets ``UNSET`` for the
+        first write, whatever the default.
+        """
         if self.default is UNSET:
             return UNSET
         return copy.deepcopy(self.default)
@@ -90,8 +94,10 @@ class Channel:
     def fold(self, current: Any, incoming: Any) -> Any:
         """The channel's value after ``incoming`` is written onto ``current``.
 
-        ``current`` is ``UNSET`` for a channel never written that has no
-        default. Never mutates ``current``.
+        ``current`` is ``UNSET`` for the first write to the channel, whatever
+        its default; a ``reduce`` function then receives ``None`` as its
+        current value (MODEL §2: "current is absent on the first write").
+        Never mutates ``current``.
 
         Raises:
             TypeError: the write has the wrong shape for the channel (a
@@ -113,9 +119,7 @@ class Channel:
             base_map.update(incoming)
             return base_map
         assert self.fn is not None
-        if current is UNSET:
-            return incoming
-        return self.fn(current, incoming)
+        return self.fn(None if current is UNSET else current, incoming)
 
 
 def last_write(default: Any = UNSET) -> Channel:
@@ -141,8 +145,15 @@ def merge() -> Channel:
 def reduce(fn: Callable[[Any, Any], Any], default: Any = UNSET) -> Channel:
     """A channel folded by ``fn(current, incoming) -> next``.
 
-    Without a default, the first write becomes the value as it is and ``fn``
-    folds every later one.
+    ``fn`` is called on every write, the first included: ``current`` is
+    ``None`` on the first write, so ``fn`` must handle it, e.g.
+    ``reduce(lambda total, n: (total or 0) + n, 0)``.
+
+    Args:
+        fn: The reducer; it must not mutate ``current``.
+        default: Only what a read sees before any write. It is never passed
+            to ``fn``: a channel declared with ``reduce(fn, 42)`` and written
+            ``5`` once holds ``fn(None, 5)``.
     """
     if not callable(fn):
         raise TypeError(f"reduce() needs a callable, got {fn!r}")
@@ -162,5 +173,10 @@ def merge_field(**kwargs: Any) -> Any:
 
 
 def reduce_field(fn: Callable[[Any, Any], Any], **kwargs: Any) -> Any:
-    """An ``attrs`` field backed by a :func:`reduce` channel with ``fn``."""
+    """An ``attrs`` field backed by a :func:`reduce` channel with ``fn``.
+
+    As with :func:`reduce`, ``fn`` folds every write and gets ``None`` as the
+    current value on the first; the field's ``default`` is only what a read
+    sees before any write.
+    """
     return attrs.field(metadata={METADATA_KEY: reduce(fn)}, **kwargs)

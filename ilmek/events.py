@@ -163,7 +163,13 @@ MODES = ("values", "updates", "custom", "messages", "debug")
 
 
 def _is_token(payload: Any) -> bool:
-    return isinstance(payload, Mapping) and payload.get("type") == "token"
+    # MODEL §10.2: a token is {"type": "token", "text": str, "meta"?}; a payload
+    # that only claims the type is a custom event, not a message.
+    return (
+        isinstance(payload, Mapping)
+        and payload.get("type") == "token"
+        and isinstance(payload.get("text"), str)
+    )
 
 
 def stream_modes(events: Iterable[Event], modes: str | Iterable[str]) -> Iterator[StreamPart]:
@@ -171,8 +177,9 @@ def stream_modes(events: Iterable[Event], modes: str | Iterable[str]) -> Iterato
 
     Modes: ``values`` (the channel values after each superstep), ``updates``
     (``{node: update}`` per finished task), ``custom`` (each ``ctx.emit``
-    payload), ``messages`` (only the token payloads) and ``debug`` (every
-    event as it is).
+    payload), ``messages`` (only the payloads that are well-formed tokens:
+    a mapping with ``"type": "token"`` and a ``str`` ``"text"``, as
+    ``ctx.emit_token`` makes) and ``debug`` (every event as it is).
 
     Raises:
         ValueError: an unknown mode was asked for.

@@ -8,7 +8,9 @@ how to plan the tasks that follow a superstep.
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Final
 
 import attrs
@@ -20,7 +22,7 @@ from .predicates import Predicate
 from .schema import StateSchema
 from .types import ScheduledTask
 
-__all__ = ["END", "START", "CompiledGraph", "GraphBuilder", "graph"]
+__all__ = ["END", "START", "CompiledGraph", "GraphBuilder", "UnreachableNodeWarning", "graph"]
 
 START: Final = "__start__"
 """The virtual entry node."""
@@ -28,6 +30,17 @@ END: Final = "__end__"
 """The virtual exit node."""
 
 _RESERVED_CHARACTERS = (":", "#", "\0")
+UNNAMED: Final = "unnamed"
+"""The name of a graph built from a spec whose ``name`` is ``null``."""
+
+
+class UnreachableNodeWarning(UserWarning):
+    """A node that no declared edge, router or ``destinations=`` leads to.
+
+    Not an error: a node reached only by a ``command(goto=...)`` is legal
+    (MODEL §15). Declaring ``destinations=`` on the node or router that routes
+    there silences it, and lets drawings and checks see the route.
+    """
 
 
 def _takes_context(fn: Callable[..., Any]) -> bool:
@@ -65,6 +78,13 @@ class Callback:
         return self.fn(state)
 
 
+def _frozen_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    # A read-only copy: adding to the caller's dict, or to the compiled graph's,
+    # must not change the node. Shallow, since a config built in code may hold
+    # objects that cannot be copied; to_spec deep-copies what it exports.
+    return MappingProxyType(dict(config))
+
+
 @attrs.frozen(kw_only=True)
 class NodeSpec:
     """A node as declared: its body, retry policy and what the spec exports."""
@@ -74,7 +94,7 @@ class NodeSpec:
     retry: RetryPolicy | None = None
     destinations: tuple[str, ...] | None = None
     type: str | None = None
-    config: Mapping[str, Any] = attrs.field(factory=dict)
+    config: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_config)
 
 
 @attrs.frozen(kw_only=True)
@@ -122,18 +142,26 @@ def _destinations(value: Iterable[str] | None) -> tuple[str, ...] | None:
 class GraphBuilder:
     """Collects channels, nodes, edges and routers; :meth:`compile` checks them.
 
-    Every method returns the builder, so calls chain.
+    Every method returns the builder, so calls chain. ``named`` is ``False``
+    only for a graph built from a spec whose ``name`` is ``null``.
     """
 
     name: str
     schema: StateSchema
+    named: bool = attrs.field(default=True, kw_only=True)
     _nodes: list[NodeSpec] = attrs.field(factory=list, alias="_nodes")
     _edges: list[EdgeSpec] = attrs.field(factory=list, alias="_edges")
     _routers: list[RouterSpec] = attrs.field(factory=list, alias="_routers")
 
     def channel(self, name: str, channel: Channel) -> GraphBuilder:
-        """Declare a channel."""
-        self.schema.add(name, channel)
+        """Declare a channel.
+
+        Raises:
+            GraphError: the name is not a non-empty string, contains NUL (no
+                database can store it), or is already declared; ``channel`` is
+                not an :mod:`ilmek.channel`; or the state is an ``attrs`` class.
+        """
+        self.schema = self.schema.with_channel(name, channel)
         return self
 
     def node(
@@ -153,8 +181,11 @@ class GraphBuilder:
                 delimit task and pause ids).
             fn: Returns a dict of channel writes, ``None``, or ``command(...)``.
             retry: Re-run a failing body within its superstep.
-            destinations: Nodes this node's ``command(goto=...)`` may route to,
-                so that compile-time reachability knows about them.
+            destinations: Nodes this node's ``command(goto=...)`` may route to.
+                Optional: a goto needs no declaration. Declared, they are drawn
+                by :meth:`CompiledGraph.to_mermaid`, exported by ``to_spec``,
+                checked to be nodes, and count for reachability (a node no
+                declared route reaches is an :class:`UnreachableNodeWarning`).
             type: The node's type in an exported spec (see ``to_spec``).
             config: The node's configuration in an exported spec.
         """
@@ -165,7 +196,7 @@ class GraphBuilder:
                 retry=retry,
                 destinations=_destinations(destinations),
                 type=type,
-                config=dict(config or {}),
+                config=config or {},
             )
         )
         return self
@@ -210,7 +241,8 @@ class GraphBuilder:
         ``fn`` returns a node name, ``END``, a :func:`~ilmek.send`, or a list
         mixing them. It runs at plan time, outside any task: it has no journal
         and must not have side effects. ``destinations`` (optional) declares
-        where it may go; it is checked at compile time and at run time.
+        where it may go; it is checked at compile time and at run time, and
+        drawn by :meth:`CompiledGraph.to_mermaid`.
         """
         if not callable(fn):
             raise GraphError(f"router on {source!r} must be a function, got {fn!r}")
@@ -222,12 +254,15 @@ class GraphBuilder:
     def compile(self) -> CompiledGraph:
         """Check the structure and freeze the graph.
 
+        A node that no declared edge, router or ``destinations=`` reaches
+        from ``START`` is legal (a ``command(goto=...)`` may lead there, MODEL
+        §15) but draws an :class:`UnreachableNodeWarning` naming it and the fix.
+
         Raises:
             GraphError: naming the culprit, for: a bad, reserved or duplicate
                 node name, a node body that is not callable, an edge or router
                 touching an unknown node, an edge out of ``END`` or into
-                ``START``, no way out of ``START``, or a node that cannot be
-                reached from ``START``.
+                ``START``, or no way out of ``START``.
         """
         nodes: dict[str, NodeSpec] = {}
         for spec in self._nodes:
@@ -256,15 +291,19 @@ class GraphBuilder:
             nodes=nodes,
             edges=tuple(self._edges),
             routers=tuple(self._routers),
+            named=self.named,
         )
-        unreachable = [n for n in nodes if n not in compiled.reachable()]
-        if unreachable:
-            raise GraphError(
-                f"node {unreachable[0]!r} of graph {self.name!r} cannot be reached from START: "
-                "add an edge to it, or list it in destinations= of the router or of the node "
-                "whose command routes there",
-                node=unreachable[0],
-            )
+        reachable = compiled.reachable()
+        for name in nodes:
+            if name not in reachable:
+                warnings.warn(
+                    f"node {name!r} of graph {self.name!r} cannot be reached from START by any "
+                    "declared edge, router or destinations=; if a command(goto=...) routes there, "
+                    f"add destinations=[{name!r}] to the node or router that routes there, "
+                    "otherwise add an edge to it",
+                    UnreachableNodeWarning,
+                    stacklevel=2,
+                )
         return compiled
 
 
@@ -299,19 +338,42 @@ def _check_endpoint(name: str, known: set[str], where: str, *, as_source: bool) 
     raise GraphError(f"{where} names unknown node {name!r}", node=name if isinstance(name, str) else None)
 
 
+def _read_only_nodes(nodes: Mapping[str, NodeSpec]) -> Mapping[str, NodeSpec]:
+    return MappingProxyType(dict(nodes))
+
+
+def _edge_tuple(edges: Iterable[EdgeSpec]) -> tuple[EdgeSpec, ...]:
+    return tuple(edges)
+
+
+def _router_tuple(routers: Iterable[RouterSpec]) -> tuple[RouterSpec, ...]:
+    return tuple(routers)
+
+
 @attrs.frozen(kw_only=True)
 class CompiledGraph:
-    """A validated, frozen graph: what ``run`` and friends execute."""
+    """A validated, frozen graph: what ``run`` and friends execute.
+
+    Nothing in it can change: ``nodes`` and ``channels`` are read-only
+    mappings, edges and routers are tuples of frozen values, and the builder
+    it came from can go on changing without touching it.
+
+    Attributes:
+        name: The graph's name (:data:`UNNAMED` for a spec whose name is null).
+        named: ``False`` when built from a spec whose ``name`` is ``null``;
+            ``to_spec`` then writes ``null`` back.
+    """
 
     name: str
     schema: StateSchema
-    nodes: Mapping[str, NodeSpec]
-    edges: tuple[EdgeSpec, ...]
-    routers: tuple[RouterSpec, ...]
+    nodes: Mapping[str, NodeSpec] = attrs.field(converter=_read_only_nodes)
+    edges: tuple[EdgeSpec, ...] = attrs.field(converter=_edge_tuple)
+    routers: tuple[RouterSpec, ...] = attrs.field(converter=_router_tuple)
+    named: bool = True
     _order: Mapping[str, int] = attrs.field(init=False, alias="_order")
 
     def __attrs_post_init__(self) -> None:
-        object.__setattr__(self, "_order", {name: i for i, name in enumerate(self.nodes)})
+        object.__setattr__(self, "_order", MappingProxyType({name: i for i, name in enumerate(self.nodes)}))
 
     @property
     def channels(self) -> Mapping[str, Channel]:
@@ -337,11 +399,21 @@ class CompiledGraph:
                 frontier.append(target)
         return seen
 
-    def to_mermaid(self) -> str:
-        """The graph as a Mermaid flowchart."""
+    def to_mermaid(
+        self, *, direction: str = "TD", include_routers: bool = True, highlight: Any = None
+    ) -> str:
+        """The graph as Mermaid flowchart text; see :func:`ilmek.mermaid.to_mermaid`.
+
+        Args:
+            direction: ``TD`` (the default), ``TB``, ``BT``, ``LR`` or ``RL``.
+            include_routers: ``False`` leaves routers' arrows out.
+            highlight: A checkpoint whose next tasks and open pauses are marked.
+        """
         from .mermaid import to_mermaid  # mermaid imports this module: import late
 
-        drawing: str = to_mermaid(self)
+        drawing: str = to_mermaid(
+            self, direction=direction, include_routers=include_routers, highlight=highlight
+        )
         return drawing
 
     # --- planning ---------------------------------------------------------------
@@ -431,7 +503,11 @@ class CompiledGraph:
                     f"{who} returned {item!r}; return a node name, END, send(...) or a list of them"
                 )
             if name != END and name not in self.nodes:
-                raise GraphError(f"{who} routed to unknown node {name!r}", node=name)
+                known = ", ".join(repr(n) for n in self.nodes) or "none"
+                raise GraphError(
+                    f"{who} routed to unknown node {name!r}; known nodes: {known} (or END)",
+                    node=name,
+                )
             if allowed is not None and name not in allowed:
                 raise GraphError(
                     f"{who} routed to {name!r}, which is not among its destinations {list(allowed)}",

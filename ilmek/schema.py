@@ -9,6 +9,7 @@ instance nodes and hosts see.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -46,11 +47,29 @@ def _channels_of_class(cls: type) -> dict[str, Channel]:
     return channels
 
 
-@attrs.define
-class StateSchema:
-    """The channels of a graph and, optionally, the ``attrs`` class that views them."""
+def _check_channel_name(name: Any, declared: Mapping[str, Channel]) -> None:
+    if not isinstance(name, str) or not name:
+        raise GraphError(f"channel names are non-empty strings, got {name!r}")
+    if "\0" in name:
+        # Postgres text cannot hold NUL; refusing it here keeps every backend alike.
+        raise GraphError(f"channel name {name!r} contains a NUL character, which no database can store")
+    if name in declared:
+        raise GraphError(f"channel {name!r} is declared twice")
 
-    channels: dict[str, Channel] = attrs.field(factory=dict)
+
+def _read_only(channels: Mapping[str, Channel]) -> Mapping[str, Channel]:
+    return MappingProxyType(dict(channels))
+
+
+@attrs.frozen
+class StateSchema:
+    """The channels of a graph and, optionally, the ``attrs`` class that views them.
+
+    Immutable: :meth:`with_channel` returns a new schema, so a compiled graph
+    never sees channels declared on its builder afterwards.
+    """
+
+    channels: Mapping[str, Channel] = attrs.field(factory=dict, converter=_read_only)
     state_class: type | None = None
 
     @classmethod
@@ -74,8 +93,7 @@ class StateSchema:
         if isinstance(definition, Mapping):
             channels: dict[str, Channel] = {}
             for name, channel in definition.items():
-                if not isinstance(name, str) or not name:
-                    raise GraphError(f"channel names are non-empty strings, got {name!r}")
+                _check_channel_name(name, channels)
                 if not isinstance(channel, Channel):
                     raise GraphError(
                         f"channel {name!r} must be declared with ilmek.channel "
@@ -85,19 +103,32 @@ class StateSchema:
             return cls(channels)
         raise GraphError(f"a schema is a dict of channels or an attrs class, got {type(definition).__name__}")
 
-    def add(self, name: str, channel: Channel) -> None:
-        """Declare one more channel (only for map schemas)."""
+    def with_channel(self, name: str, channel: Channel) -> StateSchema:
+        """This schema plus one more channel (only for map schemas).
+
+        Raises:
+            GraphError: the schema is a class, the name is not a non-empty
+                string, holds NUL or is already declared, or ``channel`` is
+                not a channel.
+        """
         if self.state_class is not None:
             raise GraphError(
                 f"this graph's state is the class {self.state_class.__qualname__}; "
                 "declare channels as its fields instead of with .channel()"
             )
+        _check_channel_name(name, self.channels)
         if not isinstance(channel, Channel):
             raise GraphError(f"channel {name!r} must be an ilmek.channel, got {channel!r}")
-        self.channels[name] = channel
+        return StateSchema({**self.channels, name: channel})
 
     def full_values(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        """Written values over the defaults; channels with neither are absent."""
+        """Written values over the defaults, for the declared channels only.
+
+        A channel with neither a written value nor a default is absent. A
+        value of a channel the graph no longer declares (a checkpoint written
+        by an older version of the graph) is dropped, as the reference does:
+        nodes and hosts see the state the graph declares.
+        """
         full: dict[str, Any] = {}
         for name, channel in self.channels.items():
             if name in values:
@@ -106,9 +137,6 @@ class StateSchema:
                 initial = channel.initial()
                 if initial is not UNSET:
                     full[name] = initial
-        for name, value in values.items():
-            # Values of channels the graph no longer declares stay readable.
-            full.setdefault(name, value)
         return full
 
     def view(self, values: Mapping[str, Any]) -> Any:
@@ -194,7 +222,9 @@ class StateSchema:
             self.check_writes(update, who=who, thread_id=thread_id, node=writer)
             for name, incoming in update.items():
                 channel = self.channels[name]
-                current = new_values[name] if name in new_values else channel.initial()
+                # The first write folds onto UNSET, not the default: MODEL §2 says a
+                # reducer's current value is absent on the first write.
+                current = new_values.get(name, UNSET)
                 try:
                     new_values[name] = channel.fold(current, incoming)
                 except Exception as exc:

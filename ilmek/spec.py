@@ -7,26 +7,41 @@ mapping resolves. :func:`from_spec` never imports or evaluates anything the
 document holds, and :func:`to_spec` refuses a graph it cannot express rather
 than export one that would rebuild differently.
 
-The canonical form (what :func:`to_spec` emits, and what round-trips
-exactly)::
+The document is the reference's (MODEL §9), so a spec written by the
+TypeScript or .NET builder loads, runs and exports unchanged. What
+:func:`to_spec` emits, and what round-trips exactly::
 
     {"name": "support",
      "channels": {"messages": {"reducer": "append"},
-                  "intent": {"reducer": "last_write", "default": null},
-                  "best": {"reducer": "reduce", "fn": "max"}},
-     "nodes": [{"id": "agent", "type": "llm", "config": {"model": "m"},
-                "retry": {"max_attempts": 3, "backoff": 0.2, "factor": 2.0,
-                          "max_backoff": 30.0, "jitter": 0.0},
-                "destinations": ["checkout"]}],
+                  "intent": {"reducer": "last_write"}},
+     "nodes": [{"id": "agent", "type": "llm", "config": {"model": "m"}},
+               {"id": "checkout", "type": "http", "config": {}}],
      "edges": [{"from": "__start__", "to": "agent"},
-               {"from": "agent", "to": "checkout", "when": {"channel": "intent", "eq": "buy"}}]}
+               {"from": "agent", "to": "checkout", "when": {"channel": "intent", "eq": "buy"}},
+               {"from": "checkout", "to": "__end__"}]}
 
-Every node carries ``config`` (``{}`` when it has none); ``retry`` carries all
-five fields; ``default``, ``retry``, ``destinations`` and ``when`` appear only
-when set. Two looser input forms are accepted and normalized: a node without
-``config`` (exported with ``"config": {}``) and a ``retry`` naming only some
-fields (exported with all five, the rest at :class:`~ilmek.RetryPolicy`'s
-defaults, so a stored spec does not change meaning if those defaults do).
+``name`` may be ``null`` (the graph is then named ``"unnamed"`` and exports
+``null`` again). Every node carries ``config`` (``{}`` when it has none);
+``when`` appears only when set. Predicates use the reference's operators
+(see :mod:`ilmek.predicates`).
+
+Python extensions, which the reference cannot load: a channel's ``default``
+(``last_write`` and ``reduce``), a ``reduce`` channel naming its function
+(``{"reducer": "reduce", "fn": "max"}``, resolved through ``reducers=``),
+a node's ``retry`` (all five fields) and ``destinations``, and the
+predicate operators ``not_in``, ``ge``, ``le``, ``exists``, ``all``,
+``any`` and ``not``; each appears only when used.
+
+Looser input forms are accepted, as the reference accepts them, and exported
+in the form above: a missing ``name`` (exported as ``null``); missing or
+``null`` ``channels``, ``nodes`` or ``edges`` (exported as empty); a channel
+``{}`` or ``{"reducer": null}`` (a ``last_write`` channel, exported with
+``"reducer": "last_write"``); a node without ``config`` or with
+``"config": null`` (exported with ``"config": {}``); a ``retry`` naming only
+some fields (exported with all five, the rest at :class:`~ilmek.RetryPolicy`'s
+defaults, so a stored spec does not change meaning if those defaults do); the
+operator ``ne`` (exported as ``neq``). Unknown keys are refused rather than
+dropped, so a typo cannot pass silently.
 """
 
 from __future__ import annotations
@@ -40,7 +55,7 @@ from . import channel as channels
 from .channel import UNSET, Channel
 from .control import RetryPolicy
 from .errors import GraphError
-from .graph import END, START, CompiledGraph, EdgeSpec, GraphBuilder, NodeSpec, graph
+from .graph import END, START, UNNAMED, CompiledGraph, EdgeSpec, GraphBuilder, NodeSpec, graph
 from .predicates import check_predicate
 
 __all__ = ["from_spec", "to_spec"]
@@ -50,9 +65,10 @@ NodeFactory = Callable[[Mapping[str, Any]], Callable[..., Any]]
 
 _RETRY_FIELDS = ("max_attempts", "backoff", "factor", "max_backoff", "jitter")
 # (required, optional) keys of a channel entry, by reducer. append and merge
-# start from [] and {}: a spec cannot give them another default.
+# start from [] and {}: a spec cannot give them another default. A last_write
+# entry may leave "reducer" out: it is the default kind, as in the reference.
 _CHANNEL_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "last_write": (("reducer",), ("default",)),
+    "last_write": ((), ("reducer", "default")),
     "append": (("reducer",), ()),
     "merge": (("reducer",), ()),
     "reduce": (("reducer", "fn"), ("default",)),
@@ -178,7 +194,9 @@ def from_spec(
             with a copy of the node's ``config``; it returns the node function
             ``fn(state, ctx)`` or ``fn(state)``.
         reducers: Maps the names that ``{"reducer": "reduce", "fn": name}``
-            channels use to ``fn(current, incoming)`` functions.
+            channels use to ``fn(current, incoming)`` functions. As for any
+            :func:`~ilmek.channel.reduce` channel, ``current`` is ``None`` on
+            the first write.
 
     Returns:
         The compiled graph; :func:`to_spec` turns it back into ``spec``.
@@ -190,16 +208,27 @@ def from_spec(
             graph fails :meth:`~ilmek.GraphBuilder.compile`'s structural checks.
     """
     document = _object(spec, "spec")
-    _keys(document, "spec", ("name", "channels", "nodes", "edges"), ())
-    builder = graph(_name(document["name"], "spec.name"))
-    declared = _channels_from_spec(builder, document["channels"], reducers or {})
-    nodes = _list(document["nodes"], "spec.nodes")
+    _keys(document, "spec", (), ("name", "channels", "nodes", "edges"))
+    name = document.get("name")
+    builder = graph(UNNAMED if name is None else _name(name, "spec.name"))
+    # The reference reads a null name as "no name" and writes null back.
+    builder.named = name is not None
+    # Missing or null collections read as empty, as in the reference; the graph
+    # then fails compile() if that leaves it without an edge from START.
+    declared = _channels_from_spec(builder, _present(document, "channels", {}), reducers or {})
+    nodes = _list(_present(document, "nodes", []), "spec.nodes")
     ids = _node_ids(nodes)
     for index, node in enumerate(nodes):
         _node_from_spec(builder, node, f"spec.nodes[{index}]", registry, ids)
-    for index, edge in enumerate(_list(document["edges"], "spec.edges")):
+    for index, edge in enumerate(_list(_present(document, "edges", []), "spec.edges")):
         _edge_from_spec(builder, edge, f"spec.edges[{index}]", ids, declared)
     return builder.compile()
+
+
+def _present(entry: Mapping[str, Any], key: str, empty: Any) -> Any:
+    """``entry[key]``, or ``empty`` when it is missing or null (as the reference reads ``?? {}``)."""
+    value = entry.get(key)
+    return empty if value is None else value
 
 
 def _channels_from_spec(
@@ -211,9 +240,9 @@ def _channels_from_spec(
             raise GraphError(f"spec.channels: channel names are non-empty strings, got {name!r}")
         path = f"spec.channels.{name}"
         entry = _object(entry, path)
-        if "reducer" not in entry:
-            raise GraphError(f"{path}.reducer: required (one of {', '.join(_CHANNEL_KEYS)})")
-        reducer = entry["reducer"]
+        reducer = entry.get("reducer")
+        if reducer is None:
+            reducer = "last_write"
         if not isinstance(reducer, str) or reducer not in _CHANNEL_KEYS:
             raise GraphError(
                 f"{path}.reducer: unknown reducer {reducer!r} (known: {', '.join(_CHANNEL_KEYS)})"
@@ -275,7 +304,7 @@ def _node_from_spec(
     if node_type not in registry:
         known = ", ".join(sorted(registry)) or "none"
         raise GraphError(f"{path}.type: unknown node type {node_type!r} (registered: {known})")
-    config = copy.deepcopy(dict(_object(node.get("config", {}), f"{path}.config")))
+    config = copy.deepcopy(dict(_object(_present(node, "config", {}), f"{path}.config")))
     _check_json(config, f"{path}.config")
     retry = _retry_from_spec(node["retry"], f"{path}.retry") if "retry" in node else None
     destinations: list[str] | None = None
@@ -384,7 +413,7 @@ def to_spec(g: CompiledGraph) -> dict[str, Any]:
             node=g.routers[0].source,
         )
     return {
-        "name": g.name,
+        "name": g.name if g.named else None,
         "channels": {
             name: _channel_to_spec(ch, f"{where}, channel {name!r}") for name, ch in g.channels.items()
         },

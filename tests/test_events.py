@@ -29,6 +29,7 @@ from ilmek import (
     stream,
     stream_modes,
 )
+from ilmek.events import CustomEvent
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -315,6 +316,30 @@ def test_several_modes_interleave_by_event_and_keep_ns(checkpointer: Checkpointe
     assert expected == [(part.mode, part.data, part.seq) for part in got]
     assert all(("support:t1",) == part.ns for part in got)
     assert all(isinstance(part, StreamPart) for part in got)
+
+
+@pytest.mark.parametrize(
+    ("payload", "is_message"),
+    [
+        ({"type": "token", "text": "Hel"}, True),
+        ({"type": "token", "text": "", "meta": None}, True),
+        ({"type": "token", "text": "lo", "meta": {"model": "m"}}, True),
+        ({"type": "token", "text": 5}, False),
+        ({"type": "token", "text": None}, False),
+        ({"type": "token", "text": ["a"]}, False),
+        ({"type": "token"}, False),
+        ({"type": "tokens", "text": "x"}, False),
+        ({"text": "x"}, False),
+        ("token", False),
+        (["token", "x"], False),
+    ],
+)
+def test_messages_are_only_well_formed_tokens(payload: Any, is_message: bool) -> None:
+    """MODEL §10.2: a message is a custom payload {"type": "token", "text": str, "meta"?}, nothing else."""
+    event = CustomEvent(run_id="r", thread_id="t", seq=7, payload=payload, node="n", task_id="t:root:n")
+    expected = [("messages", payload, 7)] if is_message else []
+    assert expected == [(p.mode, p.data, p.seq) for p in stream_modes([event], "messages")]
+    assert [("custom", payload, 7)] == [(p.mode, p.data, p.seq) for p in stream_modes([event], "custom")]
 
 
 def test_an_unknown_mode_is_a_value_error_before_any_event_is_read() -> None:

@@ -1,12 +1,18 @@
-"""Building graphs: every structural mistake is a GraphError at compile time, naming the culprit."""
+"""Building graphs: every structural mistake is a GraphError at compile time, naming the culprit.
+
+Cases ported from the reference's ``boundaries.test.ts`` ("GraphBuilder —
+structural errors", "routers") name their reference case in the docstring.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
 import pytest
 
 from ilmek import END, START, GraphError, RetryPolicy, channel, command, graph, run, send
+from ilmek.graph import UnreachableNodeWarning
 
 
 def noop(state: Any) -> None:
@@ -37,15 +43,14 @@ def test_a_valid_graph_compiles_and_keeps_declaration_order() -> None:
         (lambda g: g.node(START, noop).edge(START, END), "'__start__' is reserved"),
         (lambda g: g.node(END, noop).edge(START, END), "'__end__' is reserved"),
         (lambda g: g.node("a", noop), "has no edge from START"),
-        (
-            lambda g: g.node("a", noop).node("b", noop).edge(START, "a"),
-            "node 'b' of graph 'g' cannot be reached",
-        ),
         (lambda g: g.node("a", noop).edge(START, "a").edge(END, "a"), "nothing can leave END"),
         (lambda g: g.node("a", noop).edge(START, "a").edge("a", START), "nothing can enter START"),
         (lambda g: g.node("a:b", noop).edge(START, "a:b"), "contains ':'"),
         (lambda g: g.node("w#1", noop).edge(START, "w#1"), "contains '#'"),
         (lambda g: g.node("", noop).edge(START, END), "non-empty strings"),
+        (lambda g: g.node(None, noop).edge(START, END), "non-empty strings, got None"),
+        (lambda g: g.node(42, noop).edge(START, END), "non-empty strings, got 42"),
+        (lambda g: g.node({}, noop).edge(START, END), "non-empty strings, got {}"),
         (lambda g: g.node("a", "not callable").edge(START, "a"), "must be callable"),
         (lambda g: g.node("a", noop, retry=3).edge(START, "a"), "retry= must be a RetryPolicy"),
         (
@@ -187,21 +192,133 @@ def test_retry_policy_validates_and_computes_bounded_backoff() -> None:
     assert all(0.5 <= jittered.delay(1) <= 1.0 for _ in range(50))
 
 
-def test_to_mermaid_draws_every_node_and_edge_kind() -> None:
-    """The drawing names every node and marks guarded and routed edges."""
+def test_a_node_reached_only_by_a_goto_compiles_with_a_warning_naming_the_fix() -> None:
+    """MODEL §15 / scenario 12.10: no destinations= is needed; the unreachable node is a warning."""
+    builder = (
+        graph("goto", {"log": channel.append()})
+        .node("agent", lambda s: command(update={"log": "agent"}, goto="tools"))
+        .node("tools", lambda s: {"log": "tools"})
+        .edge(START, "agent")
+    )
+    with pytest.warns(UnreachableNodeWarning) as caught:
+        g = builder.compile()
+    (warning,) = caught
+    message = str(warning.message)
+    assert "node 'tools' of graph 'goto' cannot be reached from START" in message
+    assert "add destinations=['tools'] to the node or router that routes there" in message
+    assert issubclass(UnreachableNodeWarning, UserWarning)
+    assert {"log": ["agent", "tools"]} == run(g, {}).state
+
+
+def test_each_unreachable_node_gets_its_own_warning() -> None:
+    """Two nodes nothing declares a way to reach are named one warning each, in declaration order."""
+    builder = graph("g", {"x": channel.last_write()}).node("a", noop).node("b", noop).node("c", noop)
+    with pytest.warns(UnreachableNodeWarning) as caught:
+        builder.edge(START, "a").compile()
+    assert ["node 'b'", "node 'c'"] == [str(w.message)[:8] for w in caught]
+
+
+@pytest.mark.parametrize("bad", ["", None, 42, {}, "a\0b"])
+def test_a_channel_name_must_be_a_non_empty_string_without_nul(bad: Any) -> None:
+    """boundaries.test.ts "channel name ... is refused"; NUL too, which Postgres cannot store."""
+    with pytest.raises(GraphError, match="channel name"):
+        graph("g").channel(bad, channel.last_write())
+    if isinstance(bad, Hashable):
+        with pytest.raises(GraphError, match="channel name"):
+            graph("g", {bad: channel.last_write()})
+
+
+def test_a_duplicate_channel_is_refused() -> None:
+    """boundaries.test.ts "a duplicate channel is refused", also over a channel of the schema dict."""
+    with pytest.raises(GraphError, match="channel 'x' is declared twice"):
+        graph("g").channel("x", channel.last_write(0)).channel("x", channel.append())
+    with pytest.raises(GraphError, match="channel 'x' is declared twice"):
+        graph("g", {"x": channel.last_write()}).channel("x", channel.append())
+
+
+def test_a_router_that_is_not_a_function_is_refused_at_declaration() -> None:
+    """boundaries.test.ts "a router that is not a function is refused at declaration"."""
+    with pytest.raises(GraphError, match="router on 'a' must be a function"):
+        graph("g").node("a", noop).router("a", {"to": "b"})  # type: ignore[arg-type]
+
+
+def test_a_compiled_graph_is_frozen() -> None:
+    """boundaries.test.ts "a compiled graph is frozen": nothing in it can change, the builder included."""
+    builder = (
+        graph("frozen", {"x": channel.last_write()})
+        .node("a", noop, type="t", config={"nested": {"k": 1}})
+        .edge(START, "a")
+    )
+    g = builder.compile()
+    builder.channel("late", channel.append()).node("b", noop).edge("a", "b").router("a", lambda s: END)
+    assert ["x"] == list(g.channels)
+    assert ["a"] == list(g.nodes)
+    assert 1 == len(g.edges)
+    assert () == g.routers
+    with pytest.raises(TypeError):
+        g.nodes["b"] = g.nodes["a"]  # type: ignore[index]
+    with pytest.raises(TypeError):
+        g.channels["late"] = channel.append()  # type: ignore[index]
+    with pytest.raises(TypeError):
+        g.nodes["a"].config["more"] = 1  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        g.edges = ()  # type: ignore[misc]
+    assert isinstance(g.edges, tuple)
+    assert isinstance(g.routers, tuple)
+
+
+def test_a_nodes_config_is_copied_when_declared() -> None:
+    """Changing the dict passed as config= afterwards does not change the node."""
+    config = {"k": 1}
+    g = graph("copy").node("a", noop, config=config).edge(START, "a").compile()
+    config["k"] = 2
+    config["more"] = 3
+    assert {"k": 1} == g.nodes["a"].config
+
+
+@pytest.mark.parametrize(
+    ("route", "who"),
+    [
+        (lambda g: g.router(START, lambda s: "ghost"), "the router on '__start__'"),
+        (lambda g: g.router(START, lambda s: send("ghost", {})), "the router on '__start__'"),
+        (lambda g: g.edge(START, "a"), None),
+    ],
+    ids=["name", "send", "goto"],
+)
+def test_routing_to_an_unknown_node_lists_the_known_nodes(route: Any, who: str | None) -> None:
+    """boundaries.test.ts "a router naming an unknown node ... listing known nodes"; sends and gotos too."""
+    builder = graph("g", {"x": channel.last_write()}).node("a", lambda s: command(goto="ghost"))
+    result = run(route(builder).compile(), {})
+    assert "error" == result.status
+    ((_, error),) = result.errors
+    assert isinstance(error, GraphError)
+    assert "routed to unknown node 'ghost'; known nodes: 'a'" in str(error)
+    assert (who or "the goto of node 'a'") in str(error)
+
+
+def test_a_router_may_return_an_empty_list_which_ends_the_run() -> None:
+    """boundaries.test.ts "a router may return an empty list, which ends the run"."""
     g = (
-        graph("draw", {"go": channel.last_write()})
-        .node("plan", noop)
-        .node('say "hi"', noop)
-        .edge(START, "plan")
-        .edge("plan", 'say "hi"', when={"channel": "go", "eq": True})
-        .router("plan", lambda s: END, destinations=[END])
+        graph("empty", {"log": channel.append()})
+        .node("a", lambda s: {"log": "a"})
+        .edge(START, "a")
+        .router("a", lambda s: [])
         .compile()
     )
-    drawing = g.to_mermaid()
-    assert drawing.startswith("flowchart TD")
-    assert 'n0["plan"]' in drawing
-    assert "say #quot;hi#quot;" in drawing
-    assert "start --> n0" in drawing
-    assert '-.->|"{#quot;channel#quot;: #quot;go#quot;, #quot;eq#quot;: true}"| n1' in drawing
-    assert 'n0 -.->|"router"| end' in drawing
+    result = run(g, {})
+    assert ("done", {"log": ["a"]}) == (result.status, result.state)
+
+
+def test_duplicate_targets_from_several_routers_run_the_node_once() -> None:
+    """boundaries.test.ts "duplicate targets from several routers run the node once"."""
+    runs: list[str] = []
+    g = (
+        graph("dupes", {"x": channel.last_write()})
+        .node("t", lambda s: runs.append("t"))
+        .router(START, lambda s: ["t", "t"])
+        .router(START, lambda s: "t")
+        .edge(START, "t")
+        .compile()
+    )
+    assert "done" == run(g, {}).status
+    assert ["t"] == runs

@@ -49,17 +49,90 @@ def test_append_extends_with_lists_and_tuples_and_appends_anything_else(incoming
     assert ["x"] == current
 
 
+def add_to(total: int | None, n: int) -> int:
+    """A reducer written for MODEL §2: the current value is None on the first write."""
+    return (total or 0) + n
+
+
 def test_last_write_merge_and_reduce_fold_as_documented() -> None:
-    """last_write takes the incoming value, merge is shallow per key, reduce applies fn."""
+    """last_write takes the incoming value, merge is shallow per key, reduce applies fn to every write."""
     assert 2 == channel.last_write(0).fold(1, 2)
     assert {"a": 1, "b": 3, "c": 4} == channel.merge().fold({"a": 1, "b": 2}, {"b": 3, "c": 4})
     assert 5 == channel.reduce(operator.add).fold(2, 3)
-    assert 3 == channel.reduce(operator.add).fold(UNSET, 3)
-    assert 13 == channel.reduce(operator.add, 10).fold(10, 3)
+    assert 3 == channel.reduce(add_to).fold(UNSET, 3)
+    assert 13 == channel.reduce(add_to, 10).fold(10, 3)
     with pytest.raises(TypeError, match="a merge channel takes a mapping"):
         channel.merge().fold({}, [1])
     with pytest.raises(TypeError, match="reduce\\(\\) needs a callable"):
         channel.reduce(42)  # type: ignore[arg-type]
+
+
+def test_reduce_is_called_on_the_first_write_with_none_as_current() -> None:
+    """channel.test.ts "current is undefined on the first write, not UNSET": fn folds every write."""
+    seen: list[Any] = []
+
+    def record(current: Any, incoming: int) -> int:
+        seen.append(current)
+        return add_to(current, incoming)
+
+    reducer = channel.reduce(record, 0)
+    assert 5 == reducer.fold(UNSET, 5)
+    assert 8 == reducer.fold(5, 3)
+    assert [None, 5] == seen
+
+
+def test_two_writes_in_one_superstep_both_go_through_the_reducer(checkpointer: Checkpointer) -> None:
+    """A counter that ignores what is written counts both writers: the first write is folded too."""
+    g = (
+        graph("count", {"hits": channel.reduce(lambda current, _: (current or 0) + 1)})
+        .node("a", lambda s: {"hits": "a"})
+        .node("b", lambda s: {"hits": "b"})
+        .edge(START, "a")
+        .edge(START, "b")
+        .compile()
+    )
+    assert {"hits": 2} == run(g, {}, thread_id="count", checkpointer=checkpointer).state
+
+
+def test_a_reduce_default_is_only_what_a_read_sees_before_any_write(checkpointer: Checkpointer) -> None:
+    """reduce(fn, 42) reads 42 until written; written 5, it holds fn(None, 5), not fn(42, 5)."""
+    seen: list[Any] = []
+
+    def write(state: dict[str, Any]) -> dict[str, Any]:
+        seen.append(state["total"])
+        return {"total": 5}
+
+    g = (
+        graph("total", {"total": channel.reduce(add_to, 42)})
+        .node("write", write)
+        .node("read", lambda s: seen.append(s["total"]) or None)
+        .edge(START, "write")
+        .edge("write", "read")
+        .compile()
+    )
+    assert {"total": 5} == run(g, {}, thread_id="total", checkpointer=checkpointer).state
+    assert [42, 5] == seen
+
+
+@attrs.frozen
+class Tally:
+    """A state class whose counter is a reduce_field with a default."""
+
+    hits: int = reduce_field(lambda current, _: (current or 0) + 1, default=100)
+
+
+def test_a_reduce_field_folds_its_first_write_like_a_reduce_channel() -> None:
+    """reduce_field(fn) on an attrs class: the default is read-only, fn sees None first."""
+    g = (
+        graph("tally", Tally)
+        .node("a", lambda s: {"hits": 1})
+        .node("b", lambda s: {"hits": 1})
+        .edge(START, "a")
+        .edge(START, "b")
+        .compile()
+    )
+    assert Tally(hits=2) == run(g, {}).state
+    assert Tally(hits=100) == g.schema.view({})
 
 
 def test_mutable_defaults_are_copied_never_shared() -> None:
@@ -85,7 +158,7 @@ def test_writes_of_one_superstep_fold_in_task_order_for_every_reducer(checkpoint
             {
                 "last": channel.last_write(),
                 "log": channel.append(),
-                "joined": channel.reduce(lambda a, b: f"{a}{b}", ""),
+                "joined": channel.reduce(lambda a, b: f"{a or ''}{b}", ""),
                 "seen": channel.merge(),
             },
         )
@@ -163,7 +236,7 @@ class Cart:
     items: list[str] = append_field()
     total: float = 0.0
     tags: dict[str, str] = merge_field()
-    count: int = reduce_field(operator.add, default=0)
+    count: int = reduce_field(add_to, default=0)
     note: str | None = None
 
 
@@ -191,6 +264,32 @@ def test_an_attrs_instance_as_input_writes_every_field(checkpointer: Checkpointe
     g = graph("typed-input", Cart).node("n", lambda s: None).edge(START, "n").compile()
     result = run(g, Cart(items=["a"], total=1.0, note="hi"), thread_id="ti", checkpointer=checkpointer)
     assert Cart(items=["a"], total=1.0, note="hi") == result.state
+
+
+def test_channels_the_graph_no_longer_declares_are_dropped_from_every_view(
+    checkpointer: Checkpointer,
+) -> None:
+    """channel.test.ts "values for channels the graph does not declare are dropped", across versions."""
+    old = (
+        graph("v", {"kept": channel.last_write(), "gone": channel.append()})
+        .node("n", lambda s: {"kept": 1, "gone": ["x"]})
+        .edge(START, "n")
+        .compile()
+    )
+    assert {"kept": 1, "gone": ["x"]} == run(old, {}, thread_id="v", checkpointer=checkpointer).state
+    seen: list[Any] = []
+    new = (
+        graph("v", {"kept": channel.last_write(), "added": channel.last_write("new")})
+        .node("n", lambda s: seen.append(dict(s)) or {"kept": 2})
+        .edge(START, "n")
+        .compile()
+    )
+    assert {"kept": 1, "added": "new"} == thread_state(new, checkpointer, "v")
+    result = run(new, {}, thread_id="v", checkpointer=checkpointer)
+    assert [{"kept": 1, "added": "new"}] == seen
+    assert {"kept": 2, "added": "new"} == result.state
+    assert {"kept": 2, "added": "new"} == thread_state(new, checkpointer, "v")
+    assert {"kept": 2, "added": "new"} == new.schema.full_values({"kept": 2, "gone": ["x"]})
 
 
 def test_thread_state_of_an_unknown_thread_is_none(checkpointer: Checkpointer) -> None:

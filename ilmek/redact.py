@@ -22,7 +22,7 @@ import urllib.parse
 from collections.abc import Iterable
 from typing import Final
 
-__all__ = ["MASK", "dsn_secrets", "mask_dsn", "mask_secrets", "printable"]
+__all__ = ["MASK", "dsn_secrets", "mask_dsn", "mask_secrets", "printable", "printable_json"]
 
 MASK: Final = "***"
 """What a password is replaced by."""
@@ -47,13 +47,23 @@ _SECRET_KEY_RE: Final = re.compile(_SECRET_KEY + r"\Z", re.IGNORECASE)
 # on the line, so a password holding `@`, `/`, `?` or spaces stays hidden under
 # either reading (at worst a host is hidden too).
 _URL_START: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
-_DSN_USERINFO: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@]*:)[^\n]*@")
-# In free text a URL ends at white space.
-_TEXT_USERINFO: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@]*:)\S*@")
+# A scheme starts where a word does: tried at every letter, a long run of
+# letters would cost time quadratic in its length.
+_SCHEME: Final = r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://"
+# `scheme://user:`, where a password may follow; where it ends is found by
+# _userinfo() below, not by a regex, whose backtracking to the last `@` would
+# take quadratic time on a line of many URLs and no `@`.
+_SCHEME_USER: Final = re.compile(rf"{_SCHEME}[^\s:/?#@]*:")
+# In free text a URL ends at white space; in a DSN of its own, at a line end.
+_TEXT_SPAN: Final = re.compile(r"\S+")
+_DSN_SPAN: Final = re.compile(r"[^\n]+")
 # A query parameter; its key may be percent-encoded (libpq decodes keys too).
-_DSN_QUERY_PARAM: Final = re.compile(r"([?&][^=&#\n]*=)([^&#\n]*)")
+_DSN_QUERY_PARAM: Final = re.compile(r"([?&][^=&#?\n]*=)([^&#\n]*)")
 # In free text a value also ends at a quote: a message may quote the whole URL.
-_TEXT_QUERY_PARAM: Final = re.compile(r"([?&][^=&#\s'\"]*=)([^&#\s'\"]*)")
+# A value already masked is left alone, so that masking twice keeps the
+# punctuation after it ("password=***: connection refused").
+_MASKED: Final = r"(?!\*\*\*)"
+_TEXT_QUERY_PARAM: Final = re.compile(rf"([?&][^=&#?\s'\"]*=){_MASKED}([^&#\s'\"]*)")
 
 # A libpq keyword value: single-quoted with backslash escapes (an unterminated
 # quote runs to the end), or unquoted up to white space, backslash escaping
@@ -66,10 +76,10 @@ _DSN_KEYWORD: Final = re.compile(
     rf"(\b{_SECRET_KEY}\s*=\s*)(?:{_QUOTED}|{_WORD}(?:\s+(?![A-Za-z_][A-Za-z0-9_]*\s*=){_WORD})*)",
     re.IGNORECASE,
 )
-_TEXT_KEYWORD: Final = re.compile(rf"(\b{_SECRET_KEY}\s*=\s*)(?:{_QUOTED}|[^\s'\"]+)", re.IGNORECASE)
+_TEXT_KEYWORD: Final = re.compile(rf"(\b{_SECRET_KEY}\s*=\s*){_MASKED}(?:{_QUOTED}|[^\s'\"]+)", re.IGNORECASE)
 # `'password': 'x'` and `"password": "x"`: a mapping's repr, or JSON.
 _MAPPING_ENTRY: Final = re.compile(
-    rf"""((['"]){_SECRET_KEY}\2\s*:\s*)(?:{_QUOTED}|[^\s,}}]+)""", re.IGNORECASE
+    rf"""((['"]){_SECRET_KEY}\2\s*:\s*){_MASKED}(?:{_QUOTED}|[^\s,}}]+)""", re.IGNORECASE
 )
 # A fragment a driver quotes back from a connection string it could not
 # parse: `missing "=" after "secret"`, `invalid integer value "pa" ...`.
@@ -109,10 +119,34 @@ def printable(text: str, *, keep_newlines: bool = False) -> str:
     return "".join(_escape(char, keep_newlines) for char in text)
 
 
+def printable_json(text: str) -> str:
+    """JSON text with every character :func:`printable` escapes written as a JSON ``\\u`` escape.
+
+    Meant for the output of ``json.dumps(..., ensure_ascii=False)``, which
+    escapes C0 controls inside strings but leaves C1 controls, bidirectional
+    overrides, separators and lone surrogates raw. Its raw newlines are its
+    own indentation and stay. The result is still valid JSON and parses to the
+    same value; a character above U+FFFF becomes a surrogate pair.
+    """
+    if text.replace("\n", "").isprintable():
+        return text
+    return "".join(_json_escape(char) if char != "\n" and _unsafe(char) else char for char in text)
+
+
+def _json_escape(char: str) -> str:
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def _unsafe(char: str) -> bool:
+    return not char.isprintable() and unicodedata.category(char) in _UNSAFE_CATEGORIES
+
+
 def _escape(char: str, keep_newlines: bool) -> str:
-    if char == "\n" and keep_newlines:
-        return char
-    if char.isprintable() or unicodedata.category(char) not in _UNSAFE_CATEGORIES:
+    if (char == "\n" and keep_newlines) or not _unsafe(char):
         return char
     if char in _SHORT_ESCAPES:
         return _SHORT_ESCAPES[char]
@@ -141,7 +175,7 @@ def mask_dsn(dsn: str) -> str:
         The string, safe to print; masking more than needed rather than less.
     """
     if _URL_START.match(dsn.lstrip()):
-        masked = _DSN_USERINFO.sub(rf"\1{MASK}@", dsn)
+        masked = _mask_userinfo(dsn, _DSN_SPAN)
         return _DSN_QUERY_PARAM.sub(_mask_query_param, masked)
     return _DSN_KEYWORD.sub(rf"\1{MASK}", dsn)
 
@@ -155,8 +189,7 @@ def dsn_secrets(dsn: str) -> tuple[str, ...]:
     """
     found: list[str] = []
     if _URL_START.match(dsn.lstrip()):
-        for match in _DSN_USERINFO.finditer(dsn):
-            found.append(match.group(0)[len(match.group(1)) : -1])
+        found.extend(dsn[start:end] for start, end in _userinfo(dsn, _DSN_SPAN))
         for match in _DSN_QUERY_PARAM.finditer(dsn):
             if _is_secret_key(match.group(1)[1:-1]):
                 found.append(match.group(2))
@@ -191,7 +224,7 @@ def mask_secrets(text: str, secrets: Iterable[str] = ()) -> str:
         The text, safe to print as far as passwords go (see :func:`printable`
         for control characters).
     """
-    masked = _TEXT_USERINFO.sub(rf"\1{MASK}@", text)
+    masked = _mask_userinfo(text, _TEXT_SPAN)
     masked = _TEXT_QUERY_PARAM.sub(_mask_query_param, masked)
     masked = _TEXT_KEYWORD.sub(rf"\1{MASK}", masked)
     masked = _MAPPING_ENTRY.sub(rf"\1{MASK}", masked)
@@ -210,6 +243,39 @@ def mask_secrets(text: str, secrets: Iterable[str] = ()) -> str:
         return match.group(0)
 
     return _QUOTED_FRAGMENT.sub(fragment, masked)
+
+
+def _userinfo(text: str, span: re.Pattern[str]) -> list[tuple[int, int]]:
+    """Where the passwords of ``scheme://user:password@`` URLs in ``text`` are, as slices.
+
+    A password runs to the last ``@`` of its span (a line, or a run of
+    non-space characters); each span's last ``@`` is looked up once, so the
+    time stays linear however many URLs a span holds.
+    """
+    found: list[tuple[int, int]] = []
+    for part in span.finditer(text):
+        last_at = text.rfind("@", part.start(), part.end())
+        position = part.start()
+        while last_at >= 0:
+            match = _SCHEME_USER.search(text, position, last_at)
+            if match is None:
+                break
+            if text.startswith(MASK + "@", match.end()):
+                position = match.end() + len(MASK) + 1  # masked already
+                continue
+            # Whatever follows, up to that `@`, is inside this password.
+            found.append((match.end(), last_at))
+            break
+    return found
+
+
+def _mask_userinfo(text: str, span: re.Pattern[str]) -> str:
+    pieces = []
+    position = 0
+    for start, end in _userinfo(text, span):
+        pieces += [text[position:start], MASK]
+        position = end
+    return "".join(pieces) + text[position:]
 
 
 def _is_secret_key(key: str) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 import unicodedata
 import urllib.parse
 
@@ -199,6 +200,10 @@ def test_mask_dsn_is_idempotent() -> None:
         ('{"sslpassword": "hunter22"}', '{"sslpassword": ***}'),
         ("client_secret=hunter22 pwd=x passwd=y", "client_secret=*** pwd=*** passwd=***"),
         ("jdbc:postgresql://u:hunter22@h/db", "jdbc:postgresql://u:***@h/db"),
+        (
+            "a postgresql://u:***@h/x,postgresql://v:hunter22@h2",
+            "a postgresql://u:***@h/x,postgresql://v:***@h2",
+        ),
         ("password authentication failed for user", "password authentication failed for user"),
     ],
 )
@@ -240,3 +245,29 @@ def test_mask_dsn_hides_random_hostile_passwords() -> None:
             assert MASK in masked
             message = mask_secrets(f"cannot open {dsn}: error near '{password[3:-3]}'", dsn_secrets(dsn))
             assert password not in message, dsn
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "cannot open host=h password=hunter22: connection refused",
+        "cannot open postgresql://u@h/db?password=hunter22: refused",
+        "cannot open postgresql://u:hunter22@h/db: refused by admin@example.com",
+        "options {'password': 'hunter22', 'host': 'h'}",
+    ],
+)
+def test_mask_secrets_twice_keeps_what_follows_the_mask(text: str) -> None:
+    """Masking an already masked message changes nothing: the ': reason' after *** survives."""
+    once = mask_secrets(text)
+    assert "hunter22" not in once
+    assert once == mask_secrets(once)
+
+
+def test_masking_takes_time_linear_in_the_text() -> None:
+    """A 200,000-character argument of letters, `?`, quotes or `password=` is masked in about a second."""
+    texts = ["a" * 200_000, "?" * 200_000, '"' + "a" * 200_000, "password=" * 20_000]
+    for text in [*texts, "x://a:" * 30_000, "x://a:b@" * 30_000, "x://a:***@" * 30_000 + "x://a:b@"]:
+        started = time.perf_counter()
+        mask_secrets(text, dsn_secrets(text))
+        mask_dsn(text)
+        assert time.perf_counter() - started < 5.0, text[:20]

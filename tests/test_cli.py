@@ -151,7 +151,7 @@ def test_history_draws_a_fork_as_two_branches(
     assert 0 == status
     assert [
         [pause.parent_id, "input", "step", "0", "unfinished"],
-        [pause_id, "pause", "step", "0", "interrupted", "waiting:", "checkout:interrupt#0"],
+        [pause_id, "pause", "step", "0", "interrupted", "answered:", "checkout:interrupt#0"],
         ["├─", yes.checkpoint_id, "loop", "step", "1", "done"],
         ["└─", no.checkpoint_id, "loop", "step", "1", "done", "(latest)"],
     ] == history_rows(out)
@@ -288,7 +288,7 @@ def test_show_of_an_unknown_checkpoint_exits_1(
 def test_show_prints_the_latest_pause_with_its_question(
     capsys: pytest.CaptureFixture[str], db: str, store: SqliteCheckpointer
 ) -> None:
-    """The latest checkpoint of a paused thread: its status, next task, pause payload and channels."""
+    """The latest pause: its status, next task, payload, its task's completed steps, and channels."""
     pause_id = paused_order(store, "t")
     status, out, _ = cli(capsys, "--db", db, "show", "t")
     assert 0 == status
@@ -296,10 +296,15 @@ def test_show_prints_the_latest_pause_with_its_question(
     assert f"checkpoint   {pause_id}" in lines
     assert "status       interrupted" in lines
     assert ["next", "  checkout"] == lines[lines.index("next") : lines.index("next") + 2]
+    pause = store.get("t", pause_id)
+    assert pause is not None
+    order = pause.task_journals["checkout"][0].value
     assert [
         "pending",
         "  checkout:interrupt#0  (node checkout)",
         '    {"question": "Charge 249.9?"}',
+        "    completed steps:",
+        f'      create_order#0: {{"id": "{order["id"]}", "items": ["coffee", "mug"], "total": 249.9}}',
         "channels",
         '  cart: ["coffee", "mug"]',
     ] == lines[lines.index("pending") :]
@@ -566,10 +571,10 @@ def test_top_level_help_lists_every_command(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    """Without a command, argparse's usage error: status 2."""
+    """Without a command: one `ilmek:` line pointing at --help, status 2."""
     status, _, err = cli(capsys)
     assert 2 == status
-    assert err.startswith("usage: ")
+    assert "ilmek: the following arguments are required: COMMAND (see: python -m ilmek --help)\n" == err
 
 
 @pytest.mark.parametrize(
@@ -598,8 +603,8 @@ def test_an_unsupported_url_is_an_error_that_hides_the_password(
     status, _, err = cli(capsys, "--db", "mysql://shop:s3cret@db.example/shop", command)
     assert 1 == status
     assert (
-        "ilmek: unsupported database URL 'mysql://shop:***@db.example/shop': "
-        "give a SQLite file path or a postgresql:// URL\n"
+        "ilmek: unsupported database URL 'mysql://shop:***@db.example/shop': give a SQLite file "
+        "path, a postgresql:// URL or a libpq keyword string (host=... dbname=...)\n"
     ) == err
     assert "s3cret" not in err
 

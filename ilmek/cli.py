@@ -2,11 +2,17 @@
 
 Commands: ``demo`` (the checkout flow, paused in one process and answered in
 another), ``threads``, ``history`` (the checkpoint tree), ``show``,
-``delete``, ``prune``, ``migrate`` and ``ddl``. A store is a SQLite file path
-or a ``postgresql://`` URL, given with ``--db`` or ``ILMEK_DB``; without one
-it is the default SQLite file. Only the standard library (``argparse``) and
-the public checkpointer API are used; how values and trees are drawn for a
-terminal belongs here too.
+``delete``, ``prune``, ``migrate`` and ``ddl``. A store is a SQLite file path,
+a ``postgresql://`` URL or a libpq keyword string (``host=... dbname=...``),
+given with ``--db`` or ``ILMEK_DB``; without one it is the default SQLite
+file. Only the standard library (``argparse``) and the public checkpointer API
+are used; how values and trees are drawn for a terminal belongs here too.
+
+Everything printed that came from a store or from the command line goes
+through :func:`ilmek.redact.printable` (and, on stderr, through
+:func:`ilmek.redact.mask_secrets`), so stored text cannot drive the terminal
+and no password is shown. Bad input ends in one ``ilmek: ...`` line on stderr
+and exit status 2 (usage) or 1 (failure), never in a traceback.
 """
 
 from __future__ import annotations
@@ -16,36 +22,60 @@ import contextlib
 import dataclasses
 import datetime as _dt
 import decimal
+import io
 import json
 import os
 import pathlib
 import re
 import shlex
+import shutil
 import sys
-import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 import attrs
 
+from . import __version__, serde
 from .checkpoint._sql import SqlCheckpointer, validate_prefix
+from .checkpoint.base import Checkpointer
 from .checkpoint.sqlite import DEFAULT_PATH, SqliteCheckpointer
 from .demo import CART, build_checkout_graph, question_of
 from .engine import resume, run
 from .errors import IlmekError
-from .types import Checkpoint, Pending, Result
+from .redact import dsn_secrets, mask_dsn, mask_secrets, printable, printable_json
+from .types import Checkpoint, JournalEntry, Pending, Result, ThreadInfo, split_task_id
 
 __all__ = ["build_parser", "main", "open_checkpointer", "render_history", "render_value"]
 
 DATABASE_ENV: Final = "ILMEK_DB"
 """The environment variable that names the store when ``--db`` is not given."""
 
+DEMO_COMMAND_ENV: Final = "ILMEK_DEMO_COMMAND"
+"""Set by a wrapper (``scripts/demo``) to the words that run the demo, for its hints."""
+
 DEFAULT_THREAD: Final = "demo"
 
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+# A libpq keyword string starts with one of libpq's keywords and `=`: only
+# those, so that a file named `notes=old.db` stays a file.
+_LIBPQ_KEYWORDS = frozenset(
+    {
+        "host", "hostaddr", "port", "dbname", "user", "password", "passfile", "require_auth",
+        "channel_binding", "connect_timeout", "client_encoding", "options", "application_name",
+        "fallback_application_name", "keepalives", "keepalives_idle", "keepalives_interval",
+        "keepalives_count", "tcp_user_timeout", "replication", "gssencmode", "sslmode",
+        "requiressl", "sslnegotiation", "sslcompression", "sslcert", "sslkey", "sslpassword",
+        "sslcertmode", "sslrootcert", "sslcrl", "sslcrldir", "sslsni", "requirepeer",
+        "ssl_min_protocol_version", "ssl_max_protocol_version", "krbsrvname", "gsslib",
+        "gssdelegation", "service", "target_session_attrs", "load_balance_hosts",
+    }
+)  # fmt: skip
+_KEYWORD_DSN = re.compile(r"\s*([A-Za-z_]+)\s*=")
 _THREAD_STATUSES = ("done", "interrupted", "unfinished")
+_DIALECTS = ("postgres", "sqlite")
+_THREAD_HELP = "the thread's id (any text; quote it for the shell)"
 
 # How much of a value `show` prints unless --full is given.
 _MAX_TEXT = 200
@@ -56,62 +86,140 @@ _MAX_DEPTH = 6
 _LINE_WIDTH = 100
 # `show` prints "label  value" lines with the values in one column.
 _LABEL_WIDTH = 13
+# Echoed arguments and whole error lines are cut here: a 5,000-character path
+# helps nobody twice.
+_MAX_ECHO = 200
+_MAX_MESSAGE = 1000
+# The largest count an option takes; far above any real use, far below what
+# SQLite's 64-bit integers and a Python list can hold.
+_MAX_COUNT = 1_000_000_000
+# Python refuses str() of an int longer than this (sys.int_max_str_digits).
+_MAX_INT_DIGITS = 4300
 
 
 class _CommandFailed(Exception):
     """A command cannot do what it was asked; its message is printed as ``ilmek: ...``."""
 
 
-# --- opening a store --------------------------------------------------------------------
+class _UsageError(Exception):
+    """The command line itself is wrong; printed as ``ilmek: ...``, exit status 2."""
 
 
-def _is_postgres_url(database: str) -> bool:
-    return database.startswith(_POSTGRES_SCHEMES)
+# --- what may be printed ------------------------------------------------------------------
+
+
+def _say(text: str = "") -> None:
+    """Print a line, or a block the CLI laid out, to stdout.
+
+    Its line breaks are kept, every other control character is escaped; so
+    stored text must be escaped (:func:`printable`, :func:`render_value`,
+    ``repr``) where it is put into the line, or a stored newline could forge
+    a line of output.
+    """
+    print(printable(text, keep_newlines=True))
+
+
+def _shorten(text: str, limit: int = _MAX_ECHO) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text) - limit} more characters)"
+
+
+def _q(text: str) -> str:
+    """A thread id, checkpoint id or other argument quoted for a message."""
+    return repr(_shorten(text))
+
+
+def _shown_database(database: str) -> str:
+    """A database as messages show it: password masked, shortened."""
+    return _shorten(mask_dsn(database))
+
+
+def _shell_word(text: str) -> str:
+    """``text`` quoted for a shell; control characters as a bash ``$'...'`` escape, never raw."""
+    if text.isprintable():
+        return shlex.quote(text)
+    body = []
+    for char in text:
+        if char in "\\'":
+            body.append("\\" + char)
+        elif char.isprintable():
+            body.append(char)
+        else:
+            try:
+                raw = char.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:
+                raw = char.encode("utf-8", "surrogatepass")
+            body.extend(f"\\x{byte:02x}" for byte in raw)
+    return "$'" + "".join(body) + "'"
+
+
+def _one_line(text: str) -> str:
+    return "; ".join(line.strip() for line in text.strip().splitlines() if line.strip())
+
+
+def _safe_message(message: str, secrets: Sequence[str]) -> str:
+    """An error message as stderr may show it: one line, no password, no control character."""
+    text = printable(mask_secrets(_one_line(message), secrets))
+    return text if len(text) <= _MAX_MESSAGE else text[:_MAX_MESSAGE] + "…"
+
+
+def _complain(message: str, secrets: Sequence[str]) -> None:
+    print(f"ilmek: {_safe_message(message, secrets)}", file=sys.stderr)
+
+
+# --- opening a store ----------------------------------------------------------------------
+
+
+def _is_postgres(database: str) -> bool:
+    """Whether ``database`` names a Postgres server (a URL or a libpq keyword string)."""
+    if database.lstrip().startswith(_POSTGRES_SCHEMES):
+        return True
+    keyword = _KEYWORD_DSN.match(database)
+    return keyword is not None and keyword.group(1) in _LIBPQ_KEYWORDS
+
+
+def _unsupported(database: str) -> str:
+    return (
+        f"unsupported database URL {_shown_database(database)!r}: give a SQLite file path, "
+        "a postgresql:// URL or a libpq keyword string (host=... dbname=...)"
+    )
 
 
 def open_checkpointer(database: str | os.PathLike[str], table_prefix: str = "ilmek") -> SqlCheckpointer:
-    """Open the checkpointer a command line names: a SQLite path or a Postgres URL.
+    """Open the checkpointer a command line names: a SQLite path or a Postgres DSN.
 
     Args:
-        database: A file path (created, with its folders, if missing) or a
-            ``postgresql://`` / ``postgres://`` URL.
+        database: A file path (created, with its folders, if missing), a
+            ``postgresql://`` / ``postgres://`` URL, or a libpq keyword string
+            such as ``host=db dbname=shop`` (it must start with a libpq
+            keyword; write ``./host=x.db`` for a file of that name).
         table_prefix: The prefix of the store's tables.
 
     Returns:
         A checkpointer that owns its connections; close it when done.
 
     Raises:
-        ValueError: an invalid ``table_prefix``, or a URL of another scheme.
-        ImportError: a Postgres URL, but no Postgres driver is installed.
+        ValueError: an empty ``database``, an invalid ``table_prefix``, or a
+            URL of another scheme.
+        ImportError: a Postgres DSN, but no Postgres driver is installed.
     """
     target = os.fspath(database)
-    if _is_postgres_url(target):
+    if not target.strip():
+        raise ValueError("the database is empty: give a SQLite file path or a postgresql:// URL")
+    if _is_postgres(target):
         # Imported here: a SQLite user never loads the Postgres backend.
         from .checkpoint.postgres import PostgresCheckpointer
 
-        return PostgresCheckpointer.connect(target, table_prefix=table_prefix)
-    if _URL.match(target):
-        raise ValueError(
-            f"unsupported database URL {_redact(target)!r}: give a SQLite file path or a postgresql:// URL"
-        )
+        # libpq reads a URL only from the first character on.
+        return PostgresCheckpointer.connect(target.strip(), table_prefix=table_prefix)
+    if _URL.match(target.lstrip()):
+        raise ValueError(_unsupported(target))
     return SqliteCheckpointer(target, table_prefix=table_prefix)
-
-
-def _redact(database: str) -> str:
-    """The database as it may be printed: a URL's password replaced by ``***``."""
-    if not _URL.match(database):
-        return database
-    parts = urllib.parse.urlsplit(database)
-    if parts.password is None:
-        return database
-    host = parts.netloc.rpartition("@")[2]
-    netloc = f"{parts.username or ''}:***@{host}"
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 def _database(args: argparse.Namespace) -> str:
     if args.db:
         return str(args.db)
+    # An empty ILMEK_DB reads as unset, as shells write "unset" that way.
     return os.environ.get(DATABASE_ENV) or str(DEFAULT_PATH.expanduser())
 
 
@@ -121,28 +229,31 @@ def _opened(args: argparse.Namespace, *, create: bool = False) -> Iterator[SqlCh
 
     Without ``create``, a SQLite file that does not exist is an error rather
     than a new empty file: ``ilmek threads --db typo.db`` must not leave
-    ``typo.db`` behind.
+    ``typo.db`` behind. Every way opening can fail becomes one message.
     """
     database = _database(args)
-    shown = _redact(database)
-    if not create and not _URL.match(database) and not pathlib.Path(database).expanduser().exists():
-        raise _CommandFailed(f"no database at {shown} (nothing has been stored there yet)")
+    shown = _shown_database(database)
     try:
+        if not _is_postgres(database):
+            if _URL.match(database.lstrip()):
+                raise _CommandFailed(_unsupported(database))
+            if not create and not pathlib.Path(database).expanduser().exists():
+                raise _CommandFailed(f"no database at {shown} (nothing has been stored there yet)")
         checkpointer = open_checkpointer(database, args.table_prefix)
-    except IlmekError:
+    except (IlmekError, _CommandFailed):
         raise
-    except ValueError as error:
-        # open_checkpointer's own refusal, which already names the database.
-        raise _CommandFailed(str(error)) from error
     except ImportError as error:
         raise _CommandFailed(
             f"cannot open {shown}: PostgreSQL support is not available ({error}); "
             "install it with: pip install 'ilmek[postgres]'"
         ) from error
+    except OSError as error:
+        # Its own text repeats the file name, which may be thousands of characters.
+        raise _CommandFailed(f"cannot open {shown}: {error.strerror or error}") from error
     except Exception as error:
-        # A driver's own error (a refused connection, an unreadable file): the
-        # user needs its message, not a traceback.
-        raise _CommandFailed(f"cannot open {shown}: {error}") from error
+        # A driver's own error (a refused connection, a malformed DSN, a file
+        # that is not a database): the user needs its message, not a traceback.
+        raise _CommandFailed(f"cannot open {shown}: {_one_line(str(error))}") from error
     try:
         yield checkpointer
     finally:
@@ -152,22 +263,39 @@ def _opened(args: argparse.Namespace, *, create: bool = False) -> Iterator[SqlCh
 # --- demo -------------------------------------------------------------------------------
 
 
+def _invocation() -> str:
+    """How the user started this process, as words to type again (``ilmek``, ``python3 -m ilmek``)."""
+    original = getattr(sys, "orig_argv", [])
+    for index, word in enumerate(original[1:-1], start=1):
+        if word == "-m" and original[index + 1] == "ilmek":
+            return f"{_shell_word(original[0])} -m ilmek"
+    script = sys.argv[0] if sys.argv and sys.argv[0] else ""
+    if pathlib.Path(script).stem == "ilmek":
+        on_path = shutil.which("ilmek")
+        with contextlib.suppress(OSError):
+            if on_path is not None and os.path.samefile(on_path, script):
+                return "ilmek"
+        return _shell_word(script)
+    return "python -m ilmek"
+
+
 def _demo_hint(args: argparse.Namespace) -> str:
     """The command that answers the demo's question, with the options this one used."""
-    words = [*args.prog.split(), "demo"]
+    command = printable(os.environ.get(DEMO_COMMAND_ENV, "").strip()) or f"{_invocation()} demo"
+    words = []
     if args.db:
-        words += ["--db", _redact(str(args.db))]
+        words += ["--db", _shown_database(str(args.db))]
     if args.table_prefix != "ilmek":
         words += ["--table-prefix", args.table_prefix]
     if args.thread != DEFAULT_THREAD:
         words += ["--thread", args.thread]
-    return " ".join(shlex.quote(word) for word in words)
+    return " ".join([command, *(_shell_word(word) for word in words)])
 
 
 def _print_question(pending: Sequence[Pending], args: argparse.Namespace) -> None:
     for pause in pending:
-        print(question_of(pause.payload))
-    print(f"answer with: {_demo_hint(args)} --answer yes   (or --answer no)")
+        _say(printable(question_of(pause.payload)))
+    _say(f"answer with: {_demo_hint(args)} --answer yes   (or --answer no)")
 
 
 def _print_outcome(result: Result) -> int:
@@ -177,17 +305,16 @@ def _print_outcome(result: Result) -> int:
         details = "; ".join(f"{node}: {error!r}" for node, error in result.errors)
         raise _CommandFailed(f"the demo ended {result.status}: {details or result.abort_reason}")
     log = result.state.get("log") or []
-    print(f"done: {log[-1] if log else 'nothing happened'}")
-    print("final state:")
-    print(render_value(result.state))
+    _say(printable(f"done: {log[-1] if log else 'nothing happened'}"))
+    _say("final state:")
+    _say(render_value(result.state))
     return 0
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     g = build_checkout_graph()
-    database = _database(args)
     with _opened(args, create=True) as checkpointer:
-        if _is_postgres_url(database):
+        if _is_postgres(_database(args)):
             # SQLite creates its tables on open; Postgres waits for migrate().
             checkpointer.migrate()
         options: dict[str, Any] = {"thread_id": args.thread, "checkpointer": checkpointer}
@@ -196,14 +323,14 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         if owner not in (None, g.name):
             # Never run the demo's graph on an application's thread.
             raise _CommandFailed(
-                f"thread {args.thread!r} belongs to graph {owner!r}, not to the demo; "
+                f"thread {_q(args.thread)} belongs to graph {_q(str(owner))}, not to the demo; "
                 "pick another thread with --thread"
             )
         if args.answer is not None:
             if latest is None or not latest.pending:
                 state = "has not started" if latest is None else f"is {latest.status}, not paused"
                 raise _CommandFailed(
-                    f"thread {args.thread!r} is not waiting for an answer (it {state}); "
+                    f"thread {_q(args.thread)} is not waiting for an answer (it {state}); "
                     f"start an order with: {_demo_hint(args)}"
                 )
             result = resume(g, args.answer, **options)
@@ -211,19 +338,36 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                 _print_question(result.pending, args)
             return _print_outcome(result)
         if latest is not None and latest.pending:
-            print(f"thread {args.thread!r} is already waiting for an answer:")
+            _say(printable(f"thread {_q(args.thread)} is already waiting for an answer:"))
             _print_question(latest.pending, args)
             return 0
         if latest is not None and latest.status == "unfinished":
             # A run stopped mid-way (a crash): continue it, replaying its recorded
             # steps, so the order it created is not created twice.
-            print(f"continuing the unfinished order on thread {args.thread!r}")
+            _say(printable(f"continuing the unfinished order on thread {_q(args.thread)}"))
             result = run(g, None, **options)
         else:
             result = run(g, {"cart": list(CART)}, **options)
         if result.status == "interrupted":
             _print_question(result.pending, args)
         return _print_outcome(result)
+
+
+# --- JSON output --------------------------------------------------------------------------
+
+
+def _json_value(value: Any) -> Any:
+    """A stored value in ilmek's stored JSON form (:func:`ilmek.serde.to_jsonable`)."""
+    return serde.to_jsonable(value, where="a value to print")
+
+
+def _json_time(moment: _dt.datetime) -> str:
+    return moment.astimezone(_dt.UTC).isoformat()
+
+
+def _print_json(document: Any) -> None:
+    """One JSON document on stdout; what could steer a terminal is a \\u escape, still valid JSON."""
+    print(printable_json(json.dumps(document, ensure_ascii=False, indent=2)))
 
 
 # --- threads ----------------------------------------------------------------------------
@@ -233,41 +377,64 @@ def _when(moment: _dt.datetime) -> str:
     return moment.astimezone(_dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def _shown_id(thread_id: str) -> str:
-    """A thread id as one table cell: ids are any text, newlines included."""
-    return thread_id if thread_id.isprintable() else repr(thread_id)
-
-
 def _align(rows: Sequence[Sequence[str]]) -> list[str]:
-    """Rows of cells as lines, each column padded to its widest cell (the last is left ragged)."""
+    """Rows of cells as lines, each column padded to its widest cell (the last is left ragged).
+
+    Cells are escaped first: a cell may hold any stored text.
+    """
     if not rows:
         return []
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    cells = [[printable(cell) for cell in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]) - 1)]
     return [
         "  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]]).rstrip()
-        for row in rows
+        for row in cells
     ]
+
+
+def _thread_json(info: ThreadInfo) -> dict[str, Any]:
+    return {
+        "id": info.id,
+        "status": info.status,
+        "step": info.step,
+        "created_at": _json_time(info.created_at),
+        "updated_at": _json_time(info.updated_at),
+        "checkpoint_id": info.checkpoint_id,
+        "metadata": _json_value(dict(info.metadata)),
+    }
 
 
 def _cmd_threads(args: argparse.Namespace) -> int:
     with _opened(args) as checkpointer:
         # One more than asked, to know whether to say there are more.
         threads = checkpointer.list_threads(search=args.search, status=args.status, limit=args.limit + 1)
-    if not threads:
-        print("no threads")
-        return 0
     shown = threads[: args.limit]
-    rows = [
-        [_shown_id(t.id), t.status, str(t.step), _when(t.updated_at), t.checkpoint_id or "-"] for t in shown
-    ]
+    more = len(threads) > args.limit
+    if args.json:
+        _print_json({"threads": [_thread_json(info) for info in shown], "more": more})
+        return 0
+    if not threads:
+        _say("no threads")
+        return 0
+    rows = [[t.id, t.status, str(t.step), _when(t.updated_at), t.checkpoint_id or "-"] for t in shown]
     for line in _align([["THREAD", "STATUS", "STEP", "UPDATED", "LATEST CHECKPOINT"], *rows]):
-        print(line)
-    if len(threads) > args.limit:
-        print(f"(the {args.limit} most recently updated; --limit N shows more)")
+        _say(line)
+    if more:
+        _say(f"(the {args.limit} most recently updated; --limit N shows more)")
     return 0
 
 
 # --- history ----------------------------------------------------------------------------
+
+
+def _children_of(checkpoints: Sequence[Checkpoint]) -> dict[str, list[str]]:
+    """Each listed checkpoint's listed children, oldest first."""
+    ids = {checkpoint.id for checkpoint in checkpoints}
+    children: dict[str, list[str]] = {}
+    for checkpoint in sorted(checkpoints, key=lambda c: c.id):
+        if checkpoint.parent_id is not None and checkpoint.parent_id in ids:
+            children.setdefault(checkpoint.parent_id, []).append(checkpoint.id)
+    return children
 
 
 def render_history(checkpoints: Sequence[Checkpoint], *, truncated: bool = False) -> list[str]:
@@ -276,7 +443,9 @@ def render_history(checkpoints: Sequence[Checkpoint], *, truncated: bool = False
     A chain of checkpoints stays at one indentation; a checkpoint with several
     children opens one branch per child with box-drawing characters. A
     checkpoint whose parent is not among ``checkpoints`` is drawn as a root
-    and says why (pruned, or cut off by a limit when ``truncated``).
+    and says why (pruned, or cut off by a limit when ``truncated``). A pause
+    with a child was resumed: its pauses read ``answered``, an open one's
+    ``waiting``. Stored text is escaped (:func:`ilmek.redact.printable`).
 
     Args:
         checkpoints: A thread's checkpoints, in any order.
@@ -286,14 +455,8 @@ def render_history(checkpoints: Sequence[Checkpoint], *, truncated: bool = False
         One line per checkpoint.
     """
     by_id = {checkpoint.id: checkpoint for checkpoint in checkpoints}
-    children: dict[str, list[str]] = {}
-    roots: list[str] = []
-    for checkpoint_id in sorted(by_id):
-        parent = by_id[checkpoint_id].parent_id
-        if parent is not None and parent in by_id:
-            children.setdefault(parent, []).append(checkpoint_id)
-        else:
-            roots.append(checkpoint_id)
+    children = _children_of(checkpoints)
+    roots = [checkpoint_id for checkpoint_id in sorted(by_id) if by_id[checkpoint_id].parent_id not in by_id]
     latest = max(by_id, default=None)
 
     # Depth-first with an explicit stack: a linear history of ten thousand
@@ -315,7 +478,8 @@ def render_history(checkpoints: Sequence[Checkpoint], *, truncated: bool = False
     for prefix, checkpoint in drawn:
         notes = []
         if checkpoint.pending:
-            notes.append("waiting: " + ", ".join(p.id for p in checkpoint.pending))
+            state = "answered" if checkpoint.id in children else "waiting"
+            notes.append(f"{state}: " + ", ".join(p.id for p in checkpoint.pending))
         if checkpoint.parent_id is not None and checkpoint.parent_id not in by_id:
             notes.append("(parent not shown)" if truncated else "(parent pruned)")
         if checkpoint.id == latest:
@@ -332,24 +496,73 @@ def render_history(checkpoints: Sequence[Checkpoint], *, truncated: bool = False
     return _align(rows)
 
 
+def _history_json(checkpoints: Sequence[Checkpoint]) -> list[dict[str, Any]]:
+    children = _children_of(checkpoints)
+    ids = {checkpoint.id for checkpoint in checkpoints}
+    latest = max(ids, default=None)
+    return [
+        {
+            "id": checkpoint.id,
+            "parent_id": checkpoint.parent_id,
+            "parent_shown": checkpoint.parent_id is None or checkpoint.parent_id in ids,
+            "step": checkpoint.step,
+            "status": checkpoint.status,
+            "source": _json_value(checkpoint.metadata.get("source")),
+            "ts": _json_time(checkpoint.ts),
+            "latest": checkpoint.id == latest,
+            "answered": bool(checkpoint.pending) and checkpoint.id in children,
+            "pending": [_pending_json(pause) for pause in checkpoint.pending],
+        }
+        for checkpoint in sorted(checkpoints, key=lambda c: c.id)
+    ]
+
+
 def _cmd_history(args: argparse.Namespace) -> int:
     with _opened(args) as checkpointer:
         checkpoints = checkpointer.list(args.thread, limit=args.limit)
-        if not checkpoints:
-            raise _CommandFailed(f"thread {args.thread!r} has no checkpoints in {_redact(_database(args))}")
-        truncated = args.limit is not None and len(checkpoints) == args.limit
-        for line in render_history(checkpoints, truncated=truncated):
-            print(line)
+    if not checkpoints:
+        raise _CommandFailed(
+            f"thread {_q(args.thread)} has no checkpoints in {_shown_database(_database(args))}"
+        )
+    truncated = args.limit is not None and len(checkpoints) == args.limit
+    if args.json:
+        _print_json(
+            {
+                "thread": args.thread,
+                "truncated": truncated,
+                "checkpoints": _history_json(checkpoints),
+            }
+        )
+        return 0
+    for line in render_history(checkpoints, truncated=truncated):
+        _say(line)
     return 0
 
 
 # --- show -------------------------------------------------------------------------------
 
 
+def _int_digits(value: int) -> int:
+    """How many decimal digits ``value`` has, without str() (which refuses long ones)."""
+    magnitude = abs(value)
+    digits = max(1, int(magnitude.bit_length() * 0.30102999566398120))
+    while digits > 1 and 10 ** (digits - 1) > magnitude:
+        digits -= 1
+    while 10**digits <= magnitude:
+        digits += 1
+    return digits
+
+
 def _displayable(value: Any, full: bool, depth: int = 0) -> Any:
     """``value`` as JSON types, shortened unless ``full``; what JSON lacks becomes text."""
-    if value is None or isinstance(value, bool | int | float):
+    if value is None or isinstance(value, bool | float):
         return value
+    if isinstance(value, int):
+        digits = _int_digits(value)
+        if not full and digits > _MAX_TEXT:
+            return f"<int of {digits} digits>"
+        # Python will not print more digits than this with str(); Decimal will.
+        return value if digits <= _MAX_INT_DIGITS else str(decimal.Decimal(value))
     if isinstance(value, str):
         if full or len(value) <= _MAX_TEXT:
             return value
@@ -390,12 +603,18 @@ def _displayable(value: Any, full: bool, depth: int = 0) -> Any:
 def render_value(value: Any, *, full: bool = False, indent: str = "") -> str:
     """A stored value as pretty JSON-ish text: short parts on one line, long ones broken up.
 
+    Every character that could steer a terminal is escaped; the only line
+    breaks are the layout's own (a stored newline prints as ``\\n``). An
+    integer too long to print shows its length (``<int of 5001 digits>``)
+    unless ``full``.
+
     Args:
         value: Any value a checkpoint holds.
-        full: Print long strings and lists whole instead of shortened.
+        full: Print long strings, lists and integers whole instead of shortened.
         indent: Put in front of every line but the first.
     """
-    return _pretty(_displayable(value, full), indent, _LINE_WIDTH - len(indent))
+    # JSON's own escapes for what json.dumps leaves raw (C1, bidi overrides...).
+    return printable_json(_pretty(_displayable(value, full), indent, _LINE_WIDTH - len(indent)))
 
 
 def _pretty(value: Any, indent: str, width: int) -> str:
@@ -418,50 +637,197 @@ def _pretty(value: Any, indent: str, width: int) -> str:
 
 
 def _print_field(label: str, text: str) -> None:
-    print(label.ljust(_LABEL_WIDTH) + text)
+    _say(label.ljust(_LABEL_WIDTH) + text)
+
+
+@attrs.frozen(kw_only=True)
+class _PauseReport:
+    """A pause as ``show`` reports it: its task's journal, and its answer if one is known.
+
+    ``resumed``: a later checkpoint grew from the pause. ``answer``: the
+    journal entry that records the answer, where one is still kept.
+    """
+
+    pause: Pending
+    journal: tuple[JournalEntry, ...]
+    resumed: bool
+    answer: JournalEntry | None
+
+    @property
+    def answered(self) -> bool:
+        return self.resumed or self.answer is not None
+
+
+def _pause_journal(
+    checkpointer: Checkpointer, checkpoint: Checkpoint, pause: Pending
+) -> tuple[JournalEntry, ...]:
+    """The journal of the task a pause belongs to: its completed steps and its pauses so far.
+
+    The one place that knows where journals live (the stored journal while a
+    resume is under way, else the copy the pause checkpoint keeps), so that a
+    change of journal storage changes this function only.
+    """
+    stored = checkpointer.get_journal(pause.task_id)
+    if stored:
+        return stored
+    return checkpoint.task_journals.get(_task_key(pause), ())
+
+
+def _task_key(pause: Pending) -> str:
+    try:
+        return split_task_id(pause.task_id)[2]
+    except ValueError:
+        return pause.node
+
+
+def _answer_in(entries: Sequence[JournalEntry], pause: Pending) -> JournalEntry | None:
+    for entry in entries:
+        if entry.key == pause.key and entry.kind == "interrupt" and entry.answered:
+            return entry
+    return None
+
+
+def _pause_reports(
+    checkpointer: Checkpointer, checkpoint: Checkpoint, children: Sequence[Checkpoint]
+) -> list[_PauseReport]:
+    """What ``show`` says about each pause (``children``: the checkpoints resumed from it)."""
+    reports = []
+    for pause in checkpoint.pending:
+        journal = _pause_journal(checkpointer, checkpoint, pause)
+        # The answer is in the journal while a resume is under way (or failed);
+        # once the task paused again, in the next pause's copy of the journal.
+        found = _answer_in(journal, pause)
+        for child in children:
+            found = found or _answer_in(child.task_journals.get(_task_key(pause), ()), pause)
+        reports.append(_PauseReport(pause=pause, journal=journal, resumed=bool(children), answer=found))
+    return reports
+
+
+def _print_pause(report: _PauseReport, full: bool) -> None:
+    pause = report.pause
+    _say(printable(f"  {pause.id}  (node {pause.node})"))
+    _say(f"    {render_value(pause.payload, full=full, indent='    ')}")
+    if report.answer is not None:
+        # Recorded, but no checkpoint grew from it: the resume failed or is running.
+        unfinished = "" if report.resumed else "  (recorded; the resume that gave it has not finished)"
+        _say(f"    answer: {render_value(report.answer.value, full=full, indent='    ')}{unfinished}")
+    elif report.resumed:
+        _say("    answer: (not kept once its task finished)")
+    others = [entry for entry in report.journal if entry.key != pause.key]
+    steps = [entry for entry in others if entry.kind == "step"]
+    pauses = [entry for entry in others if entry.kind == "interrupt"]
+    if steps:
+        _say("    completed steps:")
+        for entry in steps:
+            _say(f"      {printable(entry.key)}: {render_value(entry.value, full=full, indent='      ')}")
+    if pauses:
+        _say("    answered pauses:")
+        for entry in pauses:
+            asked = render_value(entry.payload, full=full, indent="      ")
+            answer = render_value(entry.value, full=full, indent="      ") if entry.answered else "(waiting)"
+            _say(f"      {printable(entry.key)}: {asked} -> {answer}")
+
+
+def _pending_json(pause: Pending) -> dict[str, Any]:
+    return {
+        "id": pause.id,
+        "task_id": pause.task_id,
+        "node": pause.node,
+        "key": pause.key,
+        "payload": _json_value(pause.payload),
+    }
+
+
+def _journal_json(entry: JournalEntry) -> dict[str, Any]:
+    return {
+        "key": entry.key,
+        "kind": entry.kind,
+        "value": _json_value(entry.value),
+        "payload": _json_value(entry.payload),
+        "answered": entry.answered,
+    }
+
+
+def _show_json(checkpoint: Checkpoint, reports: Sequence[_PauseReport]) -> dict[str, Any]:
+    pauses = []
+    for report in reports:
+        pause = _pending_json(report.pause)
+        pause["answered"] = report.answered
+        pause["resumed"] = report.resumed
+        if report.answer is not None:
+            pause["answer"] = _json_value(report.answer.value)
+        pause["journal"] = [_journal_json(entry) for entry in report.journal]
+        pauses.append(pause)
+    return {
+        "thread": checkpoint.thread_id,
+        "checkpoint": checkpoint.id,
+        "parent_id": checkpoint.parent_id,
+        "step": checkpoint.step,
+        "status": checkpoint.status,
+        "ts": _json_time(checkpoint.ts),
+        "metadata": _json_value(dict(checkpoint.metadata)),
+        "next": [
+            {
+                "node": task.node,
+                "task_key": task.task_key,
+                "is_send": task.is_send,
+                "input": _json_value(task.input),
+            }
+            for task in checkpoint.next
+        ],
+        "pending": pauses,
+        "channels": _json_value(dict(checkpoint.channels)),
+    }
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
     with _opened(args) as checkpointer:
         checkpoint = checkpointer.get(args.thread, args.checkpoint)
         if checkpoint is None:
-            where = _redact(_database(args))
+            where = _shown_database(_database(args))
             if args.checkpoint is None or checkpointer.get(args.thread) is None:
-                raise _CommandFailed(f"thread {args.thread!r} has no checkpoints in {where}")
+                raise _CommandFailed(f"thread {_q(args.thread)} has no checkpoints in {where}")
             raise _CommandFailed(
-                f"thread {args.thread!r} has no checkpoint {args.checkpoint!r}; "
-                f"list them with: history {shlex.quote(args.thread)}"
+                f"thread {_q(args.thread)} has no checkpoint {_q(args.checkpoint)}; "
+                f"list them with: history {_shell_word(args.thread)}"
             )
-        pad = " " * _LABEL_WIDTH
-        _print_field("thread", _shown_id(checkpoint.thread_id))
-        _print_field("checkpoint", checkpoint.id)
-        _print_field("parent", checkpoint.parent_id or "-")
-        _print_field("step", str(checkpoint.step))
-        _print_field("status", checkpoint.status)
-        _print_field("written", _when(checkpoint.ts))
-        _print_field("metadata", render_value(dict(checkpoint.metadata), full=args.full, indent=pad))
-        if checkpoint.next:
-            print("next")
-            for task in checkpoint.next:
-                line = f"  {task.task_key}"
-                if task.is_send:
-                    shown_input = render_value(task.input, full=args.full, indent="    ")
-                    line += f"  (send to {task.node}) input: {shown_input}"
-                print(line)
-        else:
-            _print_field("next", "- (nothing scheduled)")
+        children = []
         if checkpoint.pending:
-            print("pending")
-            for pause in checkpoint.pending:
-                print(f"  {pause.id}  (node {pause.node})")
-                print(f"    {render_value(pause.payload, full=args.full, indent='    ')}")
+            # A pause with a child was resumed: its pauses are answered.
+            children = [c for c in checkpointer.list(args.thread) if c.parent_id == checkpoint.id]
+        reports = _pause_reports(checkpointer, checkpoint, children)
         channels = dict(checkpoint.channels)
-        if not channels:
-            _print_field("channels", "- (none written yet)")
-        else:
-            print("channels")
-            for name, value in channels.items():
-                print(f"  {name}: {render_value(value, full=args.full, indent='  ')}")
+    if args.json:
+        _print_json(_show_json(checkpoint, reports))
+        return 0
+    pad = " " * _LABEL_WIDTH
+    _print_field("thread", printable(checkpoint.thread_id))
+    _print_field("checkpoint", printable(checkpoint.id))
+    _print_field("parent", printable(checkpoint.parent_id or "-"))
+    _print_field("step", str(checkpoint.step))
+    _print_field("status", checkpoint.status + (" (answered)" if children else ""))
+    _print_field("written", _when(checkpoint.ts))
+    _print_field("metadata", render_value(dict(checkpoint.metadata), full=args.full, indent=pad))
+    if checkpoint.next:
+        _say("next")
+        for task in checkpoint.next:
+            line = f"  {printable(task.task_key)}"
+            if task.is_send:
+                shown_input = render_value(task.input, full=args.full, indent="    ")
+                line += f"  (send to {printable(task.node)}) input: {shown_input}"
+            _say(line)
+    else:
+        _print_field("next", "- (nothing scheduled)")
+    if reports:
+        _say("pauses (answered)" if children else "pending")
+        for report in reports:
+            _print_pause(report, args.full)
+    if not channels:
+        _print_field("channels", "- (none written yet)")
+    else:
+        _say("channels")
+        for name, value in channels.items():
+            _say(f"  {printable(name)}: {render_value(value, full=args.full, indent='  ')}")
     return 0
 
 
@@ -478,7 +844,7 @@ def _exists(checkpointer: SqlCheckpointer, thread_id: str) -> bool:
 
 def _confirmed(question: str) -> bool:
     try:
-        answer = input(f"{question} [y/N] ")
+        answer = input(f"{printable(question)} [y/N] ")
     except EOFError:
         return False
     return answer.strip().lower() in {"y", "yes"}
@@ -487,28 +853,32 @@ def _confirmed(question: str) -> bool:
 def _cmd_delete(args: argparse.Namespace) -> int:
     with _opened(args) as checkpointer:
         if not _exists(checkpointer, args.thread):
-            raise _CommandFailed(f"thread {args.thread!r} does not exist in {_redact(_database(args))}")
+            raise _CommandFailed(
+                f"thread {_q(args.thread)} does not exist in {_shown_database(_database(args))}"
+            )
         if not args.yes:
             if not sys.stdin.isatty():
                 raise _CommandFailed(
-                    f"not deleting thread {args.thread!r} without confirmation: stdin is not a "
+                    f"not deleting thread {_q(args.thread)} without confirmation: stdin is not a "
                     "terminal, so pass --yes"
                 )
             count = len(checkpointer.list(args.thread))
-            if not _confirmed(f"delete thread {args.thread!r} and its {_count(count, 'checkpoint')}?"):
+            if not _confirmed(f"delete thread {_q(args.thread)} and its {_count(count, 'checkpoint')}?"):
                 raise _CommandFailed("nothing deleted")
         checkpointer.delete_thread(args.thread)
-    print(f"deleted thread {args.thread!r}")
+    _say(printable(f"deleted thread {_q(args.thread)}"))
     return 0
 
 
 def _cmd_prune(args: argparse.Namespace) -> int:
     with _opened(args) as checkpointer:
         if not _exists(checkpointer, args.thread):
-            raise _CommandFailed(f"thread {args.thread!r} does not exist in {_redact(_database(args))}")
+            raise _CommandFailed(
+                f"thread {_q(args.thread)} does not exist in {_shown_database(_database(args))}"
+            )
         dropped = checkpointer.prune(args.thread, keep_last=args.keep_last)
         kept = len(checkpointer.list(args.thread))
-    print(f"dropped {_count(dropped, 'checkpoint')} of thread {args.thread!r}; {kept} kept")
+    _say(printable(f"dropped {_count(dropped, 'checkpoint')} of thread {_q(args.thread)}; {kept} kept"))
     return 0
 
 
@@ -520,46 +890,95 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
         args.db = args.database
     with _opened(args, create=True) as checkpointer:
         checkpointer.migrate()
-        print(
-            f"{checkpointer.table_prefix}_* tables up to date, schema version {checkpointer.schema_version}"
-        )
+        _say(f"{checkpointer.table_prefix}_* tables up to date, schema version {checkpointer.schema_version}")
     return 0
 
 
-def _cmd_ddl(args: argparse.Namespace) -> int:
-    if _URL.match(_database(args)):
-        with _opened(args) as checkpointer:
-            statements = checkpointer.ddl()
+def _ddl_statements(dialect: str, table_prefix: str) -> list[str]:
+    """What ``SqlCheckpointer.ddl()`` returns for ``dialect``, built without a connection.
+
+    The SQL depends only on the dialect's ``MIGRATIONS`` and the prefix
+    (validated and lower-cased as the checkpointer does), so printing it
+    needs no server.
+    """
+    checkpointer_class: type[SqlCheckpointer]
+    if dialect == "postgres":
+        from .checkpoint.postgres import PostgresCheckpointer
+
+        checkpointer_class = PostgresCheckpointer
     else:
-        # The SQL depends only on the dialect and the prefix: ask a throwaway
-        # in-memory store rather than create the file.
-        scratch = SqliteCheckpointer(":memory:", table_prefix=args.table_prefix)
-        try:
-            statements = scratch.ddl()
-        finally:
-            scratch.close()
-    for statement in statements:
-        print(f"{statement};")
+        checkpointer_class = SqliteCheckpointer
+    prefix = validate_prefix(table_prefix).lower()
+    statements = [template.format(p=prefix) for step in checkpointer_class.MIGRATIONS for template in step]
+    statements.append(
+        f"INSERT INTO {prefix}_meta (key, value) VALUES ('schema_version', "
+        f"'{len(checkpointer_class.MIGRATIONS)}') ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+    )
+    return statements
+
+
+def _cmd_ddl(args: argparse.Namespace) -> int:
+    dialect = args.dialect
+    if dialect is None:
+        # The store's form says its dialect; nothing is opened or created.
+        database = _database(args)
+        if _is_postgres(database):
+            dialect = "postgres"
+        elif _URL.match(database.lstrip()):
+            raise _CommandFailed(_unsupported(database))
+        else:
+            dialect = "sqlite"
+    for statement in _ddl_statements(dialect, args.table_prefix):
+        _say(f"{statement};")
     return 0
 
 
 # --- the parser ---------------------------------------------------------------------------
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is raised to :func:`main`, which prints it safely."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(f"{message} (see: {self.prog} --help)")
+
+
 def _table_prefix(text: str) -> str:
     try:
         return validate_prefix(text)
     except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+        # Its message ends with the whole prefix, which may be thousands of characters.
+        raise argparse.ArgumentTypeError(str(error).replace(repr(text), _q(text))) from None
+
+
+def _text(text: str) -> str:
+    """An argument that is looked up or stored as text (a thread id, an answer)."""
+    if re.search("[\ud800-\udfff]", text):
+        # Undecodable bytes in argv arrive as lone surrogates: no store holds them.
+        raise argparse.ArgumentTypeError(f"not valid text (bytes that are not UTF-8?): {_q(text)}")
+    return text
+
+
+def _database_argument(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "is empty: give a SQLite file path, a postgresql:// URL or host=... dbname=..."
+        )
+    return text
 
 
 def _positive(text: str) -> int:
-    try:
-        number = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    digits = text.strip()
+    if not re.fullmatch(r"[+-]?[0-9]+", digits):
+        raise argparse.ArgumentTypeError(f"not a whole number: {_q(text)}")
+    if digits.startswith("-") and digits.strip("-0"):
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {_shorten(digits, 20)}")
+    # Counted, not converted: int() of a 5,000-digit string is refused too.
+    number = int(digits) if len(digits.lstrip("+0")) <= len(str(_MAX_COUNT)) else _MAX_COUNT + 1
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    if number > _MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be at most {_MAX_COUNT}, got {_shorten(digits, 20)}")
     return number
 
 
@@ -567,8 +986,12 @@ def _store_options(parser: argparse.ArgumentParser, *, default: Any) -> None:
     parser.add_argument(
         "--db",
         metavar="DATABASE",
+        type=_database_argument,
         default=default,
-        help=f"a SQLite file path or a postgresql:// URL (default: ${DATABASE_ENV}, else {DEFAULT_PATH})",
+        help=(
+            "a SQLite file path, a postgresql:// URL or a libpq keyword string "
+            f"(default: ${DATABASE_ENV}, else {DEFAULT_PATH})"
+        ),
     )
     parser.add_argument(
         "--table-prefix",
@@ -576,6 +999,14 @@ def _store_options(parser: argparse.ArgumentParser, *, default: Any) -> None:
         type=_table_prefix,
         default="ilmek" if default is None else default,
         help="the prefix of the store's tables (default: ilmek)",
+    )
+
+
+def _json_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON document (stored values in ilmek's JSON form, times in ISO 8601)",
     )
 
 
@@ -588,15 +1019,16 @@ def _program_name() -> str:
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     """The argument parser of every command (``prog`` names the program in help and hints)."""
     prog = prog or _program_name()
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=prog,
         description="Inspect and manage ilmek checkpoint stores, or run the checkout demo.",
     )
+    parser.add_argument("--version", action="version", version=f"ilmek {__version__}")
     _store_options(parser, default=None)
     parser.set_defaults(prog=prog)
     # The store options may also follow the command; there they default to
     # "not given", so they never undo what came before the command.
-    store = argparse.ArgumentParser(add_help=False)
+    store = _Parser(add_help=False)
     _store_options(store, default=argparse.SUPPRESS)
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
 
@@ -613,29 +1045,43 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "Run the checkout demo: it creates an order and pauses to ask before charging; "
         "answer with --answer, from this or a new process.",
     )
-    demo.add_argument("--thread", default=DEFAULT_THREAD, metavar="ID", help="the thread (default: demo)")
-    demo.add_argument("--answer", metavar="ANSWER", help="answer the pending question (yes charges)")
+    demo.add_argument(
+        "--thread", type=_text, default=DEFAULT_THREAD, metavar="ID", help="the thread (default: demo)"
+    )
+    demo.add_argument(
+        "--answer", type=_text, metavar="ANSWER", help="answer the pending question (yes charges)"
+    )
 
     threads = command("threads", _cmd_threads, "List threads, most recently updated first.")
     threads.add_argument("--status", choices=_THREAD_STATUSES, help="only threads in this status")
-    threads.add_argument("--search", metavar="TEXT", help="only threads whose id contains TEXT")
+    threads.add_argument("--search", type=_text, metavar="TEXT", help="only threads whose id contains TEXT")
     threads.add_argument("--limit", type=_positive, default=50, metavar="N", help="at most N (default: 50)")
+    _json_option(threads)
 
     history = command(
-        "history", _cmd_history, "Draw a thread's checkpoint tree, oldest first, forks as branches."
+        "history",
+        _cmd_history,
+        "Draw a thread's checkpoint tree, oldest first, forks as branches; a resumed pause reads answered.",
     )
-    history.add_argument("thread", metavar="THREAD")
+    history.add_argument("thread", type=_text, metavar="THREAD", help=_THREAD_HELP)
     history.add_argument("--limit", type=_positive, metavar="N", help="only the N newest checkpoints")
+    _json_option(history)
 
     show = command(
-        "show", _cmd_show, "Show a checkpoint: its place, status, next tasks, pauses and channel values."
+        "show",
+        _cmd_show,
+        "Show a checkpoint: its place, status, next tasks, channel values, and each pause "
+        "with its task's completed steps and the answers given so far.",
     )
-    show.add_argument("thread", metavar="THREAD")
-    show.add_argument("checkpoint", nargs="?", metavar="CHECKPOINT", help="a checkpoint id (default: latest)")
+    show.add_argument("thread", type=_text, metavar="THREAD", help=_THREAD_HELP)
+    show.add_argument(
+        "checkpoint", type=_text, nargs="?", metavar="CHECKPOINT", help="a checkpoint id (default: latest)"
+    )
     show.add_argument("--full", action="store_true", help="print long values whole")
+    _json_option(show)
 
     delete = command("delete", _cmd_delete, "Delete a thread: its checkpoints, journals and metadata.")
-    delete.add_argument("thread", metavar="THREAD")
+    delete.add_argument("thread", type=_text, metavar="THREAD", help=_THREAD_HELP)
     delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
     prune = command(
@@ -643,35 +1089,69 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         _cmd_prune,
         "Drop a thread's old checkpoints, keeping the newest N and every one a branch or pause needs.",
     )
-    prune.add_argument("thread", metavar="THREAD")
+    prune.add_argument("thread", type=_text, metavar="THREAD", help=_THREAD_HELP)
     prune.add_argument("--keep-last", type=_positive, required=True, metavar="N", help="keep the N newest")
 
     migrate = command("migrate", _cmd_migrate, "Create or upgrade the store's tables.")
     migrate.add_argument(
-        "database", nargs="?", metavar="DATABASE", help="the store, as with --db (which it overrides)"
+        "database",
+        type=_database_argument,
+        nargs="?",
+        metavar="DATABASE",
+        help="the store, as with --db (which it overrides)",
     )
 
-    command("ddl", _cmd_ddl, "Print the SQL that creates the store's tables, for running it yourself.")
+    ddl = command(
+        "ddl",
+        _cmd_ddl,
+        "Print the SQL that creates the store's tables, for running it yourself; connects to nothing.",
+    )
+    ddl.add_argument(
+        "--dialect",
+        choices=_DIALECTS,
+        help="the database's dialect (default: the kind of store --db names)",
+    )
     return parser
+
+
+def _secrets_in(argv: Sequence[str]) -> tuple[str, ...]:
+    """Every password the command line or ``ILMEK_DB`` carries, to keep out of messages."""
+    words = [*argv, os.environ.get(DATABASE_ENV, "")]
+    return tuple(secret for word in words for secret in dsn_secrets(word))
+
+
+def _tolerant_streams() -> None:
+    # A terminal or pipe that cannot encode a character gets an escape, not a
+    # UnicodeEncodeError halfway through the output.
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; return the exit status.
 
-    0 on success, 1 when the command fails (the message, never a traceback,
-    goes to stderr as ``ilmek: <message>``), 2 for a usage error.
+    0 on success, 1 when the command fails, 2 for a usage error; either
+    failure prints one line, ``ilmek: <message>``, to stderr (never a
+    traceback, never a password, never a raw control character).
     """
+    _tolerant_streams()
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    secrets = _secrets_in(arguments)
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(arguments)
     except SystemExit as exit_:
-        # argparse exits for --help and usage errors; callers get the status instead.
+        # argparse exits for --help and --version; callers get the status instead.
         return 0 if exit_.code is None else exit_.code if isinstance(exit_.code, int) else 2
+    except _UsageError as error:
+        _complain(str(error), secrets)
+        return 2
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)
     except (IlmekError, _CommandFailed) as error:
-        print(f"ilmek: {error}", file=sys.stderr)
+        _complain(str(error), secrets)
         return 1
     except KeyboardInterrupt:
         print("ilmek: interrupted", file=sys.stderr)
@@ -680,4 +1160,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader went away (`ilmek history t | head`): stop quietly, as Unix
         # tools do, and keep Python from complaining again when it flushes stdout.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except (OSError, ValueError) as error:
+        # Bad input a store or driver refused (an unreadable file, text it
+        # cannot encode): the message, not a traceback.
+        _complain(f"{type(error).__name__}: {error}", secrets)
         return 1

@@ -15,6 +15,7 @@ from typing import Any, Final
 from . import channel
 from .context import NodeContext
 from .graph import END, START, CompiledGraph, graph
+from .redact import printable
 
 __all__ = ["CART", "PRICES", "build_checkout_graph", "charge", "checkout", "create_order", "question_of"]
 
@@ -29,7 +30,8 @@ _APPROVALS = frozenset({"yes", "y"})
 
 def create_order(cart: Sequence[str]) -> dict[str, Any]:
     """Create an order for the cart (a side effect the journal must not repeat)."""
-    print(f"creating order for {', '.join(cart)}", flush=True)
+    # The cart comes from the thread's state, which anyone with the store can write.
+    print(printable(f"creating order for {', '.join(map(str, cart))}"), flush=True)
     # Rounded so that the float sum prints as a price, not as 249.89999999999998.
     total = round(sum(PRICES[item] for item in cart), 2)
     return {"id": uuid.uuid4().hex[:8], "items": list(cart), "total": total}
@@ -71,7 +73,7 @@ def build_checkout_graph() -> CompiledGraph:
 
 
 def question_of(payload: Any) -> str:
-    """The question a pause of the demo asks (any payload reads as something)."""
+    """The question a pause of the demo asks, fit to print (any payload reads as something)."""
     if isinstance(payload, dict) and "question" in payload:
-        return str(payload["question"])
+        return printable(str(payload["question"]))
     return repr(payload)

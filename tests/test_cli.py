@@ -10,96 +10,35 @@ from __future__ import annotations
 import datetime
 import decimal
 import io
-import os
 import pathlib
 import re
 import sqlite3
-import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 
 import pytest
 
-from ilmek import Checkpoint, Pending, channel, graph, resume, run
+from ilmek import Checkpoint, Pending, channel, graph, run
 from ilmek.checkpoint.postgres import PostgresCheckpointer
 from ilmek.checkpoint.sqlite import SqliteCheckpointer
-from ilmek.cli import main, open_checkpointer, render_history, render_value
-from ilmek.demo import CART, build_checkout_graph
+from ilmek.cli import open_checkpointer, render_history, render_value
+from ilmek.demo import build_checkout_graph
 from ilmek.graph import END, START, CompiledGraph
+from tests.cli_support import (
+    COMMANDS,
+    cli,
+    db_fixture,  # noqa: F401 - a fixture, used by name
+    finished_order,
+    forked_order,
+    history_rows,
+    home_fixture,  # noqa: F401 - a fixture, used by name
+    paused_order,
+    run_module,
+    store_fixture,  # noqa: F401 - a fixture, used by name
+)
 from tests.pgcluster import dsn_to_url
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
-COMMANDS = ["demo", "threads", "history", "show", "delete", "prune", "migrate", "ddl"]
-
-
-@pytest.fixture(autouse=True)
-def home(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Path:
-    """A fresh HOME and no ILMEK_DB, so no test touches the developer's default database."""
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("ILMEK_DB", raising=False)
-    return home
-
-
-@pytest.fixture
-def db(tmp_path: pathlib.Path) -> str:
-    """The path of the SQLite file a test's commands work on."""
-    return str(tmp_path / "store.db")
-
-
-@pytest.fixture
-def store(db: str) -> Iterator[SqliteCheckpointer]:
-    """A checkpointer on the test's file, for setting up threads through the Python API."""
-    checkpointer = SqliteCheckpointer(db)
-    yield checkpointer
-    checkpointer.close()
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """Run one command in-process; return its exit status, stdout and stderr."""
-    capsys.readouterr()
-    status = main(list(argv))
-    out, err = capsys.readouterr()
-    return status, out, err
-
-
-def paused_order(store: SqliteCheckpointer, thread_id: str) -> str:
-    """Start the demo's checkout on a thread through the API; return the pause's checkpoint id."""
-    result = run(build_checkout_graph(), {"cart": list(CART)}, thread_id=thread_id, checkpointer=store)
-    assert "interrupted" == result.status
-    assert result.checkpoint_id is not None
-    return result.checkpoint_id
-
-
-def finished_order(store: SqliteCheckpointer, thread_id: str, answer: str = "yes") -> None:
-    """Run the demo's checkout to the end on a thread through the API."""
-    paused_order(store, thread_id)
-    assert "done" == resume(build_checkout_graph(), answer, thread_id=thread_id, checkpointer=store).status
-
-
-def history_rows(text: str) -> list[list[str]]:
-    """The lines `history` printed, split into words (box-drawing prefixes included)."""
-    return [line.split() for line in text.splitlines()]
-
-
 # --- demo, in two real processes --------------------------------------------------------
-
-
-def run_module(home: pathlib.Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m ilmek`` in a new process from the repository root."""
-    env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(REPO_ROOT)}
-    env.pop("ILMEK_DB", None)
-    return subprocess.run(
-        [sys.executable, "-m", "ilmek", *argv],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def test_demo_pauses_in_one_process_and_is_answered_in_another(home: pathlib.Path) -> None:
@@ -203,10 +142,7 @@ def test_history_draws_a_fork_as_two_branches(
     capsys: pytest.CaptureFixture[str], db: str, store: SqliteCheckpointer
 ) -> None:
     """Answering an old pause differently forks; `history` draws both answers under the pause."""
-    g = build_checkout_graph()
-    pause_id = paused_order(store, "t")
-    yes = resume(g, "yes", thread_id="t", checkpointer=store)
-    no = resume(g, "no", thread_id="t", checkpointer=store, checkpoint_id=pause_id)
+    pause_id, yes, no = forked_order(store, "t")
     pause = store.get("t", pause_id)
     assert pause is not None
     assert pause.parent_id is not None
@@ -215,7 +151,7 @@ def test_history_draws_a_fork_as_two_branches(
     assert 0 == status
     assert [
         [pause.parent_id, "input", "step", "0", "unfinished"],
-        [pause_id, "pause", "step", "0", "interrupted", "waiting:", "checkout:interrupt#0"],
+        [pause_id, "pause", "step", "0", "interrupted", "answered:", "checkout:interrupt#0"],
         ["├─", yes.checkpoint_id, "loop", "step", "1", "done"],
         ["└─", no.checkpoint_id, "loop", "step", "1", "done", "(latest)"],
     ] == history_rows(out)
@@ -352,7 +288,7 @@ def test_show_of_an_unknown_checkpoint_exits_1(
 def test_show_prints_the_latest_pause_with_its_question(
     capsys: pytest.CaptureFixture[str], db: str, store: SqliteCheckpointer
 ) -> None:
-    """The latest checkpoint of a paused thread: its status, next task, pause payload and channels."""
+    """The latest pause: its status, next task, payload, its task's completed steps, and channels."""
     pause_id = paused_order(store, "t")
     status, out, _ = cli(capsys, "--db", db, "show", "t")
     assert 0 == status
@@ -360,10 +296,15 @@ def test_show_prints_the_latest_pause_with_its_question(
     assert f"checkpoint   {pause_id}" in lines
     assert "status       interrupted" in lines
     assert ["next", "  checkout"] == lines[lines.index("next") : lines.index("next") + 2]
+    pause = store.get("t", pause_id)
+    assert pause is not None
+    order = pause.task_journals["checkout"][0].value
     assert [
         "pending",
         "  checkout:interrupt#0  (node checkout)",
         '    {"question": "Charge 249.9?"}',
+        "    completed steps:",
+        f'      create_order#0: {{"id": "{order["id"]}", "items": ["coffee", "mug"], "total": 249.9}}',
         "channels",
         '  cart: ["coffee", "mug"]',
     ] == lines[lines.index("pending") :]
@@ -630,10 +571,10 @@ def test_top_level_help_lists_every_command(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    """Without a command, argparse's usage error: status 2."""
+    """Without a command: one `ilmek:` line pointing at --help, status 2."""
     status, _, err = cli(capsys)
     assert 2 == status
-    assert err.startswith("usage: ")
+    assert "ilmek: the following arguments are required: COMMAND (see: python -m ilmek --help)\n" == err
 
 
 @pytest.mark.parametrize(
@@ -662,8 +603,8 @@ def test_an_unsupported_url_is_an_error_that_hides_the_password(
     status, _, err = cli(capsys, "--db", "mysql://shop:s3cret@db.example/shop", command)
     assert 1 == status
     assert (
-        "ilmek: unsupported database URL 'mysql://shop:***@db.example/shop': "
-        "give a SQLite file path or a postgresql:// URL\n"
+        "ilmek: unsupported database URL 'mysql://shop:***@db.example/shop': give a SQLite file "
+        "path, a postgresql:// URL or a libpq keyword string (host=... dbname=...)\n"
     ) == err
     assert "s3cret" not in err
 
@@ -716,9 +657,7 @@ def test_every_command_works_on_a_postgres_url(capsys: pytest.CaptureFixture[str
     assert "schema version 1" in out
 
     with PostgresCheckpointer.connect(postgres_dsn, table_prefix="shop") as store:
-        pause_id = paused_order(store, "pg-order")  # type: ignore[arg-type]
-        resume(build_checkout_graph(), "yes", thread_id="pg-order", checkpointer=store)
-        resume(build_checkout_graph(), "no", thread_id="pg-order", checkpointer=store, checkpoint_id=pause_id)
+        pause_id, _, _ = forked_order(store, "pg-order")
 
     status, out, _ = cli(capsys, *prefix, "threads")
     assert 0 == status

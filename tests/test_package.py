@@ -53,6 +53,6 @@ def test_errors_form_the_documented_tree() -> None:
 
 
 def test_version_is_a_literal() -> None:
-    """__version__ is a plain string literal (setup.cfg reads it)."""
+    """__version__ is a plain string literal (pyproject.toml reads it without importing ilmek)."""
     assert isinstance(ilmek.__version__, str)
     assert ilmek.__version__.count(".") == 2

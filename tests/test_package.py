@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import ilmek
+from ilmek.types import Result
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -120,3 +121,15 @@ def test_version_is_a_literal() -> None:
     """__version__ is a plain string literal (pyproject.toml reads it without importing ilmek)."""
     assert isinstance(ilmek.__version__, str)
     assert ilmek.__version__.count(".") == 2
+
+
+def test_result_repr_leaves_out_the_events() -> None:
+    """repr(result) shows how the run ended, not every event it yielded (print stays short)."""
+    events = tuple({"seq": seq, "payload": "x" * 100} for seq in range(1000))
+    result = Result(status="done", state={"n": 1}, thread_id="t-1", run_id="r-1", events=events)
+    text = repr(result)
+    assert "events" not in text
+    assert "status='done'" in text
+    assert "state={'n': 1}" in text
+    assert "thread_id='t-1'" in text
+    assert len(text) < 300

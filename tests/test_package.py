@@ -123,6 +123,21 @@ def test_version_is_a_literal() -> None:
     assert ilmek.__version__.count(".") == 2
 
 
+def test_the_import_benchmark_runs_and_prints_ilmeks_share() -> None:
+    """benchmarks/bench_import.py runs at one run each and prints its tables (no timing is checked)."""
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_import.py"), "--runs", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert 0 == completed.returncode, completed.stderr
+    assert "import attrs" in completed.stdout
+    assert "ilmek's own share (import ilmek - import attrs; goal: at most 40 ms)" in completed.stdout
+    assert "import ilmek also loads: " in completed.stdout
+
+
 def test_result_repr_leaves_out_the_events() -> None:
     """repr(result) shows how the run ended, not every event it yielded (print stays short)."""
     events = tuple({"seq": seq, "payload": "x" * 100} for seq in range(1000))

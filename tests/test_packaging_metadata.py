@@ -1,4 +1,4 @@
-"""The metadata in pyproject.toml tells the truth: versions tested, what the tests need, the version."""
+"""The project's bookkeeping tells the truth: versions tested, what the tests need, what git ignores."""
 
 from __future__ import annotations
 
@@ -7,8 +7,12 @@ import configparser
 import importlib.metadata
 import pathlib
 import re
+import shutil
+import subprocess
 import sys
 import tomllib
+
+import pytest
 
 import ilmek
 
@@ -75,3 +79,21 @@ def test_the_installed_metadata_is_this_version() -> None:
     """The installed distribution's version is ilmek.__version__ (a stale install would differ)."""
     assert ["version"] == PROJECT["dynamic"]
     assert ilmek.__version__ == importlib.metadata.version("ilmek")
+
+
+def test_the_databases_the_examples_and_the_demo_write_are_ignored_by_git() -> None:
+    """checkout.db (flask_app.py), a --db file, their WAL and journal files: none shows up in git status."""
+    if not (ROOT / ".git").exists() or shutil.which("git") is None:
+        pytest.skip("not a git clone")
+    written = [
+        "checkout.db",
+        "checkout.db-wal",
+        "checkout.db-shm",
+        "examples/checkout.db",
+        "examples/checkout.db-journal",
+        "shop.db",
+    ]
+    checked = subprocess.run(
+        ["git", "check-ignore", "--no-index", *written], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert written == checked.stdout.splitlines()

@@ -8,12 +8,12 @@ moves between processes and machines.
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from . import channel, serde
 from .channel import UNSET, append_field, merge_field, reduce_field
 from .checkpoint.base import Checkpointer
-from .checkpoint.memory import InMemoryCheckpointer
-from .checkpoint.postgres import PostgresCheckpointer
-from .checkpoint.sqlite import SqliteCheckpointer
 from .context import NodeContext
 from .control import Command, RetryPolicy, Send, command, send
 from .engine import resume, resume_keyed, resume_keyed_stream, resume_stream, run, stream
@@ -42,7 +42,21 @@ from .spec import from_spec, to_spec
 from .checkpoint.holds import Hold, HoldLostError
 from .types import Checkpoint, JournalEntry, Pending, Result, ScheduledTask, ThreadError, ThreadInfo
 
+if TYPE_CHECKING:
+    from .checkpoint.memory import InMemoryCheckpointer
+    from .checkpoint.postgres import PostgresCheckpointer
+    from .checkpoint.sqlite import SqliteCheckpointer
+
 __version__ = "0.1.0"
+
+# The backends are imported on first use, not by `import ilmek`: a program on
+# Postgres never loads sqlite3, one on SQLite never loads the Postgres code,
+# and a script that only builds graphs loads neither.
+_LAZY: dict[str, str] = {
+    "InMemoryCheckpointer": "ilmek.checkpoint.memory",
+    "PostgresCheckpointer": "ilmek.checkpoint.postgres",
+    "SqliteCheckpointer": "ilmek.checkpoint.sqlite",
+}
 
 __all__ = [
     "END",
@@ -107,3 +121,17 @@ __all__ = [
     "to_spec",
     "update_state",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a backend the first time it is asked for (PEP 562)."""
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

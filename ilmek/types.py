@@ -309,7 +309,9 @@ class Result:
     thread_id: str
     run_id: str
     checkpoint_id: str | None = None
-    events: tuple[Any, ...] = ()
+    # Left out of the repr: a run yields thousands of events, and print(result)
+    # should show how the run ended, not all of them.
+    events: tuple[Any, ...] = attrs.field(default=(), repr=False)
     graph_name: str = ""
 
     def raise_for_status(self) -> Result:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from . import channel, serde
 from .channel import UNSET, append_field, merge_field, reduce_field
 from .checkpoint.base import Checkpointer
+from .checkpoint.holds import Hold, HoldLostError
 from .context import NodeContext
 from .control import Command, RetryPolicy, Send, command, send
 from .engine import resume, resume_keyed, resume_keyed_stream, resume_stream, run, stream
@@ -39,7 +40,6 @@ from .events import Event, StreamPart, stream_modes
 from .graph import END, START, CompiledGraph, GraphBuilder, graph
 from .host import history, pending_interrupts, thread_state, update_state
 from .spec import from_spec, to_spec
-from .checkpoint.holds import Hold, HoldLostError
 from .types import Checkpoint, JournalEntry, Pending, Result, ScheduledTask, ThreadError, ThreadInfo
 
 if TYPE_CHECKING:

@@ -895,26 +895,17 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def _ddl_statements(dialect: str, table_prefix: str) -> list[str]:
-    """What ``SqlCheckpointer.ddl()`` returns for ``dialect``, built without a connection.
-
-    The SQL depends only on the dialect's ``MIGRATIONS`` and the prefix
-    (validated and lower-cased as the checkpointer does), so printing it
-    needs no server.
-    """
+    """What ``SqlCheckpointer.ddl()`` returns for ``dialect``, built without a connection."""
     checkpointer_class: type[SqlCheckpointer]
     if dialect == "postgres":
         from .checkpoint.postgres import PostgresCheckpointer
 
         checkpointer_class = PostgresCheckpointer
     else:
+        from .checkpoint.sqlite import SqliteCheckpointer
+
         checkpointer_class = SqliteCheckpointer
-    prefix = validate_prefix(table_prefix).lower()
-    statements = [template.format(p=prefix) for step in checkpointer_class.MIGRATIONS for template in step]
-    statements.append(
-        f"INSERT INTO {prefix}_meta (key, value) VALUES ('schema_version', "
-        f"'{len(checkpointer_class.MIGRATIONS)}') ON CONFLICT (key) DO UPDATE SET value = excluded.value"
-    )
-    return statements
+    return checkpointer_class.schema_sql(table_prefix)
 
 
 def _cmd_ddl(args: argparse.Namespace) -> int:

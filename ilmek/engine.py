@@ -16,6 +16,7 @@ when no checkpointer is given.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import os
@@ -296,10 +297,8 @@ class _Run:
     def _cancel_requested(self, reason: str) -> None:
         """Another process asked the run to stop (seen by a fenced write or a renewal)."""
         if getattr(self.cancel, "reason", None) is None:
-            try:
+            with contextlib.suppress(AttributeError):
                 self.cancel.reason = reason  # type: ignore[attr-defined]
-            except AttributeError:
-                pass
         self.cancel.set()
 
     def _event(self, cls: type[Event], **fields: Any) -> Event:
@@ -315,7 +314,8 @@ class _Run:
             base = self.cp.load(self.thread_id, wanted, hold=hold)
             if base is None:
                 raise CheckpointNotFoundError(
-                    f"thread {self.thread_id!r} has no checkpoint {wanted!r}; list its checkpoints with history()",
+                    f"thread {self.thread_id!r} has no checkpoint {wanted!r}; "
+                    "list its checkpoints with history()",
                     thread_id=self.thread_id,
                     checkpoint_id=wanted,
                 )

@@ -217,7 +217,8 @@ _SQL: dict[str, str] = {
         "ON CONFLICT (thread_id, base_id, task_key, entry_key) DO UPDATE SET entry = excluded.entry"
     ),
     "drop_task_entries": (
-        "DELETE FROM {p}_journals WHERE thread_id = :thread_id AND base_id = :base_id AND task_key = :task_key"
+        "DELETE FROM {p}_journals WHERE thread_id = :thread_id AND base_id = :base_id "
+        "AND task_key = :task_key"
     ),
     "drop_base_entries": "DELETE FROM {p}_journals WHERE thread_id = :thread_id AND base_id = :base_id",
     "journal_bases": "SELECT DISTINCT base_id FROM {p}_journals WHERE thread_id = :thread_id",
@@ -262,7 +263,10 @@ _SQL: dict[str, str] = {
         "metadata) VALUES (:thread_id, :now, :now, 'done', 0, NULL, {ji_metadata}) "
         "ON CONFLICT (thread_id) DO UPDATE SET metadata = excluded.metadata, updated_at = excluded.updated_at"
     ),
-    "lineage": "SELECT checkpoint_id, parent_id, {jo_journal_chain} FROM {p}_checkpoints WHERE thread_id = :thread_id",
+    "lineage": (
+        "SELECT checkpoint_id, parent_id, {jo_journal_chain} FROM {p}_checkpoints "
+        "WHERE thread_id = :thread_id"
+    ),
     "manifests": "SELECT checkpoint_id, {jo_manifest} FROM {p}_checkpoints WHERE thread_id = :thread_id",
     "max_blob": "SELECT MAX(blob_id) FROM {p}_blobs WHERE thread_id = :thread_id",
 }
@@ -815,10 +819,8 @@ class SqlCheckpointer(Checkpointer):
 
             session.after_commit(remember)
 
-        try:
+        with contextlib.suppress(_AlreadyStored):
             self._run(work, what="commit a checkpoint", thread_id=thread_id, hold=hold)
-        except _AlreadyStored:
-            pass
         if release_hold and hold is not None:
             hold.mark_released()
 
@@ -1406,7 +1408,8 @@ class SqlCheckpointer(Checkpointer):
             for chunk in _chunks(dropped):
                 session.execute(
                     self._statement(
-                        "DELETE FROM {p}_checkpoints WHERE thread_id = :thread_id AND checkpoint_id IN ({in})",
+                        "DELETE FROM {p}_checkpoints WHERE thread_id = :thread_id "
+                        "AND checkpoint_id IN ({in})",
                         len(chunk),
                     ),
                     thread_id=thread_id,

@@ -31,6 +31,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+
 from ..errors import ThreadBusyError
 
 __all__ = ["Hold", "HoldLostError", "Keeper", "LocalHold", "busy_error", "new_token"]
@@ -44,7 +45,7 @@ TRUST_UNTIL = 0.75
 
 
 class HoldLostError(ThreadBusyError):
-    """This run no longer holds its thread (it was deleted, or another run took it); nothing more is written."""
+    """The run no longer holds its thread (deleted, or taken by another run); it wrote nothing more."""
 
 
 def busy_error(thread_id: str) -> ThreadBusyError:

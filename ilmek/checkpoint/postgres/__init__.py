@@ -69,7 +69,8 @@ _SCHEMA: list[str] = [
 _UPGRADES: dict[int, list[Migration]] = {
     1: [
         "ALTER TABLE {p}_threads ADD COLUMN IF NOT EXISTS error JSONB",
-        "ALTER TABLE {p}_checkpoints ADD COLUMN IF NOT EXISTS journal_chain JSONB NOT NULL DEFAULT '[]'::jsonb",
+        "ALTER TABLE {p}_checkpoints ADD COLUMN IF NOT EXISTS journal_chain JSONB NOT NULL"
+        " DEFAULT '[]'::jsonb",
         "ALTER TABLE {p}_holds ADD COLUMN IF NOT EXISTS acquired_at DOUBLE PRECISION NOT NULL DEFAULT 0",
         "ALTER TABLE {p}_holds ADD COLUMN IF NOT EXISTS holder INTEGER",
         "ALTER TABLE {p}_holds ADD COLUMN IF NOT EXISTS cancel_reason TEXT",
@@ -106,7 +107,7 @@ def adapter_for(client: Any, *, join_transaction: bool = False) -> Adapter:
     if is_django_connection(client, "postgresql"):
         return DjangoAdapter(client, classify=classify_postgres_error)
     for kind in (sqlalchemy, psycopg2, psycopg, generic):
-        adapter = kind.adapt(client, join_transaction=join_transaction)
+        adapter: Adapter | None = kind.adapt(client, join_transaction=join_transaction)
         if adapter is not None:
             return adapter
     raise InvalidArgumentError(
@@ -187,7 +188,7 @@ class PostgresCheckpointer(SqlCheckpointer):
         try:
             import psycopg2 as driver
         except ImportError:
-            import psycopg as driver  # type: ignore[no-redef]
+            import psycopg as driver
         try:
             connection = driver.connect(dsn)
         except Exception as error:

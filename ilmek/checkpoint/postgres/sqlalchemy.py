@@ -88,7 +88,7 @@ class EngineAdapter(PoolAdapter):
         connection.tools.run_statement(connection.driver, cursor, sql, params)
 
     def status(self, connection: Any) -> int:
-        return connection.tools.status(connection.driver)
+        return int(connection.tools.status(connection.driver))
 
 
 class _JoinedAdapter(PostgresAdapter):

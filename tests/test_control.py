@@ -337,19 +337,19 @@ def test_goto_with_sends_fans_out_after_the_nodes_work(checkpointer: Checkpointe
     assert ["found 2", "audit after ['found 2']", "fetched p1", "fetched p2"] == result.state["log"]
 
 
-def test_goto_to_an_unknown_node_ends_the_run_with_a_graph_error(checkpointer: Checkpointer) -> None:
-    """An unknown goto target is a GraphError naming it; nothing of the superstep is committed."""
+def test_goto_to_an_unknown_node_raises_a_graph_error(checkpointer: Checkpointer) -> None:
+    """An unknown goto target rejects the run with a GraphError naming it; nothing of the superstep lands."""
     g = (
         graph("lost", {"log": channel.append()})
         .node("agent", lambda state: command(update={"log": ["agent"]}, goto="nowhere"))
         .edge(START, "agent")
         .compile()
     )
-    result = run(g, {}, thread_id="lost", checkpointer=checkpointer)
-    assert "error" == result.status
-    ((node, error),) = result.errors
-    assert "agent" == node
-    assert isinstance(error, GraphError)
-    assert "'nowhere'" in str(error)
-    assert "nowhere" == error.node
+    with pytest.raises(GraphError, match="'nowhere'") as raised:
+        run(g, {}, thread_id="lost", checkpointer=checkpointer)
+    assert "nowhere" == raised.value.node
     assert {"log": []} == thread_state(g, checkpointer, "lost")
+    # The thread says why it stopped.
+    info = checkpointer.get_thread("lost")
+    assert info is not None
+    assert ("error", "agent") == (info.status, info.error.node if info.error else None)

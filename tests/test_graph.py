@@ -11,7 +11,18 @@ from typing import Any
 
 import pytest
 
-from ilmek import END, START, GraphError, RetryPolicy, channel, command, graph, run, send
+from ilmek import (
+    END,
+    START,
+    GraphError,
+    InMemoryCheckpointer,
+    RetryPolicy,
+    channel,
+    command,
+    graph,
+    run,
+    send,
+)
 from ilmek.graph import UnreachableNodeWarning
 
 
@@ -109,8 +120,8 @@ def test_router_destinations_and_node_destinations_make_nodes_reachable() -> Non
     )
 
 
-def test_a_router_straying_outside_its_destinations_ends_the_run_in_error() -> None:
-    """At run time a router may only go where it said it would."""
+def test_a_router_straying_outside_its_destinations_raises_a_graph_error() -> None:
+    """At run time a router may only go where it said it would; straying rejects the run (as the reference)."""
     g = (
         graph("stray", {"x": channel.last_write()})
         .node("a", noop)
@@ -119,12 +130,8 @@ def test_a_router_straying_outside_its_destinations_ends_the_run_in_error() -> N
         .router("a", lambda s: "a", destinations=["b", END])
         .compile()
     )
-    result = run(g, {})
-    assert "error" == result.status
-    ((node, error),) = result.errors
-    assert "a" == node
-    assert isinstance(error, GraphError)
-    assert "not among its destinations" in str(error)
+    with pytest.raises(GraphError, match="not among its destinations"):
+        run(g, {})
 
 
 def test_a_router_returning_garbage_is_a_graph_error() -> None:
@@ -136,9 +143,8 @@ def test_a_router_returning_garbage_is_a_graph_error() -> None:
         .router("a", lambda s: 42)
         .compile()
     )
-    ((_, error),) = run(g, {}).errors
-    assert isinstance(error, GraphError)
-    assert "returned 42" in str(error)
+    with pytest.raises(GraphError, match="returned 42"):
+        run(g, {})
 
 
 def test_a_node_runs_once_per_superstep_however_many_edges_point_at_it() -> None:
@@ -177,8 +183,9 @@ def test_guards_see_the_state_and_the_context() -> None:
         .edge("a", "c", when={"channel": "go", "eq": False})
         .compile()
     )
-    assert ["a", "b"] == run(g, {"go": True}, thread_id="t1").state["log"]
-    assert ["a", "c"] == run(g, {"go": False}, thread_id="t2").state["log"]
+    memory = InMemoryCheckpointer()
+    assert ["a", "b"] == run(g, {"go": True}, thread_id="t1", checkpointer=memory).state["log"]
+    assert ["a", "c"] == run(g, {"go": False}, thread_id="t2", checkpointer=memory).state["log"]
     assert [("t1", 1), ("t2", 1)] == seen
 
 
@@ -286,14 +293,12 @@ def test_a_nodes_config_is_copied_when_declared() -> None:
     ids=["name", "send", "goto"],
 )
 def test_routing_to_an_unknown_node_lists_the_known_nodes(route: Any, who: str | None) -> None:
-    """boundaries.test.ts "a router naming an unknown node ... listing known nodes"; sends and gotos too."""
+    """boundaries.test.ts "a router naming an unknown node rejects the run with a GraphError listing known nodes"."""
     builder = graph("g", {"x": channel.last_write()}).node("a", lambda s: command(goto="ghost"))
-    result = run(route(builder).compile(), {})
-    assert "error" == result.status
-    ((_, error),) = result.errors
-    assert isinstance(error, GraphError)
-    assert "routed to unknown node 'ghost'; known nodes: 'a'" in str(error)
-    assert (who or "the goto of node 'a'") in str(error)
+    with pytest.raises(GraphError) as raised:
+        run(route(builder).compile(), {})
+    assert "routed to unknown node 'ghost'; known nodes: 'a'" in str(raised.value)
+    assert (who or "the goto of node 'a'") in str(raised.value)
 
 
 def test_a_router_may_return_an_empty_list_which_ends_the_run() -> None:

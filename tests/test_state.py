@@ -144,7 +144,7 @@ def test_mutable_defaults_are_copied_never_shared() -> None:
         .edge(START, "n")
         .compile()
     )
-    run(g, {}, thread_id="a")
+    run(g, {})
     assert [] == shared_default
     assert [] == channel.last_write(shared_default).initial()
     assert channel.last_write(shared_default).initial() is not shared_default
@@ -351,7 +351,7 @@ def test_resume_errors_name_the_thread_and_what_to_call(checkpointer: Checkpoint
     g = approval_graph()
     with pytest.raises(ResumeError) as not_started:
         resume(g, "yes", thread_id="fresh", checkpointer=checkpointer)
-    assert "thread 'fresh' is not waiting for an answer" in str(not_started.value)
+    assert "cannot resume thread 'fresh': it has no checkpoint" in str(not_started.value)
     assert "run()" in str(not_started.value)
     run(g, {"amount": 1}, thread_id="p", checkpointer=checkpointer)
     with pytest.raises(ResumeError) as paused:

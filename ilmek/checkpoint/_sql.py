@@ -331,14 +331,13 @@ class SqlHold(Hold):
             self._owner._renew(self)
 
     def release(self) -> None:
-        if self._released:
-            return
         try:
             with self.lock:
                 if not self._released and not self.lost:
                     self._owner._release(self)
         finally:
             self._released = True
+            # Given back whether the hold went with the final commit or here.
             self.pin.release()
 
 

@@ -19,6 +19,7 @@ __all__ = [
     "MAX_LIMIT",
     "checkpoint_id",
     "count",
+    "latest_or_checkpoint_id",
     "moment",
     "optional_checkpoint_id",
     "search_text",
@@ -72,6 +73,13 @@ def checkpoint_id(value: Any, name: str = "checkpoint_id") -> str:
 def optional_checkpoint_id(value: Any, name: str = "checkpoint_id") -> str | None:
     """``None`` or a checkpoint id."""
     return None if value is None else checkpoint_id(value, name)
+
+
+def latest_or_checkpoint_id(value: Any, name: str = "checkpoint_id") -> str | None:
+    """For ``get``: ``None`` or ``""`` mean the latest checkpoint (as in the reference); else an id."""
+    if value is None or (isinstance(value, str) and not value):
+        return None
+    return checkpoint_id(value, name)
 
 
 def search_text(value: Any, name: str = "search") -> str | None:

@@ -85,7 +85,7 @@ class TaskJournal:
         if durable:
             self._persist(entry)
         with self._lock:
-            self._entries.setdefault(entry.key, entry)
+            self._entries[entry.key] = entry
 
     def entries(self) -> tuple[JournalEntry, ...]:
         """Every entry, in the order first recorded."""

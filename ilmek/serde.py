@@ -85,8 +85,9 @@ Decisions worth knowing
   setting ``init=False`` fields with ``object.__setattr__``. Fields missing from
   stored data take the class's defaults; a stored field the class no longer has
   is an error rather than silently dropped data.
-* Strings containing a lone surrogate (``"\\ud800"``) are refused: they cannot be
-  written as UTF-8, so no database could store them.
+* Strings containing a lone surrogate (``"\\ud800"``) have no UTF-8 form, so
+  they are stored tagged, the surrogates (and any NUL) as code point numbers
+  between the plain runs of text, and come back as they were.
 * Values nested more than 100 containers deep are refused (as are reference
   cycles, which are reported as such).
 * Postgres JSONB does not keep the key order of an object, so a plain dict read
@@ -142,10 +143,12 @@ _BIG_INT: Final = 10**4000
 # From 1e16 on, repr() uses exponent notation, which Postgres numeric prints back
 # without a decimal point, so the float would return as an int.
 _BIG_FLOAT: Final = 1e16
-# A str needs a tag (NUL) or must be refused (lone surrogate). ASCII strings can
-# hold neither surrogates nor anything but NUL, so they skip the regex.
+# A str with NUL or a lone surrogate needs a tag. ASCII strings can hold no
+# surrogate, so they skip the regex.
 _STR_NEEDS_CARE: Final = re.compile("[\\x00\\ud800-\\udfff]")
 _SURROGATE: Final = re.compile("[\\ud800-\\udfff]")
+# The characters a stored text cannot hold as they are: NUL and lone surrogates.
+_UNSTORABLE_CHAR: Final = re.compile("([\\x00\\ud800-\\udfff])")
 _ZONE_KEY: Final = re.compile(r"[A-Za-z0-9_+\-]+(?:/[A-Za-z0-9_+\-]+)*\Z")
 # Leaves are walked beforehand, so the C encoder never sees NaN or a cycle.
 _ENCODER: Final = json.JSONEncoder(
@@ -489,12 +492,14 @@ def _walk_pairs(mapping: dict[Any, Any], inner: int) -> dict[str, Any]:
 
 def _encode_str(value: str) -> dict[str, Any]:
     if _SURROGATE.search(value) is not None:
-        raise _Unsupported(
-            "str",
-            "cannot store a str containing a lone surrogate (such as '\\ud800'): it has "
-            "no UTF-8 form, so no database can hold it. Store a plain value instead, "
-            "e.g. text.encode('utf-8', 'replace').decode('utf-8'), or the bytes",
-        )
+        # No UTF-8 form: runs of plain text, and each NUL or lone surrogate as
+        # its code point number.
+        parts: list[Any] = [
+            ord(piece) if index % 2 else piece
+            for index, piece in enumerate(_UNSTORABLE_CHAR.split(value))
+            if piece or index % 2
+        ]
+        return {_TAG: "ustr", "v": parts}
     return {_TAG: "str", "v": value.split("\x00")}
 
 
@@ -912,6 +917,18 @@ def _revive_str(obj: dict[str, Any]) -> str:
     return "\x00".join(parts)
 
 
+def _revive_unpaired(obj: dict[str, Any]) -> str:
+    pieces = []
+    for part in _expect(obj["v"], list, "'v'"):
+        if type(part) is int:
+            if not (part == 0 or 0xD800 <= part <= 0xDFFF):
+                raise _Malformed(f"{part} is not a NUL or a lone surrogate")
+            pieces.append(chr(part))
+        else:
+            pieces.append(_expect(part, str, "each part"))
+    return "".join(pieces)
+
+
 def _revive_float(obj: dict[str, Any]) -> float:
     return float(_expect(obj["v"], str, "'v'"))
 
@@ -1087,6 +1104,7 @@ _REVIVERS: Final[dict[str, tuple[Callable[[dict[str, Any]], Any], frozenset[str]
     "set": (_revive_set, _PLAIN_KEYS, "set"),
     "frozenset": (_revive_frozenset, _PLAIN_KEYS, "frozenset"),
     "str": (_revive_str, _PLAIN_KEYS, "str"),
+    "ustr": (_revive_unpaired, _PLAIN_KEYS, "str"),
     "float": (_revive_float, _PLAIN_KEYS, "float"),
     "int": (_revive_int, _PLAIN_KEYS, "int"),
     "bytes": (_revive_bytes, _PLAIN_KEYS, "bytes"),

@@ -895,7 +895,7 @@ class SqlCheckpointer(Checkpointer):
         self, thread_id: str, checkpoint_id: str | None = None, *, hold: Hold | None = None
     ) -> Checkpoint | None:
         thread_id = checks.thread_id(thread_id)
-        checkpoint_id = checks.optional_checkpoint_id(checkpoint_id)
+        checkpoint_id = checks.latest_or_checkpoint_id(checkpoint_id)
 
         def work(session: Session) -> Checkpoint | None:
             if checkpoint_id is None:

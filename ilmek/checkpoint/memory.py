@@ -250,7 +250,7 @@ class InMemoryCheckpointer(Checkpointer):
 
     def get(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
         thread_id = checks.thread_id(thread_id)
-        checkpoint_id = checks.optional_checkpoint_id(checkpoint_id)
+        checkpoint_id = checks.latest_or_checkpoint_id(checkpoint_id)
         with self._lock:
             thread = self._threads.get(thread_id)
             if thread is None or not thread.ids:

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from ilmek.errors import InvalidArgumentError
+
 from ilmek import END, START, Checkpointer, channel, graph, history, resume, run
 from ilmek.types import new_checkpoint_id, split_task_id, task_id_for, thread_of_task
 from tests.reference.edge_helpers import done, keys_of, make_checkpoint
@@ -136,15 +138,22 @@ def test_list_with_limit_zero_is_empty_and_a_large_limit_returns_all(ref_checkpo
     assert 2 == len(ref_checkpointer.list("t", limit=50))
 
 
-def test_an_empty_thread_id_is_a_thread_like_any_other(ref_checkpointer: Checkpointer) -> None:
-    """checkpoint.edge · "an empty-string thread id is a thread like any other"."""
-    ref_checkpointer.put("", make_checkpoint("", channels={"v": 1}))
+def test_an_empty_thread_id_is_refused_and_a_blank_one_is_a_thread(ref_checkpointer: Checkpointer) -> None:
+    """checkpoint.edge · "an empty-string thread id is a thread like any other".
 
-    found = ref_checkpointer.get("")
+    The Python SPEC differs on purpose (issue #11): a thread id is a non-empty
+    string on every backend, so "" is an InvalidArgumentError before anything
+    is read or written; a blank id such as " " is an id like any other.
+    """
+    with pytest.raises(InvalidArgumentError, match="thread_id must not be empty"):
+        ref_checkpointer.put("", make_checkpoint("", channels={"v": 1}))
+    with pytest.raises(InvalidArgumentError, match="thread_id must not be empty"):
+        ref_checkpointer.get("")
 
+    ref_checkpointer.put(" ", make_checkpoint(" ", channels={"v": 1}))
+    found = ref_checkpointer.get(" ")
     assert found is not None
     assert {"v": 1} == dict(found.channels)
-    assert None is ref_checkpointer.get(" ")
 
 
 def test_an_empty_checkpoint_id_means_latest(ref_checkpointer: Checkpointer) -> None:

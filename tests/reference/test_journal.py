@@ -86,14 +86,15 @@ def test_a_step_returning_none_is_journaled_and_not_re_run(ref_checkpointer: Che
 
 def test_recording_a_key_again_replaces_its_entry() -> None:
     """journal.test.ts · "putDone overwrites an earlier entry for the same key" (on TaskJournal)."""
-    stored: list[tuple[JournalEntry, ...]] = []
-    journal = TaskJournal("t:c:work", (), lambda task_id, entries: stored.append(entries))
+    stored: list[JournalEntry] = []
+    journal = TaskJournal("t:c:work", (), stored.append)
 
     journal.record(JournalEntry(key="k#0", value=1))
     journal.record(JournalEntry(key="k#0", value=2))
 
     assert (JournalEntry(key="k#0", value=2),) == journal.entries()
-    assert (JournalEntry(key="k#0", value=2),) == stored[-1]
+    # Python persists one entry at a time, each before it is remembered.
+    assert [JournalEntry(key="k#0", value=1), JournalEntry(key="k#0", value=2)] == stored
 
 
 def test_open_pauses_keep_their_journaled_order(ref_checkpointer: Checkpointer) -> None:
@@ -227,7 +228,7 @@ def test_a_stored_journal_round_trips_entries_order_and_status(ref_checkpointer:
 def test_a_loaded_journal_is_independent_of_the_stored_one(ref_checkpointer: Checkpointer) -> None:
     """journal.test.ts · "a loaded journal is independent of the original" (on TaskJournal)."""
     ref_checkpointer.put_journal("task-1", [JournalEntry(key="a#0", value=1)])
-    loaded = TaskJournal("task-1", ref_checkpointer.get_journal("task-1"), lambda task_id, entries: None)
+    loaded = TaskJournal("task-1", ref_checkpointer.get_journal("task-1"), lambda entry: None)
 
     loaded.record(JournalEntry(key="b#0", value=2))
 

@@ -159,8 +159,7 @@ def test_journaled_falsy_values_replay_as_themselves(ref_checkpointer: Checkpoin
 def test_a_steps_returned_value_is_what_gets_journaled(ref_checkpointer: Checkpointer) -> None:
     """replay.edge · "an async step's resolved value is what gets journaled" (Python steps are sync).
 
-    Python keeps a paused task's journal in the pause checkpoint's ``task_journals``
-    (forks keep paid-for steps, beyond ilmek/1), so it is read there.
+    The paused task's journal is read through the port, under the pause's task id.
     """
     options: dict[str, Any] = {"thread_id": "t-async", "checkpointer": ref_checkpointer}
 
@@ -174,11 +173,10 @@ def test_a_steps_returned_value_is_what_gets_journaled(ref_checkpointer: Checkpo
         return {"log": [value]}
 
     g = linear(work, **ITEMS)
-    run(g, {}, **options)
-    parked = ref_checkpointer.get("t-async")
+    paused = run(g, {}, **options)
 
-    assert parked is not None
-    assert {"work": (done("fetch#0", {"id": 7}), pending("interrupt#0"))} == dict(parked.task_journals)
+    journal = ref_checkpointer.get_journal(paused.pending[0].task_id)
+    assert (done("fetch#0", {"id": 7}), pending("interrupt#0")) == journal
     assert [{"id": 7}] == resume(g, "x", **options).state["log"]
 
 

@@ -158,8 +158,11 @@ def test_a_checkpoint_round_trips_every_field(ref_checkpointer: Checkpointer) ->
 
 
 def test_threads_are_isolated_whatever_their_ids_look_like(ref_checkpointer: Checkpointer) -> None:
-    """contract · "threads are isolated, even with ids that look like SQL or wildcards"."""
-    ids = ["t", "t2", "T", "t%", "t_", "'; DROP TABLE x; --", "🧶", ""]
+    """contract · "threads are isolated, even with ids that look like SQL or wildcards".
+
+    The reference's list includes "", which the Python SPEC refuses (issue #11); " " stands in for it.
+    """
+    ids = ["t", "t2", "T", "t%", "t_", "'; DROP TABLE x; --", "🧶", " "]
     for thread_id in ids:
         ref_checkpointer.put(thread_id, make_checkpoint(thread_id, channels={"owner": thread_id}))
 
@@ -308,17 +311,10 @@ def test_a_nul_in_a_channel_name_on_postgres_is_refused_before_anything_runs(
     postgres_checkpointer: PostgresCheckpointer,
 ) -> None:
     """Issue #8, beside contract's NUL case: Postgres refuses a NUL in a channel name before any node runs."""
-    calls = Calls()
-    g = (
-        graph("nul", {"a\x00b": channel.last_write(0)})
-        .node("w", lambda state: calls.hit("w"))
-        .edge(START, "w")
-    )
-
+    # Refused where the channel is declared, on every backend, so no run can start.
     with pytest.raises(IlmekError, match="channel"):
-        run(g.compile(), {"a\x00b": 1}, thread_id="t-nul", checkpointer=postgres_checkpointer)
+        graph("nul", {"a\x00b": channel.last_write(0)})
 
-    assert {} == dict(calls)
     assert None is postgres_checkpointer.get("t-nul")
 
 

@@ -48,7 +48,7 @@ def test_migrate_is_idempotent_and_stores_values_as_jsonb(connection: Any) -> No
     """pglite · "migrate() is idempotent and creates jsonb columns".
 
     Python stores a checkpoint's values in ``blobs`` and ``items`` rows beside it (storage as deltas,
-    beyond ilmek/1): those and a journal's ``entries`` are the value columns.
+    beyond ilmek/1): those and a journal ``entry`` are the value columns.
     """
     checkpointer = PostgresCheckpointer(connection)
     checkpointer.migrate()
@@ -57,7 +57,7 @@ def test_migrate_is_idempotent_and_stores_values_as_jsonb(connection: Any) -> No
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT table_name, column_name, data_type FROM information_schema.columns"
-            " WHERE (table_name, column_name) IN (('ilmek_journals', 'entries'), ('ilmek_blobs', 'value'),"
+            " WHERE (table_name, column_name) IN (('ilmek_journals', 'entry'), ('ilmek_blobs', 'value'),"
             " ('ilmek_items', 'value')) ORDER BY table_name"
         )
         columns = cursor.fetchall()
@@ -66,7 +66,7 @@ def test_migrate_is_idempotent_and_stores_values_as_jsonb(connection: Any) -> No
     assert [
         ("ilmek_blobs", "value", "jsonb"),
         ("ilmek_items", "value", "jsonb"),
-        ("ilmek_journals", "entries", "jsonb"),
+        ("ilmek_journals", "entry", "jsonb"),
     ] == columns
 
 

@@ -157,8 +157,10 @@ class SqliteTestAdapter(Adapter):
 
     paramstyle = "qmark"
 
-    def __init__(self, connection: sqlite3.Connection) -> None:
+    def __init__(self, connection: sqlite3.Connection, *, joins: bool = False) -> None:
+        super().__init__()
         self._connection = connection
+        self.joins = joins
 
     @contextlib.contextmanager
     def _borrow(self) -> Iterator[sqlite3.Connection]:
@@ -173,7 +175,7 @@ class SqliteTestAdapter(Adapter):
         code = getattr(error, "sqlite_errorcode", None)
         return "transient" if code is not None and code & 0xFF == SQLITE_BUSY else "permanent"
 
-    def in_transaction(self, connection: Any) -> bool:
+    def transaction_open(self, connection: Any) -> bool:
         return bool(connection.in_transaction)
 
     def begin(self, connection: Any, *, write: bool) -> None:
@@ -220,9 +222,25 @@ def test_transaction_commits_on_success(database: pathlib.Path, ours: sqlite3.Co
     adapter = SqliteTestAdapter(ours)
     with adapter.transaction() as session:
         session.execute(INSERT, name="kept")
-        assert session.nested is False
+        assert session.joined is False
     assert ["kept"] == names_seen_by_another_connection(database)
     assert ours.in_transaction is False
+
+
+def test_after_commit_runs_only_once_the_commit_landed(database: pathlib.Path, ours: sqlite3.Connection) -> None:
+    """after_commit callbacks run after ilmek's own COMMIT, and never when the work failed."""
+    adapter = SqliteTestAdapter(ours)
+    seen: list[str] = []
+    with adapter.transaction() as session:
+        session.execute(INSERT, name="kept")
+        session.after_commit(lambda: seen.append(str(names_seen_by_another_connection(database))))
+        assert [] == seen
+    assert ["['kept']"] == seen
+
+    with pytest.raises(ValueError, match="fail"), adapter.transaction() as session:
+        session.after_commit(lambda: seen.append("after a failure"))
+        raise ValueError("fail")
+    assert ["['kept']"] == seen
 
 
 class Abandon(BaseException):
@@ -250,28 +268,43 @@ def test_transaction_rolls_back_on_any_exception_and_reraises_it(
     assert [] == ours.execute("SELECT name FROM items").fetchall()
 
 
-def test_transaction_inside_the_callers_transaction_uses_a_savepoint_and_leaves_the_commit(
+def test_an_owning_adapter_refuses_a_transaction_someone_else_left_open(
     database: pathlib.Path, ours: sqlite3.Connection
 ) -> None:
-    """Inside the caller's open transaction nothing is committed; the caller's rollback undoes our write."""
+    """Owning its transactions, the adapter never commits the caller's work: it refuses and writes nothing."""
     adapter = SqliteTestAdapter(ours)
     ours.execute("BEGIN")
     ours.execute("INSERT INTO items (name) VALUES ('the caller''s')")
-    with adapter.transaction() as session:
-        assert session.nested is True
+    with pytest.raises(StorageError, match="did not start"), adapter.transaction() as session:
         session.execute(INSERT, name="ilmek's")
+    assert ours.in_transaction is True
+    assert [] == names_seen_by_another_connection(database)
+    ours.execute("ROLLBACK")
+
+
+def test_a_joining_adapter_writes_in_a_savepoint_and_leaves_the_commit(
+    database: pathlib.Path, ours: sqlite3.Connection
+) -> None:
+    """Joining the caller's transaction nothing is committed; the caller's rollback undoes our write."""
+    adapter = SqliteTestAdapter(ours, joins=True)
+    ours.execute("BEGIN")
+    ours.execute("INSERT INTO items (name) VALUES ('the caller''s')")
+    seen: list[str] = []
+    with adapter.transaction() as session:
+        assert session.joined is True
+        session.execute(INSERT, name="ilmek's")
+        session.after_commit(lambda: seen.append("never: the caller may still roll back"))
     assert ours.in_transaction is True
     assert ["the caller's", "ilmek's"] == [row[0] for row in ours.execute("SELECT name FROM items")]
     assert [] == names_seen_by_another_connection(database)
     ours.execute("ROLLBACK")
     assert [] == names_seen_by_another_connection(database)
+    assert [] == seen
 
 
-def test_transaction_inside_the_callers_transaction_is_committed_by_the_caller(
-    database: pathlib.Path, ours: sqlite3.Connection
-) -> None:
+def test_a_joined_write_is_committed_by_the_caller(database: pathlib.Path, ours: sqlite3.Connection) -> None:
     """When the caller commits, the write made in the savepoint is committed with it."""
-    adapter = SqliteTestAdapter(ours)
+    adapter = SqliteTestAdapter(ours, joins=True)
     ours.execute("BEGIN")
     with adapter.transaction() as session:
         session.execute(INSERT, name="ilmek's")
@@ -279,11 +312,26 @@ def test_transaction_inside_the_callers_transaction_is_committed_by_the_caller(
     assert ["ilmek's"] == names_seen_by_another_connection(database)
 
 
+def test_savepoint_names_are_unique_so_nested_joins_do_not_collide(
+    database: pathlib.Path, ours: sqlite3.Connection
+) -> None:
+    """A joined write inside another joined write (same adapter) rolls back only its own savepoint."""
+    adapter = SqliteTestAdapter(ours, joins=True)
+    ours.execute("BEGIN")
+    with adapter.transaction() as outer:
+        outer.execute(INSERT, name="outer")
+        with pytest.raises(ValueError, match="inner"), adapter.transaction() as inner:
+            inner.execute(INSERT, name="inner")
+            raise ValueError("inner")
+    ours.execute("COMMIT")
+    assert ["outer"] == names_seen_by_another_connection(database)
+
+
 def test_a_failing_savepoint_undoes_only_its_own_writes(
     database: pathlib.Path, ours: sqlite3.Connection
 ) -> None:
     """An error inside the savepoint rolls back to it; the caller's transaction and writes stay."""
-    adapter = SqliteTestAdapter(ours)
+    adapter = SqliteTestAdapter(ours, joins=True)
     ours.execute("BEGIN")
     ours.execute("INSERT INTO items (name) VALUES ('the caller''s')")
 
@@ -297,6 +345,30 @@ def test_a_failing_savepoint_undoes_only_its_own_writes(
     assert ours.in_transaction is True
     ours.execute("COMMIT")
     assert ["the caller's"] == names_seen_by_another_connection(database)
+
+
+class FailingCommit(SqliteTestAdapter):
+    """COMMIT fails as SQLite's can (busy), after the work ran."""
+
+    def commit(self, connection: Any) -> None:
+        error = sqlite3.OperationalError("database is locked")
+        error.sqlite_errorcode = 5  # type: ignore[attr-defined]
+        raise error
+
+
+def test_a_failed_commit_is_rolled_back_and_surfaced(database: pathlib.Path, ours: sqlite3.Connection) -> None:
+    """A COMMIT that fails leaves no transaction open for a later call to mistake for the caller's."""
+    adapter = FailingCommit(ours)
+    adapter.retry_attempts = 2
+    adapter.retry_backoff = 0.001
+    with pytest.raises(TransientStorageError, match="2 tries"):
+        adapter.run(lambda session: session.execute(INSERT, name="lost"), what="insert", thread_id="t")
+    assert ours.in_transaction is False
+    assert [] == names_seen_by_another_connection(database)
+    # The next transaction is ilmek's own again: nothing mistakes the connection for the caller's.
+    with SqliteTestAdapter(ours).transaction() as session:
+        session.execute(INSERT, name="next")
+    assert ["next"] == names_seen_by_another_connection(database)
 
 
 # --- Adapter.run: retries and errors ----------------------------------------------------------
@@ -382,7 +454,7 @@ def test_run_does_not_retry_inside_the_callers_transaction(
 ) -> None:
     """A transient error in a savepoint is raised at once: the caller's transaction is not ours to replay."""
     impatient = connect(database, timeout=0.01)
-    adapter = SqliteTestAdapter(impatient)
+    adapter = SqliteTestAdapter(impatient, joins=True)
     adapter.retry_attempts = 5
     impatient.execute("BEGIN")
     attempts: list[int] = []

@@ -55,7 +55,7 @@ from ilmek import (
     stream,
     thread_state,
 )
-from ilmek.events import CheckpointEvent, Event
+from ilmek.events import CheckpointEvent, Event, RunEnd
 from tests.crashworker import (
     INPUTS,
     LEASE_SECONDS,
@@ -160,8 +160,21 @@ def assert_database_intact(target: str) -> None:
 
 
 def leftovers(target: str, thread_id: str) -> list[tuple[Any, ...]]:
-    """Journal rows and lease rows a thread still has (a finished thread has none)."""
-    found = direct_sql(target, "SELECT 'journal', task_id FROM ilmek_journals WHERE thread_id = ?", thread_id)
+    """Journal rows and lease rows a finished thread should not have.
+
+    Steps recorded before a pause stay while that pause checkpoint is kept (a
+    fork from it replays them); every other journal row is gone once its
+    superstep committed.
+    """
+    chains = stored_json(target, "SELECT journal_chain FROM ilmek_checkpoints WHERE thread_id = ?", thread_id)
+    inherited = {base for chain in chains for base in chain}
+    found = [
+        ("journal", base_id, task_key)
+        for base_id, task_key in direct_sql(
+            target, "SELECT base_id, task_key FROM ilmek_journals WHERE thread_id = ?", thread_id
+        )
+        if base_id not in inherited
+    ]
     if holds_by_lease(target):
         found += direct_sql(target, "SELECT 'hold', owner FROM ilmek_holds WHERE thread_id = ?", thread_id)
     return found
@@ -338,7 +351,7 @@ def workers(tmp_path: pathlib.Path) -> Iterator[Workers]:
 def uninterrupted_loop(folder: pathlib.Path) -> tuple[Any, list[str]]:
     """The state and the effects of the loop graph run once, start to end, without a crash."""
     effects = Effects(folder / "uninterrupted.effects")
-    result = run(loop_graph(effects), INPUTS["loop"], thread_id="reference")
+    result = run(loop_graph(effects), INPUTS["loop"])
     assert "done" == result.status
     return result.state, effects.lines()
 
@@ -480,7 +493,7 @@ def test_two_processes_answering_one_pause_at_once_charge_exactly_once(
         assert {"cart": ["coffee", "mug"], "log": ["charged"]} == outcomes[1]["state"]
         assert Counter({"create_order": 1, "charge:yes": 1}) == Counter(effects.lines()), f"round {round_}"
         # A third answer arriving after the winner finished finds nothing to answer.
-        with pytest.raises(ResumeError, match="not waiting for an answer"):
+        with pytest.raises(ResumeError, match="not interrupted"):
             resume(checkout_graph(effects), "yes", thread_id=thread_id, checkpointer=crash_checkpointer)
         assert 1 == effects.lines().count("charge:yes")
         assert_consistent_tree(history(crash_checkpointer, thread_id))
@@ -768,9 +781,9 @@ def test_a_forged_type_tag_in_a_journal_imports_and_runs_nothing(
     with open_target(crash_db) as writer:
         failed = run(fragile, {"log": ["begun"]}, thread_id="forged", checkpointer=writer)
     assert "error" == failed.status
-    entries = json.dumps([{"key": "pay#0", "kind": "step", "value": forged_values(marker)[forgery]}])
-    direct_sql(crash_db, "UPDATE ilmek_journals SET entries = ? WHERE thread_id = 'forged'", entries)
-    assert [json.loads(entries)] == stored_json(crash_db, "SELECT entries FROM ilmek_journals")
+    entry = json.dumps({"key": "pay#0", "kind": "step", "value": forged_values(marker)[forgery]})
+    direct_sql(crash_db, "UPDATE ilmek_journals SET entry = ? WHERE thread_id = 'forged'", entry)
+    assert [json.loads(entry)] == stored_json(crash_db, "SELECT entry FROM ilmek_journals")
 
     behaviour["mode"] = "succeed"
     with open_target(crash_db) as reader, pytest.raises(SerializationError):
@@ -794,24 +807,27 @@ def note_commits(events: Iterator[Event], committed: list[str]) -> None:
 def test_an_unstorable_update_leaves_the_thread_at_its_previous_checkpoint(
     crash_db: str, tmp_path: pathlib.Path
 ) -> None:
-    """A node returning object() raises SerializationError (channel, type); nothing moves; a fix finishes."""
+    """A node returning object() fails its node (channel, type named); nothing moves; a fix finishes."""
     effects = Effects(tmp_path / "fragile.effects")
     behaviour = {"mode": "unstorable"}
     fragile = fragile_graph(effects, behaviour)
     committed: list[str] = []
     with open_target(crash_db) as first:
-        events = stream(fragile, {"log": ["begun"]}, thread_id="fragile", checkpointer=first)
-        with pytest.raises(SerializationError) as refused:
-            note_commits(events, committed)
-
-    message = str(refused.value)
+        events = list(stream(fragile, {"log": ["begun"]}, thread_id="fragile", checkpointer=first))
+        note_commits(iter(events), committed)
+    end = events[-1]
+    assert isinstance(end, RunEnd)
+    assert "error" == end.status
+    ((node, refused),) = end.errors
+    assert isinstance(refused, SerializationError)
+    message = str(refused)
     assert "channel 'result'" in message
-    assert "object" == refused.value.type_name
+    assert "object" == refused.type_name
     assert "object" in message
     assert 1 == len(committed), "only the input checkpoint was committed"
     with open_target(crash_db) as second:
         assert committed == [c.id for c in history(second, "fragile")]
-        assert "unfinished" == status_of(second, "fragile")
+        assert "error" == status_of(second, "fragile")
         behaviour["mode"] = "succeed"
         finished = run(fragile, None, thread_id="fragile", checkpointer=second)
     assert "done" == finished.status

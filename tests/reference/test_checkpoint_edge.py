@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 
-from ilmek.errors import InvalidArgumentError
-
 from ilmek import END, START, Checkpointer, channel, graph, history, resume, run
+from ilmek.errors import InvalidArgumentError
 from ilmek.types import new_checkpoint_id, split_task_id, task_id_for, thread_of_task
 from tests.reference.edge_helpers import done, keys_of, make_checkpoint
 

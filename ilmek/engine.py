@@ -863,7 +863,7 @@ class _Run:
         assert hold is not None
         if hold.lost:
             hold.verify()
-        if hold.needs_confirmation():
+        if hold.must_confirm():
             self._ask_driver(hold.verify)
 
     def _ask_driver(self, work: Callable[[], None]) -> None:

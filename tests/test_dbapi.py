@@ -227,7 +227,9 @@ def test_transaction_commits_on_success(database: pathlib.Path, ours: sqlite3.Co
     assert ours.in_transaction is False
 
 
-def test_after_commit_runs_only_once_the_commit_landed(database: pathlib.Path, ours: sqlite3.Connection) -> None:
+def test_after_commit_runs_only_once_the_commit_landed(
+    database: pathlib.Path, ours: sqlite3.Connection
+) -> None:
     """after_commit callbacks run after ilmek's own COMMIT, and never when the work failed."""
     adapter = SqliteTestAdapter(ours)
     seen: list[str] = []
@@ -356,7 +358,9 @@ class FailingCommit(SqliteTestAdapter):
         raise error
 
 
-def test_a_failed_commit_is_rolled_back_and_surfaced(database: pathlib.Path, ours: sqlite3.Connection) -> None:
+def test_a_failed_commit_is_rolled_back_and_surfaced(
+    database: pathlib.Path, ours: sqlite3.Connection
+) -> None:
     """A COMMIT that fails leaves no transaction open for a later call to mistake for the caller's."""
     adapter = FailingCommit(ours)
     adapter.retry_attempts = 2

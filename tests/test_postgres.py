@@ -442,7 +442,9 @@ def test_migrate_from_four_processes_at_once_succeeds_in_all(
     go.touch()
     assert ["migrated"] * 4 == [worker.outcome()["outcome"] for worker in started]
     assert {f"ilmek_{name}" for name in ILMEK_TABLES} == tables(empty_dsn)
-    assert [("schema_version", "1")] == query(empty_dsn, "SELECT key, value FROM ilmek_meta")
+    assert [("schema_version", str(PostgresCheckpointer.SCHEMA_VERSION))] == query(
+        empty_dsn, "SELECT key, value FROM ilmek_meta"
+    )
     with fresh_checkpointer(empty_dsn) as checkpointer:
         run_checkout(checkpointer, effects, "after-migrate")
 
@@ -664,10 +666,10 @@ def committed_thread_ids(dsn: str) -> list[str]:
 def test_a_run_in_the_callers_transaction_is_undone_by_the_callers_rollback(
     postgres_dsn: str, app_connection: Any, effects: Effects, first: str
 ) -> None:
-    """ilmek writes in a savepoint and commits nothing: the caller's rollback takes the checkpoints too."""
+    """Joining, ilmek writes in a savepoint and commits nothing: the caller's rollback takes the checkpoints too."""
     with app_connection.cursor() as cursor:
         cursor.execute(CALLER_FIRST_STATEMENTS[first])
-    checkpointer = PostgresCheckpointer(app_connection)
+    checkpointer = PostgresCheckpointer(app_connection, join_transaction=True)
     result = run(two_step_graph(effects), TWO_STEP_INPUT, thread_id="in-tx", checkpointer=checkpointer)
     assert "done" == result.status
     assert TRANSACTION_STATUS_INTRANS == app_connection.info.transaction_status
@@ -690,7 +692,7 @@ def test_a_run_in_the_callers_transaction_is_kept_by_the_callers_commit(
     """When the caller commits, the run's checkpoints are committed with the caller's own rows."""
     with app_connection.cursor() as cursor:
         cursor.execute(CALLER_FIRST_STATEMENTS[first])
-    checkpointer = PostgresCheckpointer(app_connection)
+    checkpointer = PostgresCheckpointer(app_connection, join_transaction=True)
     run(two_step_graph(effects), TWO_STEP_INPUT, thread_id="in-tx", checkpointer=checkpointer)
     app_connection.commit()
     assert ["in-tx"] == committed_thread_ids(postgres_dsn)
@@ -698,6 +700,23 @@ def test_a_run_in_the_callers_transaction_is_kept_by_the_callers_commit(
     assert expected_orders == query(postgres_dsn, "SELECT id FROM orders")
     with fresh_checkpointer(postgres_dsn) as other:
         assert TWO_STEP_FINAL == thread_state(two_step_graph(effects), other, "in-tx")
+
+
+@pytest.mark.parametrize("first", sorted(CALLER_FIRST_STATEMENTS))
+def test_without_joining_a_callers_open_transaction_is_refused_never_committed(
+    postgres_dsn: str, app_connection: Any, effects: Effects, first: str
+) -> None:
+    """Owning its transactions, ilmek refuses a connection with the caller's work open: nothing is committed."""
+    with app_connection.cursor() as cursor:
+        cursor.execute(CALLER_FIRST_STATEMENTS[first])
+    checkpointer = PostgresCheckpointer(app_connection)
+    with pytest.raises(StorageError, match="join_transaction=True"):
+        run(two_step_graph(effects), TWO_STEP_INPUT, thread_id="refused", checkpointer=checkpointer)
+    assert TRANSACTION_STATUS_INTRANS == app_connection.info.transaction_status
+    app_connection.rollback()
+    assert [] == query(postgres_dsn, "SELECT id FROM orders")
+    assert [] == committed_thread_ids(postgres_dsn)
+    assert {} == effects.counts()
 
 
 def test_a_database_error_in_the_callers_transaction_leaves_it_usable(
@@ -716,7 +735,7 @@ def test_a_database_error_in_the_callers_transaction_leaves_it_usable(
     )
     with app_connection.cursor() as cursor:
         cursor.execute("INSERT INTO orders (id) VALUES (1)")
-    checkpointer = PostgresCheckpointer(app_connection)
+    checkpointer = PostgresCheckpointer(app_connection, join_transaction=True)
     result = run(two_step_graph(effects), TWO_STEP_INPUT, thread_id="refused", checkpointer=checkpointer)
     assert "error" == result.status
     [(node, error)] = result.errors
@@ -915,14 +934,9 @@ def test_a_pool_survives_its_connections_being_terminated_mid_run(
         assert TWO_STEP_FINAL == thread_state(two_step, other, "lost")
 
 
-def terminate_the_hold(dsn: str, application_name: str) -> None:
-    """Terminate only the session holding an advisory lock (a run's hold) for that application name."""
-    [(pid,)] = query(
-        dsn,
-        "SELECT DISTINCT activity.pid FROM pg_stat_activity AS activity JOIN pg_locks AS locks "
-        "ON locks.pid = activity.pid WHERE activity.application_name = %s AND locks.locktype = 'advisory'",
-        (application_name,),
-    )
+def terminate_the_hold(dsn: str, thread_id: str) -> None:
+    """Terminate the session a run holds its thread through (the one its hold row names)."""
+    [(pid,)] = query(dsn, "SELECT holder FROM ilmek_holds WHERE thread_id = %s", (thread_id,))
     query(dsn, "SELECT pg_terminate_backend(%s)", (pid,))
     deadline = time.monotonic() + 10
     while query(dsn, "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)):
@@ -943,7 +957,7 @@ def test_a_run_that_lost_its_hold_performs_no_further_step(postgres_dsn: str, ef
         )
         try:
             assert between.arrived.wait(30)
-            terminate_the_hold(postgres_dsn, name)
+            terminate_the_hold(postgres_dsn, "lost")
             with fresh_checkpointer(postgres_dsn) as other:
                 second = run(two_step_graph(effects), None, thread_id="lost", checkpointer=other)
             assert "done" == second.status
@@ -995,9 +1009,10 @@ def test_a_single_connection_terminated_mid_run_fails_clearly_and_loses_nothing_
         result = run(two_step_graph(effects), None, thread_id="lost", checkpointer=other)
     assert "done" == result.status, result.errors
     assert TWO_STEP_FINAL == result.state
-    # ``prepare`` was recorded before the kill, so it replays. ``finish`` ran in the
-    # failed run but could not be recorded, so the new run performs it again.
-    assert {"prepare": 1, "finish": 2} == effects.counts()
+    # ``prepare`` was recorded before the kill, so it replays. Before ``finish``
+    # the run confirmed its hold through its connection, found it gone, and did
+    # not run the step: the new run performs it, once.
+    assert {"prepare": 1, "finish": 1} == effects.counts()
 
 
 # --- 7. transient or permanent, by SQLSTATE --------------------------------------------------------------
@@ -1283,7 +1298,8 @@ def test_list_threads_filters_and_pages(postgres_dsn: str, effects: Effects) -> 
         assert ["order-200"] == ids(metadata={"tenant": "acme", "tier": 2})
         assert ["order_100%"] == ids(status="interrupted")
         assert ["order-200"] == ids(status="done")
-        assert ["orderX100"] == ids(status="unfinished")
+        assert ["orderX100"] == ids(status="error")
+        assert [] == ids(status="unfinished")
         assert newest_first[1:] == ids(offset=1)
         assert newest_first[1:2] == ids(offset=1, limit=1)
         assert [] == ids(offset=3, limit=5)
@@ -1329,11 +1345,11 @@ def test_queries_use_indexes_at_one_hundred_thousand_threads(postgres_dsn: str) 
 
         latest = sent_by(lambda: checkpointer.get("bulk-7"), "ORDER BY checkpoint_id DESC LIMIT 1")
         assert "Index" in explain(postgres_dsn, *latest)
-        listing = sent_by(lambda: checkpointer.list_threads(limit=50), "ORDER BY updated_at DESC")
+        listing = sent_by(lambda: checkpointer.list_threads(limit=50), "ORDER BY t.updated_at DESC")
         assert "Index" in explain(postgres_dsn, *listing)
         by_metadata = sent_by(
             lambda: checkpointer.list_threads(metadata={"tenant": "tenant-7"}, limit=50),
-            "ORDER BY updated_at",
+            "ORDER BY t.updated_at",
         )
         assert "ilmek_threads_metadata" in explain(postgres_dsn, *by_metadata)
 
@@ -1467,8 +1483,8 @@ def test_edge_values_survive_channels_journals_pauses_and_answers(postgres_dsn: 
         assert_same(items[3:6], reader.read_channel("edges", "items", offset=3, limit=3), "page")
         [pending] = pending_interrupts(reader, "edges")
         assert_same(EDGE_VALUES, pending.payload, "payload")
-        # At the pause the task's journal moved into the checkpoint.
-        [step, pause] = stored.task_journals["echo"]
+        # The paused task's journal, read under the pause's task id.
+        [step, pause] = reader.get_journal(pending.task_id)
         assert_same(EDGE_VALUES, step.value, "journal")
         assert_same(EDGE_VALUES, pause.payload, "journal payload")
     with fresh_checkpointer(postgres_dsn) as resumer:

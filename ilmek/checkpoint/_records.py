@@ -60,6 +60,7 @@ __all__ = [
     "load_plain",
     "metadata_matches",
     "revive",
+    "stored_key",
 ]
 
 
@@ -184,6 +185,16 @@ def _entry_from_plain(record: Any, *, thread_id: str | None, checkpoint_id: str 
         ),
         answered=answered,
     )
+
+
+def stored_key(key: str) -> str:
+    """A journal key as its row stores it, for uniqueness only: JSON-escaped ASCII.
+
+    The author's key may hold NUL or a lone surrogate, which a text column
+    cannot; the escaped form can, and two keys never share one. The entry
+    itself carries the key as it was.
+    """
+    return json.dumps(key, ensure_ascii=True)
 
 
 def encode_entry(entry: JournalEntry, where: str) -> str:

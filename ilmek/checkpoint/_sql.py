@@ -319,11 +319,13 @@ class SqlHold(Hold):
         *,
         lease_seconds: float | None,
         renews_off_thread: bool,
+        takeover_at_once: bool,
     ) -> None:
         super().__init__(thread_id, token, lease_seconds=lease_seconds)
         self._owner = owner
         self.pin = pin
         self.renews_off_thread = renews_off_thread
+        self.takeover_at_once = takeover_at_once
 
     def renew(self) -> None:
         super().renew()
@@ -619,6 +621,7 @@ class SqlCheckpointer(Checkpointer):
             # keep the thread until the caller commits; nothing to renew.
             lease_seconds=None if joined else self.lease_seconds,
             renews_off_thread=self.renews_off_thread and not joined,
+            takeover_at_once=self.HOLDER != "NULL" and not joined,
         )
         handle.renewed(started)
         KEEPER.add(handle)
@@ -728,7 +731,12 @@ class SqlCheckpointer(Checkpointer):
         fields = _records.encode_fields(checkpoint)
         recorded = (
             [
-                (journal[0], task_key, entry.key, _records.encode_entry(entry, f"task {task_key!r}"))
+                (
+                    journal[0],
+                    task_key,
+                    _records.stored_key(entry.key),
+                    _records.encode_entry(entry, f"task {task_key!r}"),
+                )
                 for task_key, entries in journal[1].items()
                 for entry in entries
             ]
@@ -1039,7 +1047,7 @@ class SqlCheckpointer(Checkpointer):
                 thread_id=thread_id,
                 base_id=base_id,
                 task_key=task_key,
-                entry_key=entry.key,
+                entry_key=_records.stored_key(entry.key),
                 entry=text,
                 owner=hold.token,
             )
@@ -1055,7 +1063,7 @@ class SqlCheckpointer(Checkpointer):
 
     def record_answers(self, hold: Hold, base_id: str, answers: Mapping[str, Sequence[JournalEntry]]) -> None:
         encoded = [
-            (key, entry.key, _records.encode_entry(entry, f"task {key!r}"))
+            (key, _records.stored_key(entry.key), _records.encode_entry(entry, f"task {key!r}"))
             for key, entries in answers.items()
             for entry in entries
         ]
@@ -1095,7 +1103,10 @@ class SqlCheckpointer(Checkpointer):
         encoded = [
             (
                 _task_scope(task_id),
-                [(entry.key, _records.encode_entry(entry, f"journal {task_id!r}")) for entry in entries],
+                [
+                    (_records.stored_key(entry.key), _records.encode_entry(entry, f"journal {task_id!r}"))
+                    for entry in entries
+                ],
             )
             for task_id, entries in journals.items()
         ]
@@ -1484,7 +1495,7 @@ def copy_v1_journals(session: Session, checkpointer: SqlCheckpointer) -> None:
                 thread_id=thread_id,
                 base_id=base_id,
                 task_key=task_key,
-                entry_key=entry.key,
+                entry_key=_records.stored_key(entry.key),
                 entry=_records.encode_entry(entry, f"journal {task_id!r}"),
             )
 

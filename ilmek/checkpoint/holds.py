@@ -86,6 +86,10 @@ class Hold:
 
     #: Whether the :class:`Keeper` may renew this hold from its own thread.
     renews_off_thread: bool = False
+    #: Whether another run may take the thread the moment the holder's
+    #: session ends (Postgres): then only a round trip to the database can
+    #: confirm the hold before a step's effect.
+    takeover_at_once: bool = False
 
     def __init__(self, thread_id: str, token: str, *, lease_seconds: float | None = None) -> None:
         self.thread_id = thread_id
@@ -162,6 +166,10 @@ class Hold:
             and time.monotonic() - self._renewed > self.lease_seconds * TRUST_UNTIL
         )
 
+    def must_confirm(self) -> bool:
+        """Whether :meth:`verify` must ask the database before a step's effect."""
+        return not self._released and (self.takeover_at_once or self.needs_confirmation())
+
     def verify(self) -> None:
         """Confirm the hold is still this run's, just before a step's side effect.
 
@@ -170,7 +178,7 @@ class Hold:
         """
         if self._lost is not None:
             raise lost_error(self.thread_id, self._lost)
-        if self.needs_confirmation():
+        if self.must_confirm():
             # Renewing fails if another run took the thread meanwhile.
             self.renew()
 

@@ -24,6 +24,9 @@ POOL_ADVICE = (
     "uses at the same time (psycopg2 maxconn, psycopg_pool max_size, SQLAlchemy pool_size + max_overflow)."
 )
 _STATUS_IDLE = 0  # psycopg2 and psycopg 3 number transaction states alike
+# Active, in a transaction, in a failed transaction: someone's work is open.
+# (4, unknown, is a broken connection: its next statement says so.)
+_STATUS_OPEN = frozenset({1, 2, 3})
 
 
 class PostgresAdapter(Adapter):
@@ -46,7 +49,7 @@ class PostgresAdapter(Adapter):
         return bool(connection.autocommit)
 
     def transaction_open(self, connection: Any) -> bool:
-        return self.status(connection) != _STATUS_IDLE
+        return self.status(connection) in _STATUS_OPEN
 
     def begin(self, connection: Any, *, write: bool) -> None:
         if self.autocommit(connection):

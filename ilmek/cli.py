@@ -42,9 +42,9 @@ from .checkpoint.base import Checkpointer
 from .checkpoint.sqlite import DEFAULT_PATH, SqliteCheckpointer
 from .demo import CART, build_checkout_graph, question_of
 from .engine import resume, run
-from .errors import IlmekError
+from .errors import IlmekError, StorageError
 from .redact import dsn_secrets, mask_dsn, mask_secrets, printable, printable_json
-from .types import Checkpoint, JournalEntry, Pending, Result, ThreadInfo, split_task_id
+from .types import Checkpoint, JournalEntry, Pending, Result, ThreadInfo
 
 __all__ = ["build_parser", "main", "open_checkpointer", "render_history", "render_value"]
 
@@ -240,6 +240,10 @@ def _opened(args: argparse.Namespace, *, create: bool = False) -> Iterator[SqlCh
             if not create and not pathlib.Path(database).expanduser().exists():
                 raise _CommandFailed(f"no database at {shown} (nothing has been stored there yet)")
         checkpointer = open_checkpointer(database, args.table_prefix)
+    except StorageError as error:
+        # The driver's own words (a refused connection, a malformed DSN, a file
+        # that is not a database), chained under ilmek's: what the user needs.
+        raise _CommandFailed(f"cannot open {shown}: {_one_line(str(error.__cause__ or error))}") from error
     except (IlmekError, _CommandFailed):
         raise
     except ImportError as error:
@@ -437,6 +441,19 @@ def _children_of(checkpoints: Sequence[Checkpoint]) -> dict[str, list[str]]:
     return children
 
 
+def _resumed(checkpoints: Sequence[Checkpoint]) -> set[str]:
+    """The pauses among ``checkpoints`` that a run answered: a child grew from them.
+
+    A fork's first checkpoint (a copy of the pause it forks from) is not an
+    answer: the fork answers its own copy.
+    """
+    return {
+        checkpoint.parent_id
+        for checkpoint in checkpoints
+        if checkpoint.parent_id is not None and checkpoint.metadata.get("source") != "fork"
+    }
+
+
 def render_history(checkpoints: Sequence[Checkpoint], *, truncated: bool = False) -> list[str]:
     """Draw a thread's checkpoints as a tree, oldest at the top.
 
@@ -456,6 +473,7 @@ def render_history(checkpoints: Sequence[Checkpoint], *, truncated: bool = False
     """
     by_id = {checkpoint.id: checkpoint for checkpoint in checkpoints}
     children = _children_of(checkpoints)
+    resumed = _resumed(checkpoints)
     roots = [checkpoint_id for checkpoint_id in sorted(by_id) if by_id[checkpoint_id].parent_id not in by_id]
     latest = max(by_id, default=None)
 
@@ -478,7 +496,7 @@ def render_history(checkpoints: Sequence[Checkpoint], *, truncated: bool = False
     for prefix, checkpoint in drawn:
         notes = []
         if checkpoint.pending:
-            state = "answered" if checkpoint.id in children else "waiting"
+            state = "answered" if checkpoint.id in resumed else "waiting"
             notes.append(f"{state}: " + ", ".join(p.id for p in checkpoint.pending))
         if checkpoint.parent_id is not None and checkpoint.parent_id not in by_id:
             notes.append("(parent not shown)" if truncated else "(parent pruned)")
@@ -497,7 +515,7 @@ def render_history(checkpoints: Sequence[Checkpoint], *, truncated: bool = False
 
 
 def _history_json(checkpoints: Sequence[Checkpoint]) -> list[dict[str, Any]]:
-    children = _children_of(checkpoints)
+    resumed = _resumed(checkpoints)
     ids = {checkpoint.id for checkpoint in checkpoints}
     latest = max(ids, default=None)
     return [
@@ -510,7 +528,7 @@ def _history_json(checkpoints: Sequence[Checkpoint]) -> list[dict[str, Any]]:
             "source": _json_value(checkpoint.metadata.get("source")),
             "ts": _json_time(checkpoint.ts),
             "latest": checkpoint.id == latest,
-            "answered": bool(checkpoint.pending) and checkpoint.id in children,
+            "answered": bool(checkpoint.pending) and checkpoint.id in resumed,
             "pending": [_pending_json(pause) for pause in checkpoint.pending],
         }
         for checkpoint in sorted(checkpoints, key=lambda c: c.id)
@@ -661,23 +679,8 @@ class _PauseReport:
 def _pause_journal(
     checkpointer: Checkpointer, checkpoint: Checkpoint, pause: Pending
 ) -> tuple[JournalEntry, ...]:
-    """The journal of the task a pause belongs to: its completed steps and its pauses so far.
-
-    The one place that knows where journals live (the stored journal while a
-    resume is under way, else the copy the pause checkpoint keeps), so that a
-    change of journal storage changes this function only.
-    """
-    stored = checkpointer.get_journal(pause.task_id)
-    if stored:
-        return stored
-    return checkpoint.task_journals.get(_task_key(pause), ())
-
-
-def _task_key(pause: Pending) -> str:
-    try:
-        return split_task_id(pause.task_id)[2]
-    except ValueError:
-        return pause.node
+    """The journal of the task a pause belongs to: its completed steps, its pauses and their answers."""
+    return checkpointer.get_journal(pause.task_id)
 
 
 def _answer_in(entries: Sequence[JournalEntry], pause: Pending) -> JournalEntry | None:
@@ -697,8 +700,6 @@ def _pause_reports(
         # The answer is in the journal while a resume is under way (or failed);
         # once the task paused again, in the next pause's copy of the journal.
         found = _answer_in(journal, pause)
-        for child in children:
-            found = found or _answer_in(child.task_journals.get(_task_key(pause), ()), pause)
         reports.append(_PauseReport(pause=pause, journal=journal, resumed=bool(children), answer=found))
     return reports
 
@@ -793,8 +794,12 @@ def _cmd_show(args: argparse.Namespace) -> int:
             )
         children = []
         if checkpoint.pending:
-            # A pause with a child was resumed: its pauses are answered.
-            children = [c for c in checkpointer.list(args.thread) if c.parent_id == checkpoint.id]
+            # A pause with a child (not a fork's copy) was resumed: its pauses are answered.
+            children = [
+                c
+                for c in checkpointer.list(args.thread)
+                if c.parent_id == checkpoint.id and c.metadata.get("source") != "fork"
+            ]
         reports = _pause_reports(checkpointer, checkpoint, children)
         channels = dict(checkpoint.channels)
     if args.json:

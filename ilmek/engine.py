@@ -682,10 +682,10 @@ class _Run:
             step=step + 1,
             metadata=self._metadata("loop", tasks=keys),
         )
-        # The superstep ended: what its tasks recorded from this base is spent.
-        self._commit(
-            checkpoint, changes, drop_journals=[r.task_id for r in runs], fresh=True, last=not next_tasks
-        )
+        # The superstep ended: what its tasks recorded from this base is spent,
+        # except under a pause, whose answers stay readable with it.
+        spent = [] if base.pending else [r.task_id for r in runs]
+        self._commit(checkpoint, changes, drop_journals=spent, fresh=True, last=not next_tasks)
         yield self._event(StateEvent, channels=self.schema.full_values(new_values))
         yield self._event(CheckpointEvent, id=checkpoint.id)
         return checkpoint, new_values

@@ -147,13 +147,18 @@ def test_history_draws_a_fork_as_two_branches(
     assert pause is not None
     assert pause.parent_id is not None
 
+    no_branch = store.get("t", no.checkpoint_id)
+    assert no_branch is not None
+    assert no_branch.parent_id is not None
     status, out, _ = cli(capsys, "--db", db, "history", "t")
     assert 0 == status
+    # The fork starts with a copy of the pause, answered in its turn.
     assert [
         [pause.parent_id, "input", "step", "0", "unfinished"],
         [pause_id, "pause", "step", "0", "interrupted", "answered:", "checkout:interrupt#0"],
         ["├─", yes.checkpoint_id, "loop", "step", "1", "done"],
-        ["└─", no.checkpoint_id, "loop", "step", "1", "done", "(latest)"],
+        ["└─", no_branch.parent_id, "fork", "step", "0", "interrupted", "answered:", "checkout:interrupt#0"],
+        [no.checkpoint_id, "loop", "step", "1", "done", "(latest)"],
     ] == history_rows(out)
 
 
@@ -298,7 +303,7 @@ def test_show_prints_the_latest_pause_with_its_question(
     assert ["next", "  checkout"] == lines[lines.index("next") : lines.index("next") + 2]
     pause = store.get("t", pause_id)
     assert pause is not None
-    order = pause.task_journals["checkout"][0].value
+    order = store.get_journal(pause.pending[0].task_id)[0].value
     assert [
         "pending",
         "  checkout:interrupt#0  (node checkout)",
@@ -654,7 +659,7 @@ def test_every_command_works_on_a_postgres_url(capsys: pytest.CaptureFixture[str
     assert "CREATE TABLE IF NOT EXISTS shop_journals" in out
     status, out, err = cli(capsys, *prefix, "migrate")
     assert (0, "") == (status, err)
-    assert "schema version 1" in out
+    assert f"schema version {SqliteCheckpointer.SCHEMA_VERSION}" in out
 
     with PostgresCheckpointer.connect(postgres_dsn, table_prefix="shop") as store:
         pause_id, _, _ = forked_order(store, "pg-order")

@@ -97,9 +97,11 @@ def test_history_json_lists_checkpoints_oldest_first_with_answered_pauses(
     assert ("t", False) == (document["thread"], document["truncated"])
     checkpoints = document["checkpoints"]
     assert [c.id for c in reversed(store.list("t"))] == [c["id"] for c in checkpoints]
-    assert [None, checkpoints[0]["id"], pause_id, pause_id] == [c["parent_id"] for c in checkpoints]
-    assert ["input", "pause", "loop", "loop"] == [c["source"] for c in checkpoints]
-    assert [False, True, False, False] == [c["answered"] for c in checkpoints]
+    # The fork starts with a copy of the pause (answered on its branch).
+    fork_copy = checkpoints[3]["id"]
+    assert [None, checkpoints[0]["id"], pause_id, pause_id, fork_copy] == [c["parent_id"] for c in checkpoints]
+    assert ["input", "pause", "loop", "fork", "loop"] == [c["source"] for c in checkpoints]
+    assert [False, True, False, True, False] == [c["answered"] for c in checkpoints]
     assert [no.checkpoint_id] == [c["id"] for c in checkpoints if c["latest"]]
     assert yes.checkpoint_id == checkpoints[2]["id"]
     assert [
@@ -116,7 +118,8 @@ def test_history_json_lists_checkpoints_oldest_first_with_answered_pauses(
     status, out, _ = cli(capsys, "--db", db, "history", "t", "--json", "--limit", "2")
     document = json.loads(out)
     assert True is document["truncated"]
-    assert [False, False] == [c["parent_shown"] for c in document["checkpoints"]]
+    # The fork's copy (its parent, the pause, cut off) and the branch's end (its parent shown).
+    assert [False, True] == [c["parent_shown"] for c in document["checkpoints"]]
 
 
 # --- history: answered pauses ------------------------------------------------------------------
@@ -184,7 +187,7 @@ def test_show_lists_the_completed_steps_and_answered_pauses_of_an_open_pause(
         '      size#0: {"question": "Size?"} -> "large"',
     ] == lines[lines.index("pending") : channels_line(lines)]
 
-    # The first pause, answered: its answer is found in the second pause's journal.
+    # The first pause, answered: its answer stays in its journal, with what its task did after it.
     status, out, _ = cli(capsys, "--db", db, "show", "t", str(first.checkpoint_id))
     assert 0 == status
     lines = out.splitlines()
@@ -196,18 +199,23 @@ def test_show_lists_the_completed_steps_and_answered_pauses_of_an_open_pause(
         '    answer: "large"',
         "    completed steps:",
         "      stock#0: 41",
+        '      label#0: "large!"',
+        "    answered pauses:",
+        '      colour#0: {"question": "Colour?"} -> (waiting)',
     ] == lines[lines.index("pauses (answered)") : channels_line(lines)]
 
 
-def test_show_of_a_pause_whose_task_finished_says_the_answer_is_gone(
+def test_show_of_a_pause_whose_task_finished_keeps_its_answer_and_steps(
     capsys: pytest.CaptureFixture[str], db: str, store: SqliteCheckpointer
 ) -> None:
-    """Once the task finished its journal is dropped: the old pause reads answered, answer not kept."""
+    """After its task finished, an answered pause still shows its answer and the steps around it."""
     pause_id = paused_order(store, "t")
     resume(build_checkout_graph(), "yes", thread_id="t", checkpointer=store)
     status, out, _ = cli(capsys, "--db", db, "show", "t", pause_id)
     assert 0 == status
-    assert "    answer: (not kept once its task finished)" in out.splitlines()
+    lines = out.splitlines()
+    assert '    answer: "yes"' in lines
+    assert '      charge#0: "charged 249.9"' in lines
 
 
 def test_show_of_an_answer_whose_resume_failed(
@@ -266,7 +274,7 @@ def test_show_json_carries_the_checkpoint_its_pauses_and_their_journals(
     [pending] = shown["pending"]
     assert (False, False) == (pending["answered"], pending["resumed"])
     assert "answer" not in pending
-    order = pause.task_journals["checkout"][0].value
+    order = store.get_journal(pause.pending[0].task_id)[0].value
     assert [
         {"key": "create_order#0", "kind": "step", "value": order, "payload": None, "answered": False},
         {

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from ilmek import channel, graph, run
+from ilmek.checkpoint.postgres import PostgresCheckpointer
 from ilmek.checkpoint.sqlite import SqliteCheckpointer
 from ilmek.context import NodeContext
 from ilmek.graph import END, START, CompiledGraph
@@ -204,7 +205,7 @@ def test_a_keyword_dsn_is_postgres_and_its_password_is_never_shown(
     ]
     status, out, err = cli(capsys, "--db", dsns[0], "migrate")
     assert (0, "") == (status, err)
-    assert "schema version 1" in out
+    assert f"schema version {PostgresCheckpointer.SCHEMA_VERSION}" in out
     for dsn in dsns:
         status, out, err = cli(capsys, "--db", dsn, "threads")
         assert (0, "no threads\n", "") == (status, out, err)

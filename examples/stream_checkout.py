@@ -133,7 +133,8 @@ def _details(event: Any) -> str:
     if kind == "custom":
         return f"{event.node}: {event.payload}"
     if kind == "node_retry":
-        return f"{event.node} attempt {event.attempt} failed ({event.error}); retrying"
+        # node_retry numbers the attempt about to run; the one that failed came before it.
+        return f"{event.node} attempt {event.attempt - 1} failed ({event.error}); retrying"
     if kind == "node_end":
         return f"{event.node} wrote {dict(event.update)}"
     if kind == "node_error":

@@ -166,7 +166,7 @@ def test_approving_a_second_time_is_a_conflict(database: ShopDatabase) -> None:
     again = approve(client, "order-1")
 
     assert (409, "not_paused") == (again.status_code, again.json()["error"])
-    assert "'order-1' is not waiting for an answer" in again.json()["message"]
+    assert "'order-1' is not interrupted" in again.json()["message"]
     assert [1] == database.charge_attempts()
 
 

@@ -144,7 +144,7 @@ def test_approving_a_second_time_is_a_conflict(client: FlaskClient, store: Store
     assert 409 == again.status_code
     body = again.get_json()
     assert "not_paused" == body["error"]
-    assert "'order-1' is not waiting for an answer" in body["message"]
+    assert "'order-1' is not interrupted" in body["message"]
     assert 1 == store.count("charges")
 
 

@@ -37,11 +37,6 @@ def test_import_ilmek_imports_no_database_driver() -> None:
     assert [] == loaded_after("import ilmek", ("psycopg2", "psycopg", "django", "sqlalchemy"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ilmek/checkpoint/__init__.py imports the sqlite and postgres backends eagerly, and the "
-    "engine imports ilmek.checkpoint.base through it; once that __init__ is lazy too, delete this mark",
-)
 def test_import_ilmek_loads_no_backend_and_not_sqlite3() -> None:
     """`import ilmek` loads no backend module and not sqlite3: a Postgres app never pays for SQLite."""
     assert [] == loaded_after("import ilmek", BACKEND_MODULES)

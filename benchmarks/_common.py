@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import psycopg2.pool
+
 # Measure the ilmek of this checkout, not one that happens to be installed.
 _CHECKOUT = pathlib.Path(__file__).resolve().parent.parent
 if str(_CHECKOUT) not in sys.path:
@@ -375,14 +377,14 @@ class SqliteTarget(Target):
         # Benchmark-only reach into the checkpointer: it opens one connection
         # per thread, lazily, so make this thread's exist, then watch them all.
         checkpointer.get("benchmark: open this thread's connection")
-        connections = list(checkpointer._adapter._connections._all)  # type: ignore[attr-defined]
+        opened = checkpointer._adapter._connections._live  # type: ignore[attr-defined]
+        connections = [holder.connection for holder in opened]
         for connection in connections:
             connection.set_trace_callback(record)
 
         def stop() -> None:
             for connection in connections:
                 connection.set_trace_callback(None)
-            opened = checkpointer._adapter._connections._all  # type: ignore[attr-defined]
             if len(opened) != len(connections):
                 raise RuntimeError("the checkpointer opened a connection while traced: the count is short")
 
@@ -422,15 +424,14 @@ _DURABLE_SETTINGS = {"fsync": "on", "full_page_writes": "on"}
 def _table_names(prefix: str) -> list[str]:
     """ilmek's tables under ``prefix``, read from its own DDL so that a new table is not missed."""
     names = []
-    for step in PostgresCheckpointer.MIGRATIONS:
-        for statement in step:
-            match = re.match(r"CREATE TABLE IF NOT EXISTS \{p\}_(\w+)", statement)
-            if match:
-                names.append(f"{prefix}_{match.group(1)}")
+    for statement in PostgresCheckpointer.schema_sql(prefix):
+        match = re.match(rf"CREATE TABLE IF NOT EXISTS ({re.escape(prefix)}_\w+)", statement)
+        if match:
+            names.append(match.group(1))
     return names
 
 
-class _TracingPool:
+class _TracingPool(psycopg2.pool.AbstractConnectionPool):  # type: ignore[misc]
     """A psycopg2 pool seen through a tap: every statement a borrowed connection sends is recorded.
 
     What is recorded is what goes over the wire, one entry per round trip:
@@ -441,6 +442,7 @@ class _TracingPool:
     """
 
     def __init__(self, pool: Any, record: Callable[[str], None]) -> None:
+        # Not the pool's own __init__: this one lends the wrapped pool's connections.
         self.pool = pool
         self._record = record
         self.outstanding = 0
@@ -464,14 +466,18 @@ class _TracingConnection:
         self.wrapped = connection
         self._record = record
 
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # a proxy stands in for the connection, as wrapt's do
+        return type(self.wrapped)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.wrapped, name)
 
     def in_transaction(self) -> bool:
         return int(self.wrapped.info.transaction_status) != _STATUS_IDLE
 
-    def cursor(self) -> _TracingCursor:
-        return _TracingCursor(self.wrapped.cursor(), self, self._record)
+    def cursor(self, **options: Any) -> _TracingCursor:
+        return _TracingCursor(self.wrapped.cursor(**options), self, self._record)
 
     def commit(self) -> None:
         if self.in_transaction():

@@ -99,7 +99,9 @@ def test_history_json_lists_checkpoints_oldest_first_with_answered_pauses(
     assert [c.id for c in reversed(store.list("t"))] == [c["id"] for c in checkpoints]
     # The fork starts with a copy of the pause (answered on its branch).
     fork_copy = checkpoints[3]["id"]
-    assert [None, checkpoints[0]["id"], pause_id, pause_id, fork_copy] == [c["parent_id"] for c in checkpoints]
+    assert [None, checkpoints[0]["id"], pause_id, pause_id, fork_copy] == [
+        c["parent_id"] for c in checkpoints
+    ]
     assert ["input", "pause", "loop", "fork", "loop"] == [c["source"] for c in checkpoints]
     assert [False, True, False, True, False] == [c["answered"] for c in checkpoints]
     assert [no.checkpoint_id] == [c["id"] for c in checkpoints if c["latest"]]

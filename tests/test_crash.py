@@ -818,7 +818,7 @@ def test_an_unstorable_update_leaves_the_thread_at_its_previous_checkpoint(
     end = events[-1]
     assert isinstance(end, RunEnd)
     assert "error" == end.status
-    ((node, refused),) = end.errors
+    ((_, refused),) = end.errors
     assert isinstance(refused, SerializationError)
     message = str(refused)
     assert "channel 'result'" in message

@@ -239,9 +239,13 @@ def test_after_commit_runs_only_once_the_commit_landed(
         assert [] == seen
     assert ["['kept']"] == seen
 
-    with pytest.raises(ValueError, match="fail"), adapter.transaction() as session:
-        session.after_commit(lambda: seen.append("after a failure"))
-        raise ValueError("fail")
+    def fail_after_registering() -> None:
+        with adapter.transaction() as session:
+            session.after_commit(lambda: seen.append("after a failure"))
+            raise ValueError("fail")
+
+    with pytest.raises(ValueError, match="fail"):
+        fail_after_registering()
     assert ["['kept']"] == seen
 
 
@@ -320,11 +324,15 @@ def test_savepoint_names_are_unique_so_nested_joins_do_not_collide(
     """A joined write inside another joined write (same adapter) rolls back only its own savepoint."""
     adapter = SqliteTestAdapter(ours, joins=True)
     ours.execute("BEGIN")
-    with adapter.transaction() as outer:
-        outer.execute(INSERT, name="outer")
-        with pytest.raises(ValueError, match="inner"), adapter.transaction() as inner:
+    def fail_inside() -> None:
+        with adapter.transaction() as inner:
             inner.execute(INSERT, name="inner")
             raise ValueError("inner")
+
+    with adapter.transaction() as outer:
+        outer.execute(INSERT, name="outer")
+        with pytest.raises(ValueError, match="inner"):
+            fail_inside()
     ours.execute("COMMIT")
     assert ["outer"] == names_seen_by_another_connection(database)
 

@@ -372,7 +372,7 @@ def counting_loop(calls: list[int], stop_at: int = 10) -> Any:
 
 
 def test_cancel_during_a_long_loop_aborts_at_the_next_boundary(checkpointer: Checkpointer) -> None:
-    """Set while the third superstep runs, cancel lets it commit, then ends aborted; run(None) finishes later."""
+    """Set while the third superstep runs, cancel lets it commit, then ends aborted; run(None) finishes."""
     calls: list[int] = []
     g = counting_loop(calls)
     cancel = threading.Event()
@@ -446,7 +446,7 @@ def test_cancel_during_a_retry_backoff_stops_the_retries(checkpointer: Checkpoin
 
 
 def test_cancel_during_a_retry_backoff_ends_the_run_with_the_last_error(checkpointer: Checkpointer) -> None:
-    """Cancel during a retry's backoff stops the retries: the node failed with its last error (as the reference)."""
+    """Cancel during a retry's backoff stops the retries: the node failed with its last error (reference)."""
     cancel = threading.Event()
 
     def fail(state: dict[str, Any]) -> None:

@@ -121,7 +121,7 @@ def test_router_destinations_and_node_destinations_make_nodes_reachable() -> Non
 
 
 def test_a_router_straying_outside_its_destinations_raises_a_graph_error() -> None:
-    """At run time a router may only go where it said it would; straying rejects the run (as the reference)."""
+    """At run time a router may only go where it said it would; straying rejects the run (reference)."""
     g = (
         graph("stray", {"x": channel.last_write()})
         .node("a", noop)
@@ -293,7 +293,7 @@ def test_a_nodes_config_is_copied_when_declared() -> None:
     ids=["name", "send", "goto"],
 )
 def test_routing_to_an_unknown_node_lists_the_known_nodes(route: Any, who: str | None) -> None:
-    """boundaries.test.ts "a router naming an unknown node rejects the run with a GraphError listing known nodes"."""
+    """boundaries.test.ts "a router naming an unknown node rejects the run with a GraphError listing …"."""
     builder = graph("g", {"x": channel.last_write()}).node("a", lambda s: command(goto="ghost"))
     with pytest.raises(GraphError) as raised:
         run(route(builder).compile(), {})

@@ -666,7 +666,7 @@ def committed_thread_ids(dsn: str) -> list[str]:
 def test_a_run_in_the_callers_transaction_is_undone_by_the_callers_rollback(
     postgres_dsn: str, app_connection: Any, effects: Effects, first: str
 ) -> None:
-    """Joining, ilmek writes in a savepoint and commits nothing: the caller's rollback takes the checkpoints too."""
+    """Joining, ilmek writes in a savepoint and commits nothing: the caller's rollback takes its writes too."""
     with app_connection.cursor() as cursor:
         cursor.execute(CALLER_FIRST_STATEMENTS[first])
     checkpointer = PostgresCheckpointer(app_connection, join_transaction=True)
@@ -706,7 +706,7 @@ def test_a_run_in_the_callers_transaction_is_kept_by_the_callers_commit(
 def test_without_joining_a_callers_open_transaction_is_refused_never_committed(
     postgres_dsn: str, app_connection: Any, effects: Effects, first: str
 ) -> None:
-    """Owning its transactions, ilmek refuses a connection with the caller's work open: nothing is committed."""
+    """Owning its transactions, ilmek refuses a connection with the caller's work open; nothing committed."""
     with app_connection.cursor() as cursor:
         cursor.execute(CALLER_FIRST_STATEMENTS[first])
     checkpointer = PostgresCheckpointer(app_connection)

@@ -711,7 +711,7 @@ def test_path_names_keys_elements_and_fields(value: Any, expected_prefix: str) -
 
 @pytest.mark.parametrize("text", ["bad\ud800", "\udfff", "a\ud800\x00b\udc00c", "\x00\ud800\x00"])
 def test_lone_surrogates_round_trip_in_stored_text(text: str) -> None:
-    """A str with lone surrogates (and NUL) has no UTF-8 form; it is tagged, stored as UTF-8, and comes back."""
+    """A str with lone surrogates (and NUL) has no UTF-8 form; it is tagged, stored, and comes back."""
     stored = serde.encode({"name": text}, where="channel 'user'")
     stored.encode("utf-8")  # what a database is handed
     assert {"name": text} == serde.decode(stored)

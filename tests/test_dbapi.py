@@ -324,6 +324,7 @@ def test_savepoint_names_are_unique_so_nested_joins_do_not_collide(
     """A joined write inside another joined write (same adapter) rolls back only its own savepoint."""
     adapter = SqliteTestAdapter(ours, joins=True)
     ours.execute("BEGIN")
+
     def fail_inside() -> None:
         with adapter.transaction() as inner:
             inner.execute(INSERT, name="inner")

@@ -666,7 +666,7 @@ def committed_thread_ids(dsn: str) -> list[str]:
 def test_a_run_in_the_callers_transaction_is_undone_by_the_callers_rollback(
     postgres_dsn: str, app_connection: Any, effects: Effects, first: str
 ) -> None:
-    """Joining, ilmek writes in a savepoint and commits nothing: the caller's rollback takes its writes too."""
+    """Joining, ilmek writes in a savepoint and commits nothing: the caller's rollback takes them too."""
     with app_connection.cursor() as cursor:
         cursor.execute(CALLER_FIRST_STATEMENTS[first])
     checkpointer = PostgresCheckpointer(app_connection, join_transaction=True)

@@ -163,11 +163,19 @@ def leftovers(target: str, thread_id: str) -> list[tuple[Any, ...]]:
     """Journal rows and lease rows a finished thread should not have.
 
     Steps recorded before a pause stay while that pause checkpoint is kept (a
-    fork from it replays them); every other journal row is gone once its
-    superstep committed.
+    fork from it replays them), and so do a pause's answers and what its task
+    did after them (readable history); every other journal row is gone once
+    its superstep committed.
     """
     chains = stored_json(target, "SELECT journal_chain FROM ilmek_checkpoints WHERE thread_id = ?", thread_id)
-    inherited = {base for chain in chains for base in chain}
+    pauses = [
+        checkpoint_id
+        for checkpoint_id, pending in direct_sql(
+            target, "SELECT checkpoint_id, pending FROM ilmek_checkpoints WHERE thread_id = ?", thread_id
+        )
+        if (json.loads(pending) if isinstance(pending, str) else pending)
+    ]
+    inherited = {base for chain in chains for base in chain} | set(pauses)
     found = [
         ("journal", base_id, task_key)
         for base_id, task_key in direct_sql(

@@ -92,7 +92,9 @@ def test_messages_mode_rejects_a_token_typed_value_with_a_non_string_text() -> N
     assert [] == _messages_of_emitted(*malformed)
 
 
-@pytest.mark.parametrize("payload", [None, "token", 42, True, object()], ids=repr)
+@pytest.mark.parametrize(
+    "payload", [None, "token", 42, True, object()], ids=["None", "str", "int", "bool", "object"]
+)
 def test_messages_mode_rejects_none_and_primitives_without_raising(payload: Any) -> None:
     """token.test.ts · "rejects null and primitives without throwing"."""
     assert [] == _messages_of_emitted(payload)

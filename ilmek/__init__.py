@@ -39,6 +39,7 @@ from .errors import (
 from .events import Event, StreamPart, stream_modes
 from .graph import END, START, CompiledGraph, GraphBuilder, graph
 from .host import history, pending_interrupts, thread_state, update_state
+from .operations import recover, request_cancel
 from .spec import from_spec, to_spec
 from .types import Checkpoint, JournalEntry, Pending, Result, ScheduledTask, ThreadError, ThreadInfo
 
@@ -107,7 +108,9 @@ __all__ = [
     "history",
     "merge_field",
     "pending_interrupts",
+    "recover",
     "reduce_field",
+    "request_cancel",
     "resume",
     "resume_keyed",
     "resume_keyed_stream",

@@ -1,0 +1,138 @@
+"""Operating threads from outside their runs: recover stalled ones, ask a running one to stop.
+
+Both work through the database, so they reach runs in any process on any
+machine that shares it. :func:`recover` is safe to call from several
+processes at once: each thread runs in one of them, the others find it held.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from . import checks
+from .checkpoint.base import Checkpointer
+from .engine import run
+from .errors import ConcurrentUpdateError, InvalidArgumentError, ThreadBusyError
+from .graph import CompiledGraph
+from .types import Result, ThreadInfo
+
+__all__ = ["recover", "request_cancel", "stalled_threads"]
+
+_LOG = logging.getLogger("ilmek.operations")
+_PAGE = 200
+
+
+def request_cancel(checkpointer: Checkpointer, thread_id: str, reason: str = "cancelled") -> bool:
+    """Ask the run that holds ``thread_id`` now, in any process, to stop.
+
+    The run sees the request at its next superstep boundary (``ctx.cancel``
+    is set at once for nodes that look, where the run's hold is renewed in
+    the background) and ends ``aborted`` with ``reason``; its last checkpoint
+    stands.
+
+    Returns:
+        Whether a run was holding the thread. The request dies with that run
+        and never touches a later one.
+    """
+    return checkpointer.request_cancel(checks.thread_id(thread_id), checks.text(reason, "reason"))
+
+
+def _registry(graphs: CompiledGraph | Mapping[str, CompiledGraph]) -> dict[str, CompiledGraph]:
+    if isinstance(graphs, CompiledGraph):
+        return {graphs.name: graphs}
+    if isinstance(graphs, Mapping) and all(isinstance(g, CompiledGraph) for g in graphs.values()):
+        return dict(graphs)
+    raise InvalidArgumentError("graphs must be a compiled graph or a dict of graph name to compiled graph")
+
+
+def stalled_threads(
+    checkpointer: Checkpointer, *, older_than: float = 0.0, limit: int | None = None
+) -> list[ThreadInfo]:
+    """Threads a crash (or a failed run) left with planned tasks, no open pause, and no live run.
+
+    Args:
+        checkpointer: Where the threads are.
+        older_than: Only threads last updated at least this many seconds ago.
+        limit: At most this many, the least recently updated first.
+    """
+    if isinstance(older_than, bool) or not isinstance(older_than, (int, float)) or older_than < 0:
+        raise InvalidArgumentError(f"older_than must be a number of seconds, got {older_than!r}")
+    limit = checks.count(limit, "limit", optional=True)
+    found: list[ThreadInfo] = []
+    for status in ("unfinished", "error"):
+        offset = 0
+        while True:
+            page = checkpointer.list_threads(
+                status=status, updated_before=time.time() - older_than, offset=offset, limit=_PAGE
+            )
+            found.extend(info for info in page if not info.running)
+            if len(page) < _PAGE:
+                break
+            offset += _PAGE
+    found.sort(key=lambda info: (info.updated_at, info.id))
+    return found if limit is None else found[:limit]
+
+
+def recover(
+    graphs: CompiledGraph | Mapping[str, CompiledGraph],
+    checkpointer: Checkpointer,
+    *,
+    older_than: float = 0.0,
+    limit: int | None = None,
+    **run_options: Any,
+) -> list[Result]:
+    """Continue every stalled thread with its graph, replaying what its steps recorded.
+
+    A thread is stalled when its latest checkpoint plans tasks, no pause is
+    open and no live run holds it: a process died mid-superstep, or a node
+    failed. Each is continued with ``run(graph, None, ...)``, so no completed
+    step runs again. Safe from several processes at once: a thread another
+    recoverer (or any run) holds is skipped.
+
+    Args:
+        graphs: One compiled graph, or a dict of graph name to graph: a
+            checkpoint records the name of the graph that wrote it, and a
+            thread of a graph not given is left alone.
+        checkpointer: Where the threads are.
+        older_than: Only threads idle for at least this many seconds (a run
+            that is merely slow renews its hold, so it is never stalled).
+        limit: At most this many threads.
+        run_options: More options for :func:`~ilmek.run` (``recursion_limit``...).
+
+    Returns:
+        The result of each thread continued.
+    """
+    registry = _registry(graphs)
+    results: list[Result] = []
+    for info in stalled_threads(checkpointer, older_than=older_than, limit=limit):
+        latest = checkpointer.get(info.id)
+        if latest is None or latest.pending or not latest.next:
+            continue
+        name = latest.metadata.get("graph")
+        graph = registry.get(name) if isinstance(name, str) else None
+        if graph is None and len(registry) == 1 and name is None:
+            graph = next(iter(registry.values()))
+        if graph is None:
+            _LOG.info(
+                "not recovering thread %r: its graph %r was not given",
+                info.id,
+                name,
+                extra={"thread_id": info.id},
+            )
+            continue
+        try:
+            result = run(graph, None, thread_id=info.id, checkpointer=checkpointer, **run_options)
+        except (ThreadBusyError, ConcurrentUpdateError):
+            # Another recoverer, or a run, has it: it is in good hands.
+            continue
+        _LOG.info(
+            "recovered thread %r: %s",
+            info.id,
+            result.status,
+            extra={"thread_id": info.id, "checkpoint_id": result.checkpoint_id},
+        )
+        results.append(result)
+    return results

@@ -56,7 +56,8 @@ def load_graph(reference: str) -> CompiledGraph:
         found = found()
     if not isinstance(found, CompiledGraph):
         raise InvalidArgumentError(
-            f"{reference!r} is a {type(found).__name__}, not a compiled graph (call .compile() on the builder)"
+            f"{reference!r} is a {type(found).__name__}, not a compiled graph "
+            "(call .compile() on the builder)"
         )
     return found
 

@@ -78,7 +78,7 @@ def three_steps(calls: Calls) -> Any:
 
 
 def test_runs_complete_through_killed_backends_and_server_restarts(cluster: PostgresCluster) -> None:
-    """Workers run threads while backends are killed (20 times) and the server restarts (twice): all complete."""
+    """Workers run threads while backends are killed (20 times) and the server restarts twice: all finish."""
     calls = Calls()
     g = three_steps(calls)
     pool = psycopg2.pool.ThreadedConnectionPool(1, 8, cluster.dsn)

@@ -224,7 +224,8 @@ def test_a_damaged_checkpoint_column_is_a_corrupt_checkpoint_error_naming_where(
     if store.kind == "postgres":
         # JSONB refuses text that is not JSON (and nesting that deep): such junk
         # arrives as a JSON string where a list or object belongs instead.
-        as_json = "to_jsonb(CAST(? AS text))" if damage in ("next-not-json", "manifest-deep") else "CAST(? AS jsonb)"
+        refused = damage in ("next-not-json", "manifest-deep")
+        as_json = "to_jsonb(CAST(? AS text))" if refused else "CAST(? AS jsonb)"
         store.sql(f"UPDATE ilmek_checkpoints SET {column} = {as_json} WHERE checkpoint_id = ?", junk, latest)
     else:
         store.sql(f"UPDATE ilmek_checkpoints SET {column} = ? WHERE checkpoint_id = ?", junk, latest)

@@ -398,6 +398,7 @@ class Adapter(abc.ABC):
         *,
         what: str,
         thread_id: str | None = None,
+        checkpoint_id: str | None = None,
         write: bool = True,
         pin: Pin | None = None,
     ) -> T:
@@ -409,6 +410,7 @@ class Adapter(abc.ABC):
                 that landed but whose answer was lost).
             what: Named in errors (``"commit a checkpoint"``).
             thread_id: Named in errors.
+            checkpoint_id: The checkpoint being written, named in errors and logs.
             write: Whether the transaction writes.
             pin: The run's connection source, if the work is a run's.
 
@@ -439,7 +441,7 @@ class Adapter(abc.ABC):
                         "retrying after a transient database error (%s), attempt %d",
                         describe_error(error),
                         attempt,
-                        extra={"thread_id": thread_id},
+                        extra={"thread_id": thread_id, "checkpoint_id": checkpoint_id},
                     )
                     time.sleep(delay * (0.5 + random.random() / 2))
                     delay = min(delay * 2, self.retry_max_backoff)
@@ -452,10 +454,12 @@ class Adapter(abc.ABC):
                         f"could not {what}{where}: the database kept failing after {attempt} "
                         f"tries ({describe_error(error)}); nothing was written. Try again later.{tail}",
                         thread_id=thread_id,
+                        checkpoint_id=checkpoint_id,
                     ) from error
                 raise StorageError(
                     f"could not {what}{where}: {describe_error(error)}; nothing was written.{tail}",
                     thread_id=thread_id,
+                    checkpoint_id=checkpoint_id,
                 ) from error
 
 

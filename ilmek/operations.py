@@ -7,6 +7,7 @@ processes at once: each thread runs in one of them, the others find it held.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -14,7 +15,7 @@ from typing import Any
 
 from . import checks
 from .checkpoint.base import Checkpointer
-from .engine import run
+from .engine import RunOptions, _collect_result, _Run, _Start
 from .errors import ConcurrentUpdateError, InvalidArgumentError, ThreadBusyError
 from .graph import CompiledGraph
 from .types import Result, ThreadInfo
@@ -76,6 +77,17 @@ def stalled_threads(
     return found if limit is None else found[:limit]
 
 
+def _unchanged(checkpointer: Checkpointer, found: ThreadInfo) -> bool:
+    """Whether the thread still reads as it did when it was listed as stalled."""
+    now = checkpointer.get_thread(found.id)
+    return now is not None and (now.checkpoint_id, now.updated_at, now.status, now.error) == (
+        found.checkpoint_id,
+        found.updated_at,
+        found.status,
+        found.error,
+    )
+
+
 def recover(
     graphs: CompiledGraph | Mapping[str, CompiledGraph],
     checkpointer: Checkpointer,
@@ -123,10 +135,18 @@ def recover(
                 extra={"thread_id": info.id},
             )
             continue
+        the_run = _Run(
+            graph,
+            _Start(None),
+            RunOptions.of({**run_options, "thread_id": info.id, "checkpointer": checkpointer}),
+        )
+        # Checked under the run's hold: another recoverer may have continued
+        # the thread (to its end, a pause, or the same failure) since it was listed.
+        the_run.only_if = functools.partial(_unchanged, checkpointer, info)
         try:
-            result = run(graph, None, thread_id=info.id, checkpointer=checkpointer, **run_options)
+            result = _collect_result(graph, the_run)
         except (ThreadBusyError, ConcurrentUpdateError):
-            # Another recoverer, or a run, has it: it is in good hands.
+            # Another recoverer, or a run, has it or had it: it is in good hands.
             continue
         _LOG.info(
             "recovered thread %r: %s",

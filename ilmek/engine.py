@@ -36,6 +36,7 @@ from .context import NodeContext, PlanContext, TaskJournal
 from .control import Command
 from .errors import (
     CheckpointNotFoundError,
+    ConcurrentUpdateError,
     IlmekError,
     InterruptSignal,
     InvalidArgumentError,
@@ -278,6 +279,17 @@ class _Run:
         self._hold: Hold | None = None
         self._expect: str | None = None
         self._run_steps = 0
+        # Whether nobody reads the events live (run(), resume()): then a
+        # superstep of one task runs it on the driving thread itself, with
+        # no hand-off to a worker and back. Streams keep every task on a
+        # worker so its custom events reach the reader as they happen.
+        self.collecting = False
+        self._driver: int | None = None
+        self._inline = False
+        # Asked once the hold is taken, before anything is read: False ends
+        # the run with a ConcurrentUpdateError (recover() uses it to run only
+        # a thread that is still as it found it).
+        self.only_if: Callable[[], bool] | None = None
         # Checkpoints this run committed without inherited journals: nothing
         # can be recorded for their tasks yet, so there is nothing to read.
         self._fresh: set[str] = set()
@@ -287,7 +299,17 @@ class _Run:
     def events(self) -> Iterator[Event]:
         """Drive the run, yielding its events as they happen."""
         try:
-            with self.cp.hold(self.thread_id) as hold:
+            # A run that begins by committing its input takes the hold in that
+            # commit's transaction (one durable write fewer); the others take
+            # it before reading anything.
+            defer = (
+                isinstance(self.mode, _Start)
+                and self.input_writes is not None
+                and self.options.checkpoint_id is None
+                and self.only_if is None
+            )
+            holding = self.cp.deferred_hold if defer else self.cp.hold
+            with holding(self.thread_id) as hold:
                 self._hold = hold
                 hold.on_cancel = self._cancel_requested
                 try:
@@ -311,7 +333,47 @@ class _Run:
         return cls(run_id=self.run_id, thread_id=self.thread_id, seq=self._seq, **fields)
 
     def _drive(self, hold: Hold) -> Iterator[Event]:
-        latest = self.cp.load(self.thread_id, hold=hold)
+        if self.only_if is not None and not self.only_if():
+            raise ConcurrentUpdateError(
+                f"thread {self.thread_id!r} changed after it was chosen for this run; nothing was run",
+                thread_id=self.thread_id,
+            )
+        while True:
+            latest = self.cp.load(self.thread_id, hold=hold)
+            try:
+                base = yield from self._start(hold, latest)
+                break
+            except ConcurrentUpdateError:
+                if hold.taken:
+                    raise
+                # Another run moved the thread between the read and the
+                # input's commit, which took nothing: take the hold first,
+                # then read again.
+                hold.take()
+        values = dict(base.channels)
+        try:
+            while True:
+                if not base.next:
+                    raise _Finished(self._end("done", base, values))
+                if self.cancel.is_set():
+                    raise _Finished(self._end("aborted", base, values, abort_reason=self._abort_reason()))
+                if self._run_steps >= self.limit:
+                    yield self._end("error", base, values)
+                    raise RecursionLimitError(
+                        f"thread {self.thread_id!r} ran {self.limit} supersteps in this run without "
+                        f"finishing (recursion_limit={self.limit}); checkpoint {base.id!r} stands: "
+                        "continue with run(g, None, ...) or raise recursion_limit",
+                        limit=self.limit,
+                        thread_id=self.thread_id,
+                        checkpoint_id=base.id,
+                    )
+                base, values = yield from self._superstep(base, values)
+                self._run_steps += 1
+        except _Finished as finished:
+            yield finished.end
+
+    def _start(self, hold: Hold, latest: Checkpoint | None) -> Generator[Event, None, Checkpoint]:
+        """Answer the pause or commit the input: the checkpoint the first superstep runs from."""
         base = latest
         wanted = self.options.checkpoint_id
         fork = wanted is not None and (latest is None or latest.id != wanted)
@@ -353,33 +415,18 @@ class _Run:
                     thread_id=self.thread_id,
                     checkpoint_id=base.id,
                 )
-            yield self._event(RunStart)
             if self.input_writes is not None or base is None or (fork and base.next):
+                # Committed before run_start is told, so a run that must read
+                # again (its deferred hold lost a race) tells it once.
                 base = self._commit_start(base, fork)
+                yield self._event(RunStart)
                 yield self._event(StateEvent, channels=self.schema.full_values(base.channels))
                 yield self._event(CheckpointEvent, id=base.id)
+            else:
+                yield self._event(RunStart)
 
-        values = dict(base.channels)
-        try:
-            while True:
-                if not base.next:
-                    raise _Finished(self._end("done", base, values))
-                if self.cancel.is_set():
-                    raise _Finished(self._end("aborted", base, values, abort_reason=self._abort_reason()))
-                if self._run_steps >= self.limit:
-                    yield self._end("error", base, values)
-                    raise RecursionLimitError(
-                        f"thread {self.thread_id!r} ran {self.limit} supersteps in this run without "
-                        f"finishing (recursion_limit={self.limit}); checkpoint {base.id!r} stands: "
-                        "continue with run(g, None, ...) or raise recursion_limit",
-                        limit=self.limit,
-                        thread_id=self.thread_id,
-                        checkpoint_id=base.id,
-                    )
-                base, values = yield from self._superstep(base, values)
-                self._run_steps += 1
-        except _Finished as finished:
-            yield finished.end
+        assert base is not None
+        return base
 
     def _abort_reason(self) -> str:
         reason = getattr(self.cancel, "reason", None)
@@ -639,7 +686,8 @@ class _Run:
                 task_id, stored.get(task.task_key, ()), self._persister(base.id, task.task_key)
             )
             runs.append(_Task(task=task, spec=spec, task_id=task_id, journal=journal))
-        pool = self._workers()
+        self._driver = threading.get_ident()
+        contexts = []
         for task_run in runs:
             state = task_run.task.input if task_run.task.is_send else _task_copy(view)
             ctx = NodeContext(
@@ -660,11 +708,26 @@ class _Run:
                 meta=self.meta,
                 cancel=self.cancel,
             )
-            pool.submit(self._task_body, task_run, state, ctx)
-        # Every task starts now, however slowly the stream is read; what they
-        # emit meanwhile waits in the queue until their node_start was yielded.
-        for task_run in runs:
+            contexts.append((task_run, state, ctx))
+        if self._runs_inline(runs):
+            ((task_run, state, ctx),) = contexts
             yield self._event(NodeStart, node=task_run.spec.name, task_id=task_run.task_id)
+            self._inline = True
+            try:
+                self._attempts(task_run, state, ctx)
+            except Exception as error:
+                task_run.outcome, task_run.error = "error", error
+            finally:
+                self._inline = False
+            self._queue.put(_Done(task_run))
+        else:
+            pool = self._workers()
+            for task_run, state, ctx in contexts:
+                pool.submit(self._task_body, task_run, state, ctx)
+            # Every task starts now, however slowly the stream is read; what they
+            # emit meanwhile waits in the queue until their node_start was yielded.
+            for task_run in runs:
+                yield self._event(NodeStart, node=task_run.spec.name, task_id=task_run.task_id)
         yield from self._collect(runs)
 
         if self._hold.lost or any(isinstance(r.error, HoldLostError) for r in runs):
@@ -689,7 +752,8 @@ class _Run:
         )
         # The superstep ended: what its tasks recorded from this base is spent,
         # except under a pause, whose answers stay readable with it.
-        spent = [] if base.pending else [r.task_id for r in runs]
+        # (A task with an empty journal has no rows to drop.)
+        spent = [] if base.pending else [r.task_id for r in runs if r.journal.entries()]
         self._commit(checkpoint, changes, drop_journals=spent, fresh=True, last=not next_tasks)
         yield self._event(StateEvent, channels=self.schema.full_values(new_values))
         yield self._event(CheckpointEvent, id=checkpoint.id)
@@ -763,6 +827,18 @@ class _Run:
         raise _Finished(self._end("interrupted", checkpoint, values, pending=pending))
 
     # --- tasks ------------------------------------------------------------------
+
+    def _runs_inline(self, runs: Sequence[_Task]) -> bool:
+        """Whether this superstep's one task runs on the driving thread.
+
+        Only for collected runs, and only when the hold's storage may be
+        used from any thread: the keeper renews the hold while the driver is
+        busy with the node, and steps recorded from threads the node starts
+        are written from those threads (nobody is free to serve them). A
+        Ctrl-C in such a node stops the program, as on the driving thread.
+        """
+        hold = self._hold
+        return self.collecting and len(runs) == 1 and hold is not None and hold.any_thread
 
     def _workers(self) -> ThreadPoolExecutor:
         if self._pool is None:
@@ -873,6 +949,16 @@ class _Run:
 
     def _ask_driver(self, work: Callable[[], None]) -> None:
         """Run ``work`` on the driving thread (the only one that touches storage) and wait."""
+        if self._inline or threading.get_ident() == self._driver:
+            # A task running inline (on the driving thread, or on a thread it
+            # started): nobody else would serve the request.
+            if self._closed:
+                raise _RunClosed(
+                    f"the run of thread {self.thread_id!r} was closed; step not recorded",
+                    thread_id=self.thread_id,
+                )
+            work()
+            return
         request = _Request(work)
         with self._close_lock:
             if self._closed:
@@ -1034,6 +1120,7 @@ def _describe(checkpoint: Checkpoint | None) -> str:
 
 
 def _collect_result(graph: CompiledGraph, the_run: _Run) -> Result:
+    the_run.collecting = True
     events = list(the_run.events())
     end = events[-1]
     assert isinstance(end, RunEnd)

@@ -67,12 +67,11 @@ ChannelRef = BlobRef | LogRef
 
 @attrs.frozen
 class LogInfo:
-    """A log: items ``[base, length)`` stored under it, the rest inherited from ``parent_id``."""
+    """A log: items from ``base`` on stored under it, the ones before inherited from ``parent_id``."""
 
     log_id: int
     parent_id: int | None
     base: int
-    length: int
 
 
 def manifest_to_plain(manifest: Mapping[str, ChannelRef]) -> dict[str, list[Any]]:
@@ -145,11 +144,16 @@ class DeltaStore(Protocol):
     def create_log(self, thread_id: str, channel: str, parent_id: int | None, base: int, length: int) -> int:
         """Start a log holding items ``[base, length)``; return its id."""
 
-    def try_extend_log(self, thread_id: str, log_id: int, old_length: int, new_length: int) -> bool:
-        """Set a log's length to ``new_length`` if it is still ``old_length``."""
+    def append_items(self, thread_id: str, log_id: int, start: int, texts: Sequence[str]) -> bool:
+        """Store items at ``start, start + 1, ...`` of the thread's log if ``start`` is its end.
+
+        Returns:
+            False, storing nothing, when the log already has an item at
+            ``start`` (a fork grew it) or is not the thread's.
+        """
 
     def insert_items(self, thread_id: str, log_id: int, start: int, texts: Sequence[str]) -> None:
-        """Store items at indices ``start, start + 1, ...`` of a log."""
+        """Store items at indices ``start, start + 1, ...`` of a log just created."""
 
     def fetch_logs(self, thread_id: str) -> dict[int, LogInfo]:
         """Every log of the thread."""
@@ -237,14 +241,13 @@ def write_channels(
         texts = list(change.items)
         ref = manifest.get(name)
         if isinstance(ref, LogRef):
-            new_length = ref.length + len(texts)
             if not texts:
                 continue
-            if store.try_extend_log(thread_id, ref.log_id, ref.length, new_length):
-                log_id = ref.log_id
-            else:
+            new_length = ref.length + len(texts)
+            log_id = ref.log_id
+            if not store.append_items(thread_id, log_id, ref.length, texts):
                 log_id = store.create_log(thread_id, name, ref.log_id, ref.length, new_length)
-            store.insert_items(thread_id, log_id, ref.length, texts)
+                store.insert_items(thread_id, log_id, ref.length, texts)
             manifest[name] = LogRef(log_id, new_length)
             continue
         if isinstance(ref, BlobRef):

@@ -165,6 +165,29 @@ _SQL: dict[str, str] = {
         "ELSE updated_at END WHERE thread_id = :thread_id AND checkpoint_id = :expected "
         "RETURNING thread_id"
     ),
+    # The same move, fenced by the run's hold in the same statement (the hold
+    # row is only read, and locked against a takeover until the commit); it
+    # returns a cancel request another process may have stored.
+    "advance_held_thread": (
+        "UPDATE {p}_threads SET checkpoint_id = :checkpoint_id, status = :status, step = :step, "
+        "error = NULL, updated_at = CASE WHEN status <> :status OR updated_at < :now - 1.0 THEN :now "
+        "ELSE updated_at END WHERE thread_id = :thread_id AND checkpoint_id = :expected "
+        "AND EXISTS (SELECT 1 FROM {p}_holds WHERE thread_id = :thread_id AND owner = :owner{lock_share}) "
+        "RETURNING (SELECT cancel_reason FROM {p}_holds WHERE thread_id = :thread_id AND owner = :owner)"
+    ),
+    # Where assigning an indexed column rewrites its index entries even when
+    # the value stays (SQLite), the held move leaves status and updated_at
+    # alone and a second statement sets them only when they change.
+    "advance_held_pointer": (
+        "UPDATE {p}_threads SET checkpoint_id = :checkpoint_id, step = :step, error = NULL "
+        "WHERE thread_id = :thread_id AND checkpoint_id = :expected "
+        "AND EXISTS (SELECT 1 FROM {p}_holds WHERE thread_id = :thread_id AND owner = :owner{lock_share}) "
+        "RETURNING (SELECT cancel_reason FROM {p}_holds WHERE thread_id = :thread_id AND owner = :owner)"
+    ),
+    "restamp_thread": (
+        "UPDATE {p}_threads SET status = :status, updated_at = :now "
+        "WHERE thread_id = :thread_id AND (status <> :status OR updated_at < :now - 1.0)"
+    ),
     "start_thread": (
         "INSERT INTO {p}_threads (thread_id, created_at, updated_at, status, step, checkpoint_id, "
         "metadata) VALUES (:thread_id, :now, :now, :status, :step, :checkpoint_id, {ji_empty}) "
@@ -194,11 +217,14 @@ _SQL: dict[str, str] = {
         "INSERT INTO {p}_logs (thread_id, channel, parent_id, base, length) "
         "VALUES (:thread_id, :channel, :parent_id, :base, :length) RETURNING log_id"
     ),
-    "extend_log": (
-        "UPDATE {p}_logs SET length = :new_length WHERE log_id = :log_id AND thread_id = :thread_id "
-        "AND length = :old_length RETURNING log_id"
+    # Appending to a log claims its next index: taken already means another
+    # checkpoint (a fork) extended the log past this one's view of it.
+    "append_item": (
+        "INSERT INTO {p}_items (log_id, idx, value) SELECT :log_id, :idx, {ji_value} "
+        "WHERE EXISTS (SELECT 1 FROM {p}_logs WHERE log_id = :log_id AND thread_id = :thread_id) "
+        "ON CONFLICT (log_id, idx) DO NOTHING RETURNING idx"
     ),
-    "logs": "SELECT log_id, parent_id, base, length FROM {p}_logs WHERE thread_id = :thread_id",
+    "logs": "SELECT log_id, parent_id, base FROM {p}_logs WHERE thread_id = :thread_id",
     # --- journals: one row per entry, never rewritten ---
     "append_entry": (
         "INSERT INTO {p}_journals (thread_id, base_id, task_key, entry_key, entry) "
@@ -320,22 +346,30 @@ class SqlHold(Hold):
         lease_seconds: float | None,
         any_thread: bool,
         takeover_at_once: bool,
+        taken: bool = True,
     ) -> None:
         super().__init__(thread_id, token, lease_seconds=lease_seconds)
         self._owner = owner
         self.pin = pin
         self.any_thread = any_thread
         self.takeover_at_once = takeover_at_once
+        self.taken = taken
+
+    def take(self) -> None:
+        with self.lock:
+            if not self.taken:
+                self._owner._take_now(self)
 
     def renew(self) -> None:
         super().renew()
         with self.lock:
-            self._owner._renew(self)
+            if self.taken:
+                self._owner._renew(self)
 
     def release(self) -> None:
         try:
             with self.lock:
-                if not self._released and not self.lost:
+                if self.taken and not self._released and not self.lost:
                     self._owner._release(self)
         finally:
             self._released = True
@@ -363,6 +397,10 @@ class SqlCheckpointer(Checkpointer):
     HOLDER_GONE: ClassVar[str] = "1 = 0"
     FIND: ClassVar[str] = "instr(lower(t.thread_id), :needle) > 0"
     LOCK_SHARE: ClassVar[str] = ""
+    #: Whether an UPDATE that assigns an indexed column rewrites its index
+    #: entries even when the value does not change (SQLite does; Postgres
+    #: keeps such an update in place).
+    REWRITES_ASSIGNED_INDEXES: ClassVar[bool] = False
     AUTO_MIGRATE: ClassVar[bool] = False
 
     def __init__(self, adapter: Adapter, *, table_prefix: str = "ilmek", lease_seconds: float = 5.0) -> None:
@@ -572,49 +610,56 @@ class SqlCheckpointer(Checkpointer):
         *,
         what: str,
         thread_id: str | None = None,
+        checkpoint_id: str | None = None,
         write: bool = True,
         hold: Hold | None = None,
+        takes_hold: bool = False,
     ) -> Any:
+        """Run ``work`` in a transaction, on the hold's connection when there is one.
+
+        A write with a hold not taken yet takes it first, in a transaction of
+        its own, unless the work takes it itself (``takes_hold``).
+        """
         self._ensure_schema()
         if isinstance(hold, SqlHold):
+            if write and not hold.taken and not takes_hold:
+                hold.take()
             with hold.lock:
-                return self._adapter.run(work, what=what, thread_id=thread_id, write=write, pin=hold.pin)
-        return self._adapter.run(work, what=what, thread_id=thread_id, write=write)
+                return self._adapter.run(
+                    work,
+                    what=what,
+                    thread_id=thread_id,
+                    checkpoint_id=checkpoint_id,
+                    write=write,
+                    pin=hold.pin,
+                )
+        return self._adapter.run(
+            work, what=what, thread_id=thread_id, checkpoint_id=checkpoint_id, write=write
+        )
 
     # --- holds -----------------------------------------------------------------------------
 
     @contextlib.contextmanager
     def hold(self, thread_id: str) -> Iterator[Hold]:
+        with self._holding(thread_id, deferred=False) as handle:
+            yield handle
+
+    @contextlib.contextmanager
+    def deferred_hold(self, thread_id: str) -> Iterator[Hold]:
+        # Inside the caller's transaction there is no commit to save.
+        with self._holding(thread_id, deferred=not self._adapter.joins) as handle:
+            yield handle
+
+    @contextlib.contextmanager
+    def _holding(self, thread_id: str, *, deferred: bool) -> Iterator[Hold]:
         thread_id = checks.thread_id(thread_id)
         self._ensure_schema()
-        token = new_token()
         pin = self._adapter.pin()
-
-        def acquire(session: Session) -> tuple[bool, bool]:
-            if not self.advisory_lock(session, thread_id, wait=False):
-                return False, session.joined
-            rows = session.query(
-                self._sql("acquire_hold"),
-                thread_id=thread_id,
-                owner=token,
-                ttl=self.lease_seconds,
-                now=time.time(),
-            )
-            return bool(rows), session.joined
-
-        started = time.monotonic()
-        try:
-            granted, joined = self._adapter.run(acquire, what="hold the thread", thread_id=thread_id, pin=pin)
-        except BaseException:
-            pin.release()
-            raise
-        if not granted:
-            pin.release()
-            raise busy_error(thread_id)
+        joined = self._adapter.joins
         handle = SqlHold(
             self,
             thread_id,
-            token,
+            new_token(),
             pin,
             # Inside the caller's transaction nobody else sees the row: the
             # advisory lock (where there is one) and the caller's write lock
@@ -622,10 +667,11 @@ class SqlCheckpointer(Checkpointer):
             lease_seconds=None if joined else self.lease_seconds,
             any_thread=self.any_thread and not joined,
             takeover_at_once=self.HOLDER != "NULL" and not joined,
+            taken=False,
         )
-        handle.renewed(started)
-        KEEPER.add(handle)
         try:
+            if not deferred:
+                self._take_now(handle)
             yield handle
         except BaseException:
             try:
@@ -641,6 +687,35 @@ class SqlCheckpointer(Checkpointer):
                 )
             raise
         handle.release()
+
+    def _take(self, session: Session, hold: SqlHold) -> None:
+        """Inside a write: take the thread for ``hold``, or raise ThreadBusyError (rolling back)."""
+        granted = self.advisory_lock(session, hold.thread_id, wait=False) and session.query(
+            self._sql("acquire_hold"),
+            thread_id=hold.thread_id,
+            owner=hold.token,
+            ttl=self.lease_seconds,
+            now=time.time(),
+        )
+        if not granted:
+            raise busy_error(hold.thread_id)
+
+    def _take_now(self, hold: SqlHold) -> None:
+        """Take a hold that is not taken yet, in a transaction of its own."""
+        started = time.monotonic()
+        self._adapter.run(
+            lambda session: self._take(session, hold),
+            what="hold the thread",
+            thread_id=hold.thread_id,
+            pin=hold.pin,
+        )
+        self._taken(hold, started)
+
+    def _taken(self, hold: SqlHold, started: float) -> None:
+        """The transaction that took ``hold`` (begun at monotonic ``started``) committed."""
+        hold.mark_taken()
+        hold.renewed(started)
+        KEEPER.add(hold)
 
     @property
     def any_thread(self) -> bool:
@@ -748,10 +823,28 @@ class SqlCheckpointer(Checkpointer):
         drops = [_task_scope(task_id) for task_id in drop_journals]
         started = time.monotonic()
 
+        taking = isinstance(hold, SqlHold) and not hold.taken
+
         def work(session: Session) -> None:
-            if not self._advance_thread(session, thread_id, checkpoint, status, fields, expect_latest, now):
-                return  # this very commit landed before (its answer was lost)
-            reason = self._fence(session, hold) if hold is not None else None
+            if taking:
+                # The run's first write takes its hold in the same transaction.
+                assert isinstance(hold, SqlHold)
+                self._take(session, hold)
+            moved, reason = self._advance_thread(
+                session, thread_id, checkpoint, status, fields, expect_latest, now, hold
+            )
+            if not moved:
+                # This very commit landed before (its answer was lost).
+                if taking:
+                    assert isinstance(hold, SqlHold)
+                    session.after_commit(lambda: self._taken(hold, started))
+                return
+            # The move checked the hold; extend its lease only when a quarter
+            # of it has passed, so most supersteps leave the hold row alone.
+            renewing = hold is not None and not taking and (reason is _NOT_CHECKED or hold.renewal_due())
+            if renewing:
+                assert hold is not None
+                reason = self._fence(session, hold)
             store = _Store(self, session)
             parent_manifest: dict[str, ChannelRef] = {}
             if checkpoint.parent_id is not None:
@@ -820,13 +913,27 @@ class SqlCheckpointer(Checkpointer):
             def remember() -> None:
                 self._remember_manifest(thread_id, checkpoint.id, manifest)
                 extend_cached_logs(self._cache, thread_id, parent_manifest, manifest, to_write)
-                if hold is not None:
-                    hold.renewed(started, reason)
+                if taking:
+                    assert isinstance(hold, SqlHold)
+                    self._taken(hold, started)
+                elif hold is not None:
+                    cancel_reason = reason if isinstance(reason, str) else None
+                    if renewing:
+                        hold.renewed(started, cancel_reason)
+                    else:
+                        hold.saw_cancel(cancel_reason)
 
             session.after_commit(remember)
 
         with contextlib.suppress(_AlreadyStored):
-            self._run(work, what="commit a checkpoint", thread_id=thread_id, hold=hold)
+            self._run(
+                work,
+                what="commit a checkpoint",
+                thread_id=thread_id,
+                checkpoint_id=checkpoint.id,
+                hold=hold,
+                takes_hold=True,
+            )
         if release_hold and hold is not None:
             hold.mark_released()
 
@@ -862,8 +969,15 @@ class SqlCheckpointer(Checkpointer):
         fields: Mapping[str, str],
         expect_latest: str | _AnyLatest | None,
         now: float,
-    ) -> bool:
-        """Move the thread's latest pointer; False when this very commit already landed."""
+        hold: Hold | None,
+    ) -> tuple[bool, Any]:
+        """Move the thread's latest pointer.
+
+        Returns:
+            Whether it moved (False: this very commit already landed), and
+            the cancel reason stored with the hold when the move checked the
+            hold too (else ``_NOT_CHECKED``).
+        """
         params = {
             "thread_id": thread_id,
             "checkpoint_id": checkpoint.id,
@@ -871,21 +985,42 @@ class SqlCheckpointer(Checkpointer):
             "step": checkpoint.step,
             "now": now,
         }
+        reason: Any = _NOT_CHECKED
         if isinstance(expect_latest, _AnyLatest):
             session.execute(self._sql("touch_thread"), **params)
-            return True
+            return True, reason
         if expect_latest is None:
             moved = session.query(self._sql("start_thread"), **params)
+        elif hold is not None:
+            if self.REWRITES_ASSIGNED_INDEXES:
+                moved = session.query(
+                    self._sql("advance_held_pointer"),
+                    expected=expect_latest,
+                    owner=hold.token,
+                    thread_id=thread_id,
+                    checkpoint_id=checkpoint.id,
+                    step=checkpoint.step,
+                )
+                if moved:
+                    session.execute(self._sql("restamp_thread"), thread_id=thread_id, status=status, now=now)
+            else:
+                moved = session.query(
+                    self._sql("advance_held_thread"), expected=expect_latest, owner=hold.token, **params
+                )
+            reason = moved[0][0] if moved else None
         else:
             moved = session.query(self._sql("advance_thread"), expected=expect_latest, **params)
         if moved:
-            return True
+            return True, reason
         rows = session.query(self._sql("thread_latest"), thread_id=thread_id)
         found = rows[0][0] if rows else None
         if found == checkpoint.id and self._same_stored(session, thread_id, checkpoint, fields):
             # A retry of a commit whose first try landed but whose answer was
             # lost with the connection: it is done already.
-            return False
+            return False, reason
+        if hold is not None and found == expect_latest:
+            # The thread is where the run left it, so the hold is what failed.
+            self._fence(session, hold)
         raise concurrent_update_error(thread_id, expect_latest, found)
 
     def _manifest(self, session: Session, thread_id: str, checkpoint_id: str) -> dict[str, ChannelRef] | None:
@@ -1499,6 +1634,10 @@ def copy_v1_journals(session: Session, checkpointer: SqlCheckpointer) -> None:
             )
 
 
+_NOT_CHECKED = object()
+"""The cancel reason of a commit that did not check the hold in its first statement."""
+
+
 class _AlreadyStored(Exception):
     """Internal: a retried write found its own earlier write; roll this one back."""
 
@@ -1551,15 +1690,15 @@ class _Store:
         )
         return int(rows[0][0])
 
-    def try_extend_log(self, thread_id: str, log_id: int, old_length: int, new_length: int) -> bool:
-        rows = self._session.query(
-            self._owner._sql("extend_log"),
-            thread_id=thread_id,
-            log_id=log_id,
-            old_length=old_length,
-            new_length=new_length,
+    def append_items(self, thread_id: str, log_id: int, start: int, texts: Sequence[str]) -> bool:
+        claimed = self._session.query(
+            self._owner._sql("append_item"), thread_id=thread_id, log_id=log_id, idx=start, value=texts[0]
         )
-        return bool(rows)
+        if not claimed:
+            return False
+        if len(texts) > 1:
+            self.insert_items(thread_id, log_id, start + 1, texts[1:])
+        return True
 
     def insert_items(self, thread_id: str, log_id: int, start: int, texts: Sequence[str]) -> None:
         for offset in range(0, len(texts), 100):
@@ -1580,13 +1719,12 @@ class _Store:
         rows = self._session.query(self._owner._sql("logs"), thread_id=thread_id)
         logs: dict[int, LogInfo] = {}
         for row in rows:
-            log_id, parent_id, base, length = (
+            log_id, parent_id, base = (
                 _stored_int(row[0], thread_id=thread_id, table="logs"),
                 None if row[1] is None else _stored_int(row[1], thread_id=thread_id, table="logs"),
                 _stored_int(row[2], thread_id=thread_id, table="logs"),
-                _stored_int(row[3], thread_id=thread_id, table="logs"),
             )
-            logs[log_id] = LogInfo(log_id, parent_id, base, length)
+            logs[log_id] = LogInfo(log_id, parent_id, base)
         return logs
 
     def fetch_items(

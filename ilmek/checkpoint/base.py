@@ -172,6 +172,19 @@ class Checkpointer(abc.ABC):
         finally:
             handle.release()
 
+    @contextlib.contextmanager
+    def deferred_hold(self, thread_id: str) -> Iterator[Hold]:
+        """A hold for a run whose first write may take it, in that write's transaction.
+
+        Until then the hold is not taken (``hold.taken`` is false): the run
+        reads without it, and its first commit takes it, or fails with
+        :class:`ThreadBusyError` writing nothing, or with
+        :class:`ConcurrentUpdateError` if the thread moved since the read.
+        That saves a durable commit per run. The default takes it at once.
+        """
+        with self.hold(thread_id) as handle:
+            yield handle
+
     def _take_local_hold(self, thread_id: str) -> LocalHold:
         with self._local_holds_lock:
             if thread_id in self._local_holds:
@@ -205,7 +218,7 @@ class Checkpointer(abc.ABC):
             current = self._local_holds.get(thread_id)
         if current is None or current.released:
             return False
-        current.renewed(0.0, reason)
+        current.saw_cancel(reason)
         return True
 
     # --- beyond the port: what a run reads and writes ---------------------------------

@@ -95,6 +95,9 @@ class Hold:
     takeover_at_once: bool = False
 
     def __init__(self, thread_id: str, token: str, *, lease_seconds: float | None = None) -> None:
+        #: Whether the hold is stored yet. A deferred hold is taken by the
+        #: run's first write, in that write's own transaction.
+        self.taken = True
         self.thread_id = thread_id
         self.token = token
         self.acquired_at = time.time()
@@ -129,8 +132,12 @@ class Hold:
         return lost_error(self.thread_id, self._lost)
 
     def renewed(self, started: float, cancel_reason: str | None = None) -> None:
-        """A fenced write that began at monotonic time ``started`` committed."""
+        """A write that extended the lease, begun at monotonic time ``started``, committed."""
         self._renewed = max(self._renewed, started)
+        self.saw_cancel(cancel_reason)
+
+    def saw_cancel(self, cancel_reason: str | None) -> None:
+        """A committed write read the hold's row: act on a cancel request stored there."""
         if cancel_reason and self.cancel_reason is None:
             self.cancel_reason = cancel_reason
             _LOG.info(
@@ -142,6 +149,17 @@ class Hold:
             if self.on_cancel is not None:
                 self.on_cancel(cancel_reason)
 
+    def take(self) -> None:
+        """Take a deferred hold now, in a transaction of its own.
+
+        Raises:
+            ThreadBusyError: another run holds the thread.
+        """
+
+    def mark_taken(self) -> None:
+        """The write that took a deferred hold committed."""
+        self.taken = True
+
     def mark_released(self) -> None:
         """The hold was given back (by :meth:`release` or in a final commit)."""
         self._released = True
@@ -150,7 +168,7 @@ class Hold:
 
     def seconds_until_renewal(self) -> float | None:
         """How long the driver may wait before it must renew (``None``: never)."""
-        if self.lease_seconds is None or self._released:
+        if self.lease_seconds is None or self._released or not self.taken:
             return None
         return max(0.0, self._renewed + self.lease_seconds * RENEW_AT - time.monotonic())
 
@@ -171,7 +189,7 @@ class Hold:
 
     def must_confirm(self) -> bool:
         """Whether :meth:`verify` must ask the database before a step's effect."""
-        return not self._released and (self.takeover_at_once or self.needs_confirmation())
+        return not self._released and (not self.taken or self.takeover_at_once or self.needs_confirmation())
 
     def verify(self) -> None:
         """Confirm the hold is still this run's, just before a step's side effect.
@@ -181,7 +199,9 @@ class Hold:
         """
         if self._lost is not None:
             raise lost_error(self.thread_id, self._lost)
-        if self.must_confirm():
+        if not self.taken:
+            self.take()
+        elif self.must_confirm():
             # Renewing fails if another run took the thread meanwhile.
             self.renew()
 

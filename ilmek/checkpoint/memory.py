@@ -110,16 +110,16 @@ class _Store:
     def create_log(self, thread_id: str, channel: str, parent_id: int | None, base: int, length: int) -> int:
         log_id = self._owner._next_id()
         thread = self._thread(thread_id)
-        thread.logs[log_id] = LogInfo(log_id, parent_id, base, length)
+        thread.logs[log_id] = LogInfo(log_id, parent_id, base)
         thread.items[log_id] = []
         return log_id
 
-    def try_extend_log(self, thread_id: str, log_id: int, old_length: int, new_length: int) -> bool:
-        logs = self._thread(thread_id).logs
-        log = logs[log_id]
-        if log.length != old_length:
+    def append_items(self, thread_id: str, log_id: int, start: int, texts: Sequence[str]) -> bool:
+        thread = self._thread(thread_id)
+        log = thread.logs.get(log_id)
+        if log is None or log.base + len(thread.items[log_id]) != start:
             return False
-        logs[log_id] = attrs.evolve(log, length=new_length)
+        thread.items[log_id].extend(texts)
         return True
 
     def insert_items(self, thread_id: str, log_id: int, start: int, texts: Sequence[str]) -> None:

@@ -54,6 +54,8 @@ _SCHEMA: list[str] = [
     " blob_id INTEGER PRIMARY KEY AUTOINCREMENT, thread_id TEXT NOT NULL,"
     " channel TEXT NOT NULL, value TEXT NOT NULL)",
     "CREATE INDEX IF NOT EXISTS {p}_blobs_thread ON {p}_blobs (thread_id)",
+    # length: how many items the log was created with; appends claim the next
+    # index of items (a primary key) instead of rewriting this row.
     "CREATE TABLE IF NOT EXISTS {p}_logs ("
     " log_id INTEGER PRIMARY KEY AUTOINCREMENT, thread_id TEXT NOT NULL, channel TEXT NOT NULL,"
     " parent_id INTEGER, base INTEGER NOT NULL, length INTEGER NOT NULL)",
@@ -266,6 +268,7 @@ class SqliteCheckpointer(SqlCheckpointer):
     SCHEMA: ClassVar[list[str]] = _SCHEMA
     UPGRADES: ClassVar[dict[int, list[Migration]]] = _UPGRADES
     AUTO_MIGRATE: ClassVar[bool] = True
+    REWRITES_ASSIGNED_INDEXES: ClassVar[bool] = True
 
     def __init__(
         self,

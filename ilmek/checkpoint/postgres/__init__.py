@@ -50,6 +50,8 @@ _SCHEMA: list[str] = [
     "CREATE TABLE IF NOT EXISTS {p}_blobs (blob_id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
     f" thread_id TEXT {_C} NOT NULL, channel TEXT NOT NULL, value JSONB NOT NULL)",
     "CREATE INDEX IF NOT EXISTS {p}_blobs_thread ON {p}_blobs (thread_id)",
+    # length: how many items the log was created with; appends claim the next
+    # index of items (a primary key) instead of rewriting this row.
     "CREATE TABLE IF NOT EXISTS {p}_logs (log_id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
     f" thread_id TEXT {_C} NOT NULL, channel TEXT NOT NULL, parent_id BIGINT,"
     " base BIGINT NOT NULL, length BIGINT NOT NULL)",

@@ -4,10 +4,10 @@ Commands: ``demo`` (the checkout flow, paused in one process and answered in
 another), ``threads``, ``history`` (the checkpoint tree), ``show``,
 ``delete``, ``prune``, ``migrate`` and ``ddl``; for operations ``recover``
 (continue stalled threads with graphs named ``MODULE:NAME``), ``cancel`` (ask
-a running thread to stop) and ``gc`` (delete or prune old threads). A store is a SQLite file path,
-a ``postgresql://`` URL or a libpq keyword string (``host=... dbname=...``),
-given with ``--db`` or ``ILMEK_DB``; without one it is the default SQLite
-file. Only the standard library (``argparse``) and the public checkpointer API
+a running thread to stop) and ``gc`` (delete or prune old threads). A store
+is a SQLite file path, a ``postgresql://`` URL or a libpq keyword string
+(``host=... dbname=...``), given with ``--db`` or ``ILMEK_DB``; without one
+it is the default SQLite file. Only the standard library (``argparse``) and the public checkpointer API
 are used; how values and trees are drawn for a terminal belongs here too.
 
 Everything printed that came from a store or from the command line goes
@@ -851,7 +851,9 @@ def _show_json(
         "channels": _json_value(dict(checkpoint.channels)),
         "thread_status": info.status if info is not None else None,
         "running": info is not None and info.running,
-        "held_since": _json_time(info.held_since) if info is not None and info.held_since else None,
+        "held_since": _json_time(info.held_since)
+        if info is not None and info.held_since is not None
+        else None,
         "error": _error_json(info.error if info is not None else None),
     }
 
@@ -1023,8 +1025,9 @@ def _runs_with(name: str | None, graphs: Mapping[str, CompiledGraph]) -> bool:
     return name in graphs if name is not None else len(graphs) == 1
 
 
-def _age_text(older_than: float) -> str:
-    return f"last updated before {_when(_dt.datetime.fromtimestamp(older_than, _dt.UTC))}"
+def _before(moment: float) -> str:
+    """``last updated before <moment>`` (epoch seconds), as `gc` reports what it took."""
+    return f"last updated before {_when(_dt.datetime.fromtimestamp(moment, _dt.UTC))}"
 
 
 def _outcome(result: Result) -> str:
@@ -1114,7 +1117,7 @@ def _old_threads(checkpointer: Checkpointer, args: argparse.Namespace) -> tuple[
 
 
 def _cmd_gc(args: argparse.Namespace) -> int:
-    what = _age_text(args.older_than) + (f", status {args.status}" if args.status else "")
+    what = _before(args.older_than) + (f", status {args.status}" if args.status else "")
     with _opened(args) as checkpointer:
         if args.keep_last is None and not args.dry_run:
             spared = [
@@ -1133,14 +1136,17 @@ def _cmd_gc(args: argparse.Namespace) -> int:
                 _say(printable(f"{_when(info.updated_at)}  {info.status:<11}  {info.id}"))
             _say(f"would delete {_count(len(threads), 'thread')} {what}")
         else:
-            _gc_prune(checkpointer, threads, args)
+            _gc_prune(checkpointer, threads, args, what)
         if running:
             _say(f"kept {_count(running, 'thread')} that a run holds now")
     return 0
 
 
-def _gc_prune(checkpointer: Checkpointer, threads: Sequence[ThreadInfo], args: argparse.Namespace) -> None:
-    """`gc --keep-last N`: prune each thread instead of deleting it."""
+def _gc_prune(
+    checkpointer: Checkpointer, threads: Sequence[ThreadInfo], args: argparse.Namespace, what: str
+) -> None:
+    """`gc --keep-last N`: prune each thread instead of deleting it (``what``: which threads, in words)."""
+    verb = "would drop" if args.dry_run else "dropped"
     dropped_total = touched = 0
     for info in threads:
         if args.dry_run:
@@ -1158,12 +1164,9 @@ def _gc_prune(checkpointer: Checkpointer, threads: Sequence[ThreadInfo], args: a
         if dropped:
             touched += 1
             dropped_total += dropped
-            verb = "would drop" if args.dry_run else "dropped"
             _say(printable(f"thread {_q(info.id)}: {verb} {_count(dropped, 'checkpoint')}, {kept} kept"))
-    verb = "would drop" if args.dry_run else "dropped"
     _say(
-        f"{verb} {_count(dropped_total, 'checkpoint')} of {_count(touched, 'thread')} "
-        f"({len(threads)} {_age_text(args.older_than)}{', status ' + args.status if args.status else ''})"
+        f"{verb} {_count(dropped_total, 'checkpoint')} of {_count(touched, 'thread')} ({len(threads)} {what})"
     )
 
 

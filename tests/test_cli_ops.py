@@ -45,6 +45,7 @@ from ilmek.checkpoint.postgres import PostgresCheckpointer
 from ilmek.checkpoint.sqlite import SqliteCheckpointer
 from ilmek.graph import CompiledGraph
 from ilmek.loading import load_graph
+from ilmek.types import ThreadInfo
 from tests.cli_support import (
     REPO_ROOT,
     cli,
@@ -226,6 +227,7 @@ import sys
 from ilmek import run
 from ilmek.cli import open_checkpointer
 from ilmek.loading import load_graph
+from ilmek.types import ThreadInfo
 
 database, reference, thread_id = sys.argv[1:4]
 checkpointer = open_checkpointer(database)
@@ -327,6 +329,16 @@ def failed_threads(checkpointer: Checkpointer, reference: str, thread_ids: list[
         assert "error" == run(flaky, {}, thread_id=thread_id, checkpointer=checkpointer).status
 
 
+@pytest.fixture
+def broken(checkpointer: Checkpointer, modules: Modules, effects: Effects) -> ThreadInfo:
+    """Thread ``broken``, whose run failed in its node (the message full of escapes); its info."""
+    failed_threads(checkpointer, modules.flaky(effects, modules.folder / "never"), ["broken"])
+    info = checkpointer.get_thread("broken")
+    assert info is not None
+    assert info.error is not None
+    return info
+
+
 # --- threads --status error|running, and show ---------------------------------------------------
 
 
@@ -358,19 +370,12 @@ def test_threads_lists_failed_threads_with_the_error_shortened_and_escaped(
 
 
 def test_threads_json_carries_status_running_and_the_error(
-    capsys: pytest.CaptureFixture[str],
-    store: Store,
-    checkpointer: Checkpointer,
-    modules: Modules,
-    effects: Effects,
+    capsys: pytest.CaptureFixture[str], store: Store, checkpointer: Checkpointer, broken: ThreadInfo
 ) -> None:
     """`threads --json` gives each thread `running`, `held_since` and `error` (type, message, node...)."""
-    reference = modules.flaky(effects, modules.folder / "never")
-    failed_threads(checkpointer, reference, ["broken"])
-    info = checkpointer.get_thread("broken")
-    assert info is not None
-    assert info.error is not None
 
+    info, error = broken, broken.error
+    assert error is not None
     status, out, _ = cli(capsys, "--db", store.db, "threads", "--json", "--status", "error")
     assert 0 == status
     [thread] = json.loads(out)["threads"]
@@ -384,7 +389,7 @@ def test_threads_json_carries_status_running_and_the_error(
             "message": "card declined\n" + EVIL,
             "node": "work",
             "checkpoint_id": info.checkpoint_id,
-            "at": info.error.at.isoformat(),
+            "at": error.at.isoformat(),
         },
     } == {key: thread[key] for key in ("id", "status", "running", "held_since", "error")}
 
@@ -461,19 +466,12 @@ def test_bad_ages_and_missing_arguments_are_one_line_usage_errors(
 
 
 def test_show_says_why_the_last_run_failed_and_whether_a_run_holds_the_thread(
-    capsys: pytest.CaptureFixture[str],
-    store: Store,
-    checkpointer: Checkpointer,
-    modules: Modules,
-    effects: Effects,
+    capsys: pytest.CaptureFixture[str], store: Store, checkpointer: Checkpointer, broken: ThreadInfo
 ) -> None:
     """`show` of a failed thread: its error (type, message escaped, node, checkpoint, time) and `running`."""
-    reference = modules.flaky(effects, modules.folder / "never")
-    failed_threads(checkpointer, reference, ["broken"])
-    info = checkpointer.get_thread("broken")
-    assert info is not None
-    assert info.error is not None
 
+    info, error = broken, broken.error
+    assert error is not None
     status, out, err = cli(capsys, "--db", store.db, "show", "broken")
     assert (0, "") == (status, err)
     assert [] == raw_controls(out)
@@ -483,7 +481,7 @@ def test_show_says_why_the_last_run_failed_and_whether_a_run_holds_the_thread(
     assert "failed       ValueError: card declined\\n\\x1b]0;pwned\\x07\\x1b[2J\\u202e\\x9b" in lines
     assert (
         f"             in node 'work', running from checkpoint {info.checkpoint_id!r}, "
-        f"at {info.error.at.strftime('%Y-%m-%d %H:%M:%SZ')}"
+        f"at {error.at.strftime('%Y-%m-%d %H:%M:%SZ')}"
     ) in lines
 
     with checkpointer.hold("broken"):

@@ -271,6 +271,17 @@ class Target:
         """CPU seconds the database server's processes have used so far (``None``: in-process or remote)."""
         return None
 
+    #: The prefix of the tables :meth:`make_checkpointer`'s checkpointers use.
+    table_prefix = "ilmek"
+
+    def sql_connection(self) -> Any:
+        """A DB-API connection of the script's own to the same database, with the run's durability.
+
+        For writing rows straight into ilmek's tables (building volume fast)
+        and for bare floors; the caller closes it.
+        """
+        raise NotImplementedError
+
     def close(self) -> None:
         """Close what the target opened."""
 
@@ -392,6 +403,10 @@ class SqliteTarget(Target):
 
     def bare_writer(self, payload: str) -> BareWriter:
         return _SqliteBareWriter(self.folder / f"bare-{self._file.path.name}", self.synchronous, payload)
+
+    def sql_connection(self) -> sqlite3.Connection:
+        """A connection to the checkpointer's file, in autocommit: ``BEGIN`` / ``COMMIT`` are the caller's."""
+        return _sqlite_connect(self._file.path, self.synchronous)
 
     def close(self) -> None:
         self._file.close()
@@ -656,6 +671,14 @@ class PostgresTarget(Target):
     def _session_options(self, *, for_setup: bool) -> str:
         durable = not for_setup and self.synchronous == "FULL"
         return f"-c synchronous_commit={'on' if durable else 'off'}"
+
+    @property
+    def table_prefix(self) -> str:  # type: ignore[override]
+        return self.prefix
+
+    def sql_connection(self) -> Any:
+        """A psycopg2 connection of its own (not from the pools), its commits as durable as the run's."""
+        return self._psycopg2.connect(self.dsn, options=self._session_options(for_setup=False))
 
     def describe(self) -> str:
         settings = self._settings(

@@ -2,10 +2,12 @@
 
 Commands: ``demo`` (the checkout flow, paused in one process and answered in
 another), ``threads``, ``history`` (the checkpoint tree), ``show``,
-``delete``, ``prune``, ``migrate`` and ``ddl``. A store is a SQLite file path,
-a ``postgresql://`` URL or a libpq keyword string (``host=... dbname=...``),
-given with ``--db`` or ``ILMEK_DB``; without one it is the default SQLite
-file. Only the standard library (``argparse``) and the public checkpointer API
+``delete``, ``prune``, ``migrate`` and ``ddl``; for operations ``recover``
+(continue stalled threads with graphs named ``MODULE:NAME``), ``cancel`` (ask
+a running thread to stop) and ``gc`` (delete or prune old threads). A store
+is a SQLite file path, a ``postgresql://`` URL or a libpq keyword string
+(``host=... dbname=...``), given with ``--db`` or ``ILMEK_DB``; without one
+it is the default SQLite file. Only the standard library (``argparse``) and the public checkpointer API
 are used; how values and trees are drawn for a terminal belongs here too.
 
 Everything printed that came from a store or from the command line goes
@@ -30,6 +32,7 @@ import re
 import shlex
 import shutil
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, NoReturn
@@ -38,13 +41,16 @@ import attrs
 
 from . import __version__, serde
 from .checkpoint._sql import SqlCheckpointer, validate_prefix
-from .checkpoint.base import Checkpointer
+from .checkpoint.base import Checkpointer, checkpoints_to_keep
 from .checkpoint.sqlite import DEFAULT_PATH, SqliteCheckpointer
 from .demo import CART, build_checkout_graph, question_of
 from .engine import resume, run
-from .errors import IlmekError, StorageError
+from .errors import IlmekError, StorageError, ThreadBusyError
+from .graph import CompiledGraph
+from .loading import load_graphs
+from .operations import recover, request_cancel, stalled_threads
 from .redact import dsn_secrets, mask_dsn, mask_secrets, printable, printable_json
-from .types import Checkpoint, JournalEntry, Pending, Result, ThreadInfo
+from .types import Checkpoint, JournalEntry, Pending, Result, ThreadError, ThreadInfo
 
 __all__ = ["build_parser", "main", "open_checkpointer", "render_history", "render_value"]
 
@@ -73,7 +79,9 @@ _LIBPQ_KEYWORDS = frozenset(
     }
 )  # fmt: skip
 _KEYWORD_DSN = re.compile(r"\s*([A-Za-z_]+)\s*=")
-_THREAD_STATUSES = ("done", "interrupted", "unfinished")
+_THREAD_STATUSES = ("done", "interrupted", "unfinished", "error", "running")
+# `gc` never touches a running thread, so it does not offer that status.
+_GC_STATUSES = ("done", "interrupted", "unfinished", "error")
 _DIALECTS = ("postgres", "sqlite")
 _THREAD_HELP = "the thread's id (any text; quote it for the shell)"
 
@@ -95,6 +103,19 @@ _MAX_MESSAGE = 1000
 _MAX_COUNT = 1_000_000_000
 # Python refuses str() of an int longer than this (sys.int_max_str_digits).
 _MAX_INT_DIGITS = 4300
+# An age an option takes (`--older-than 30d`): seconds per unit.
+_AGE_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_AGE = re.compile(r"(?:[0-9]{1,12}[smhdw])+")
+_AGE_PART = re.compile(r"([0-9]{1,12})([smhdw])")
+# The oldest age taken: a century, beyond any retention and well inside what
+# a datetime can hold.
+_MAX_AGE = 100 * 366 * 86400
+_MOMENT_HELP = (
+    "an age, meaning that long ago (90s, 10m, 2h, 30d, 1w, 1d12h), or an ISO date or time "
+    "(2024-05-01, 2024-05-01T12:00Z; UTC unless it names a zone)"
+)
+# How much of a failure's message a `threads` row shows (`show` shows more).
+_NOTE_TEXT = 80
 
 
 class _CommandFailed(Exception):
@@ -396,6 +417,28 @@ def _align(rows: Sequence[Sequence[str]]) -> list[str]:
     ]
 
 
+def _clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, an ellipsis saying so."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _failure(error: ThreadError) -> str:
+    """A failure as ``Type: message`` (escaped when printed, like every stored text)."""
+    return f"{error.type}: {error.message}" if error.message else error.type
+
+
+def _error_json(error: ThreadError | None) -> dict[str, Any] | None:
+    if error is None:
+        return None
+    return {
+        "type": error.type,
+        "message": error.message,
+        "node": error.node,
+        "checkpoint_id": error.checkpoint_id,
+        "at": _json_time(error.at),
+    }
+
+
 def _thread_json(info: ThreadInfo) -> dict[str, Any]:
     return {
         "id": info.id,
@@ -405,13 +448,33 @@ def _thread_json(info: ThreadInfo) -> dict[str, Any]:
         "updated_at": _json_time(info.updated_at),
         "checkpoint_id": info.checkpoint_id,
         "metadata": _json_value(dict(info.metadata)),
+        "running": info.running,
+        "held_since": _json_time(info.held_since) if info.held_since is not None else None,
+        "error": _error_json(info.error),
     }
+
+
+def _thread_note(info: ThreadInfo) -> str:
+    """What a `threads` row adds about a thread: the run holding it, why its last run failed."""
+    notes = []
+    if info.running:
+        since = f" since {_when(info.held_since)}" if info.held_since is not None else ""
+        notes.append(f"running{since}")
+    if info.error is not None:
+        notes.append(_clip(_one_line(_failure(info.error)) or info.error.type, _NOTE_TEXT))
+    return "; ".join(notes)
 
 
 def _cmd_threads(args: argparse.Namespace) -> int:
     with _opened(args) as checkpointer:
         # One more than asked, to know whether to say there are more.
-        threads = checkpointer.list_threads(search=args.search, status=args.status, limit=args.limit + 1)
+        threads = checkpointer.list_threads(
+            search=args.search,
+            status=args.status,
+            limit=args.limit + 1,
+            updated_before=args.updated_before,
+            updated_after=args.updated_after,
+        )
     shown = threads[: args.limit]
     more = len(threads) > args.limit
     if args.json:
@@ -420,8 +483,14 @@ def _cmd_threads(args: argparse.Namespace) -> int:
     if not threads:
         _say("no threads")
         return 0
+    header = ["THREAD", "STATUS", "STEP", "UPDATED", "LATEST CHECKPOINT"]
     rows = [[t.id, t.status, str(t.step), _when(t.updated_at), t.checkpoint_id or "-"] for t in shown]
-    for line in _align([["THREAD", "STATUS", "STEP", "UPDATED", "LATEST CHECKPOINT"], *rows]):
+    notes = [_thread_note(t) for t in shown]
+    if any(notes):
+        # Only when a row has something to say, so the usual listing stays five columns.
+        header.append("NOTE")
+        rows = [[*row, note or "-"] for row, note in zip(rows, notes, strict=True)]
+    for line in _align([header, *rows]):
         _say(line)
     if more:
         _say(f"(the {args.limit} most recently updated; --limit N shows more)")
@@ -749,7 +818,9 @@ def _journal_json(entry: JournalEntry) -> dict[str, Any]:
     }
 
 
-def _show_json(checkpoint: Checkpoint, reports: Sequence[_PauseReport]) -> dict[str, Any]:
+def _show_json(
+    checkpoint: Checkpoint, reports: Sequence[_PauseReport], info: ThreadInfo | None
+) -> dict[str, Any]:
     pauses = []
     for report in reports:
         pause = _pending_json(report.pause)
@@ -778,7 +849,34 @@ def _show_json(checkpoint: Checkpoint, reports: Sequence[_PauseReport]) -> dict[
         ],
         "pending": pauses,
         "channels": _json_value(dict(checkpoint.channels)),
+        "thread_status": info.status if info is not None else None,
+        "running": info is not None and info.running,
+        "held_since": _json_time(info.held_since)
+        if info is not None and info.held_since is not None
+        else None,
+        "error": _error_json(info.error if info is not None else None),
     }
+
+
+def _print_thread_run(info: ThreadInfo | None, full: bool) -> None:
+    """`show`'s lines about the thread as a whole: whether a run holds it now, why its last run failed."""
+    if info is None:
+        return
+    if info.running:
+        since = f" since {_when(info.held_since)}" if info.held_since is not None else ""
+        _print_field("running", f"yes: a live run holds the thread{since}")
+    else:
+        _print_field("running", "no")
+    error = info.error
+    if error is None:
+        return
+    failure = _failure(error)
+    _print_field("failed", printable(failure if full else _shorten(failure, _MAX_TEXT)))
+    where = [f"in node {_q(error.node)}" if error.node is not None else "outside any node"]
+    if error.checkpoint_id is not None:
+        where.append(f"running from checkpoint {_q(error.checkpoint_id)}")
+    where.append(f"at {_when(error.at)}")
+    _print_field("", printable(", ".join(where)))
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -802,15 +900,21 @@ def _cmd_show(args: argparse.Namespace) -> int:
             ]
         reports = _pause_reports(checkpointer, checkpoint, children)
         channels = dict(checkpoint.channels)
+        info = checkpointer.get_thread(args.thread)
     if args.json:
-        _print_json(_show_json(checkpoint, reports))
+        _print_json(_show_json(checkpoint, reports, info))
         return 0
     pad = " " * _LABEL_WIDTH
     _print_field("thread", printable(checkpoint.thread_id))
     _print_field("checkpoint", printable(checkpoint.id))
     _print_field("parent", printable(checkpoint.parent_id or "-"))
     _print_field("step", str(checkpoint.step))
-    _print_field("status", checkpoint.status + (" (answered)" if children else ""))
+    status = checkpoint.status + (" (answered)" if children else "")
+    if info is not None and info.checkpoint_id == checkpoint.id and info.status != checkpoint.status:
+        # A failed run leaves its checkpoint planning tasks; the thread reads `error`.
+        status += f" (the thread: {info.status})"
+    _print_field("status", status)
+    _print_thread_run(info, args.full)
     _print_field("written", _when(checkpoint.ts))
     _print_field("metadata", render_value(dict(checkpoint.metadata), full=args.full, indent=pad))
     if checkpoint.next:
@@ -885,6 +989,185 @@ def _cmd_prune(args: argparse.Namespace) -> int:
         kept = len(checkpointer.list(args.thread))
     _say(printable(f"dropped {_count(dropped, 'checkpoint')} of thread {_q(args.thread)}; {kept} kept"))
     return 0
+
+
+# --- operations: recover, cancel, gc ------------------------------------------------------
+
+# Threads are listed from the store this many at a time.
+_PAGE = 500
+
+
+def _loaded_graphs(references: Sequence[str]) -> dict[str, CompiledGraph]:
+    """The graphs ``MODULE:NAME`` references name, keyed by graph name; any failure is one message."""
+    try:
+        return load_graphs(list(references))
+    except IlmekError:
+        raise
+    except Exception as error:
+        # The user's module failed to import (a syntax error, a missing
+        # setting...): its message, not a traceback through ilmek.
+        named = ", ".join(_q(reference) for reference in references)
+        raise _CommandFailed(
+            f"cannot load {named}: {type(error).__name__}: {_one_line(str(error))}"
+        ) from error
+
+
+def _graph_name(checkpointer: Checkpointer, thread_id: str) -> str | None:
+    """The name of the graph that wrote the thread's latest checkpoint (its channels are not read)."""
+    latest = checkpointer.list(thread_id, limit=1)
+    name = latest[0].metadata.get("graph") if latest else None
+    return name if isinstance(name, str) else None
+
+
+def _runs_with(name: str | None, graphs: Mapping[str, CompiledGraph]) -> bool:
+    """Whether :func:`ilmek.recover` continues a thread of graph ``name`` with ``graphs``."""
+    # As recover() does: a checkpoint that names no graph goes to the only graph given.
+    return name in graphs if name is not None else len(graphs) == 1
+
+
+def _before(moment: float) -> str:
+    """``last updated before <moment>`` (epoch seconds), as `gc` reports what it took."""
+    return f"last updated before {_when(_dt.datetime.fromtimestamp(moment, _dt.UTC))}"
+
+
+def _outcome(result: Result) -> str:
+    """How a continued run ended, for one line of `recover`."""
+    if result.status == "error" and result.errors:
+        node, error = result.errors[0]
+        return f"error (node {_q(node)}: {_clip(_one_line(f'{type(error).__name__}: {error}'), _NOTE_TEXT)})"
+    if result.status == "aborted":
+        return f"aborted ({_clip(result.abort_reason or 'no reason given', _NOTE_TEXT)})"
+    if result.status == "interrupted":
+        return "interrupted (waiting for " + ", ".join(_q(pause.id) for pause in result.pending) + ")"
+    return result.status
+
+
+def _cmd_recover(args: argparse.Namespace) -> int:
+    graphs = _loaded_graphs(args.graphs)
+    older_than = max(0.0, time.time() - args.older_than) if args.older_than is not None else 0.0
+    with _opened(args) as checkpointer:
+        stalled = stalled_threads(checkpointer, older_than=older_than, limit=args.limit)
+        owners = {info.id: _graph_name(checkpointer, info.id) for info in stalled}
+        if args.dry_run:
+            if not stalled:
+                _say("no stalled threads")
+                return 0
+            rows = [["THREAD", "STATUS", "UPDATED", "GRAPH", "WOULD"]]
+            for info in stalled:
+                owner = owners[info.id]
+                would = "continue" if _runs_with(owner, graphs) else "skip: its graph was not given"
+                rows.append([info.id, info.status, _when(info.updated_at), owner or "-", would])
+            for line in _align(rows):
+                _say(line)
+            return 0
+        results = recover(graphs, checkpointer, older_than=older_than, limit=args.limit)
+    continued = {result.thread_id for result in results}
+    for result in results:
+        _say(printable(f"thread {_q(result.thread_id)}: {_outcome(result)}"))
+    for info in stalled:
+        if info.id in continued:
+            continue
+        owner = owners[info.id]
+        if _runs_with(owner, graphs):
+            why = "another process or run took it first"
+        else:
+            why = f"its graph {_q(owner or '(unnamed)')} was not given"
+        _say(printable(f"thread {_q(info.id)}: not continued here ({why})"))
+    if not stalled and not results:
+        _say("no stalled threads")
+    else:
+        _say(f"continued {_count(len(results), 'thread')}")
+    return 0
+
+
+def _cmd_cancel(args: argparse.Namespace) -> int:
+    with _opened(args) as checkpointer:
+        asked = request_cancel(checkpointer, args.thread, args.reason)
+        exists = asked or _exists(checkpointer, args.thread)
+    if not asked:
+        if not exists:
+            raise _CommandFailed(
+                f"thread {_q(args.thread)} does not exist in {_shown_database(_database(args))}"
+            )
+        raise _CommandFailed(f"no run holds thread {_q(args.thread)} now: nothing to cancel")
+    _say(
+        printable(
+            f"asked the run holding thread {_q(args.thread)} to stop: it ends aborted "
+            f"({_shorten(args.reason)}) at its next superstep"
+        )
+    )
+    return 0
+
+
+def _old_threads(checkpointer: Checkpointer, args: argparse.Namespace) -> tuple[list[ThreadInfo], int]:
+    """The threads `gc` would touch, least recently updated first, and how many running ones it spares."""
+    found: list[ThreadInfo] = []
+    offset = 0
+    while True:
+        page = checkpointer.list_threads(
+            status=args.status, updated_before=args.older_than, offset=offset, limit=_PAGE
+        )
+        found.extend(page)
+        if len(page) < _PAGE:
+            break
+        offset += _PAGE
+    idle = [info for info in found if not info.running]
+    idle.reverse()
+    return idle, len(found) - len(idle)
+
+
+def _cmd_gc(args: argparse.Namespace) -> int:
+    what = _before(args.older_than) + (f", status {args.status}" if args.status else "")
+    with _opened(args) as checkpointer:
+        if args.keep_last is None and not args.dry_run:
+            spared = [
+                info
+                for info in checkpointer.list_threads(status="running", updated_before=args.older_than)
+                if args.status in (None, info.status)
+            ]
+            deleted = checkpointer.delete_threads(updated_before=args.older_than, status=args.status)
+            _say(f"deleted {_count(deleted, 'thread')} {what}")
+            if spared:
+                _say(f"kept {_count(len(spared), 'thread')} that a run holds now")
+            return 0
+        threads, running = _old_threads(checkpointer, args)
+        if args.keep_last is None:
+            for info in threads:
+                _say(printable(f"{_when(info.updated_at)}  {info.status:<11}  {info.id}"))
+            _say(f"would delete {_count(len(threads), 'thread')} {what}")
+        else:
+            _gc_prune(checkpointer, threads, args, what)
+        if running:
+            _say(f"kept {_count(running, 'thread')} that a run holds now")
+    return 0
+
+
+def _gc_prune(
+    checkpointer: Checkpointer, threads: Sequence[ThreadInfo], args: argparse.Namespace, what: str
+) -> None:
+    """`gc --keep-last N`: prune each thread instead of deleting it (``what``: which threads, in words)."""
+    verb = "would drop" if args.dry_run else "dropped"
+    dropped_total = touched = 0
+    for info in threads:
+        if args.dry_run:
+            lineage = {c.id: c.parent_id for c in checkpointer.list(info.id)}
+            keep = checkpoints_to_keep(list(lineage), lineage, args.keep_last)
+            dropped, kept = len(lineage) - len(keep), len(keep)
+        else:
+            try:
+                dropped = checkpointer.prune(info.id, keep_last=args.keep_last)
+            except ThreadBusyError:
+                # A run took the thread since it was listed: leave it to that run.
+                _say(printable(f"thread {_q(info.id)}: skipped, a run holds it now"))
+                continue
+            kept = len(checkpointer.list(info.id))
+        if dropped:
+            touched += 1
+            dropped_total += dropped
+            _say(printable(f"thread {_q(info.id)}: {verb} {_count(dropped, 'checkpoint')}, {kept} kept"))
+    _say(
+        f"{verb} {_count(dropped_total, 'checkpoint')} of {_count(touched, 'thread')} ({len(threads)} {what})"
+    )
 
 
 # --- schema -------------------------------------------------------------------------------
@@ -978,6 +1261,36 @@ def _positive(text: str) -> int:
     return number
 
 
+def _moment(text: str) -> float:
+    """A point in time as epoch seconds: an age (``30d``: that long ago) or an ISO date or time.
+
+    An ISO time without a zone is read as UTC, as every time the command line prints is.
+    """
+    compact = re.sub(r"\s+", "", text).lower()
+    if _AGE.fullmatch(compact):
+        seconds = sum(int(number) * _AGE_UNITS[unit] for number, unit in _AGE_PART.findall(compact))
+        if seconds > _MAX_AGE:
+            raise argparse.ArgumentTypeError(f"must be at most a century, got {_q(text)}")
+        return time.time() - seconds
+    try:
+        moment = _dt.datetime.fromisoformat(text.strip())
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=_dt.UTC)
+        return moment.timestamp()
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(
+            f"not an age (10m, 2h, 30d) or an ISO date (2024-05-01, 2024-05-01T12:00Z): {_q(text)}"
+        ) from None
+
+
+def _past_moment(text: str) -> float:
+    """:func:`_moment`, but not in the future: "older than tomorrow" would take every thread."""
+    moment = _moment(text)
+    if moment > time.time():
+        raise argparse.ArgumentTypeError(f"is in the future: {_q(text)}")
+    return moment
+
+
 def _store_options(parser: argparse.ArgumentParser, *, default: Any) -> None:
     parser.add_argument(
         "--db",
@@ -1052,6 +1365,18 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     threads.add_argument("--status", choices=_THREAD_STATUSES, help="only threads in this status")
     threads.add_argument("--search", type=_text, metavar="TEXT", help="only threads whose id contains TEXT")
     threads.add_argument("--limit", type=_positive, default=50, metavar="N", help="at most N (default: 50)")
+    threads.add_argument(
+        "--updated-before",
+        type=_moment,
+        metavar="WHEN",
+        help=f"only threads last updated before WHEN: {_MOMENT_HELP}",
+    )
+    threads.add_argument(
+        "--updated-after",
+        type=_moment,
+        metavar="WHEN",
+        help="only threads last updated at or after WHEN (as above)",
+    )
     _json_option(threads)
 
     history = command(
@@ -1087,6 +1412,65 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     prune.add_argument("thread", type=_text, metavar="THREAD", help=_THREAD_HELP)
     prune.add_argument("--keep-last", type=_positive, required=True, metavar="N", help="keep the N newest")
+
+    recover_ = command(
+        "recover",
+        _cmd_recover,
+        "Continue stalled threads (planned tasks, no open pause, no live run: a crash or a failed "
+        "node) with their graphs, replaying what their steps recorded; safe from several processes.",
+    )
+    recover_.add_argument(
+        "graphs",
+        nargs="+",
+        metavar="MODULE:GRAPH",
+        help="the graphs to continue threads with (module.path:name, imported from the current folder "
+        "or the installed packages); a thread runs with the graph its latest checkpoint names",
+    )
+    recover_.add_argument(
+        "--older-than",
+        type=_past_moment,
+        metavar="AGE",
+        help="only threads idle at least that long (10m, 2h, or an ISO date; default: any); "
+        "make it longer than your slowest node",
+    )
+    recover_.add_argument("--limit", type=_positive, metavar="N", help="at most N threads, oldest first")
+    recover_.add_argument(
+        "--dry-run", action="store_true", help="list the stalled threads and their graphs; run nothing"
+    )
+
+    cancel = command(
+        "cancel",
+        _cmd_cancel,
+        "Ask the run that holds a thread now, in any process, to stop: it ends aborted at its next "
+        "superstep (exit status 1 if no run holds the thread).",
+    )
+    cancel.add_argument("thread", type=_text, metavar="THREAD", help=_THREAD_HELP)
+    cancel.add_argument(
+        "--reason", type=_text, default="cancelled", metavar="TEXT", help="why (default: cancelled)"
+    )
+
+    gc = command(
+        "gc",
+        _cmd_gc,
+        "Delete threads last updated before an age (never one a run holds), or with --keep-last "
+        "prune each of them instead.",
+    )
+    gc.add_argument(
+        "--older-than",
+        type=_past_moment,
+        required=True,
+        metavar="AGE",
+        help="threads last updated before then: 30d, 12h, or an ISO date (2024-05-01)",
+    )
+    gc.add_argument("--status", choices=_GC_STATUSES, help="only threads in this status")
+    gc.add_argument(
+        "--keep-last",
+        type=_positive,
+        metavar="N",
+        help="keep the threads; drop all but the N newest checkpoints of each (and every one a "
+        "branch or pause needs)",
+    )
+    gc.add_argument("--dry-run", action="store_true", help="list what would go; change nothing")
 
     migrate = command("migrate", _cmd_migrate, "Create or upgrade the store's tables.")
     migrate.add_argument(

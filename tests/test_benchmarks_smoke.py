@@ -74,6 +74,18 @@ CONCURRENCY_HEADERS = (
 )
 CONCURRENCY_TINY = ("--workers", "2", "--supersteps", "3", "--seconds", "0.2", "--rounds", "1")
 
+GC_HEADERS = (
+    "old threads deleted by each side",
+    "rows per thread: threads 1, checkpoints",
+    "deleting old threads",
+    "threads/s",
+    "ms per 1,000 threads",
+    "ilmek delete_threads(updated_before=...)",
+    "bare set-based DELETE",
+    "every old thread's rows gone, the young threads kept",
+)
+GC_TINY = ("--threads", "60", "--batch", "20", "--synchronous", "NORMAL")
+
 
 def assert_headers(output: str, headers: tuple[str, ...]) -> None:
     for header in headers:
@@ -101,6 +113,13 @@ def test_concurrency_on_sqlite_prints_rates_and_the_speed_up(tmp_path: pathlib.P
     )
 
     assert_headers(output, (*CONCURRENCY_HEADERS, "SQLite 3."))
+
+
+def test_gc_on_sqlite_deletes_every_old_thread_and_prints_the_rate(tmp_path: pathlib.Path) -> None:
+    """bench_gc.py: delete_threads and the bare floor clear their old threads; the young ones stay."""
+    output = run_script("bench_gc.py", *GC_TINY, "--db", str(tmp_path))
+
+    assert_headers(output, (*GC_HEADERS, "SQLite 3."))
 
 
 @pytest.fixture(scope="module")
@@ -135,3 +154,11 @@ def test_concurrency_on_postgres_prints_rates_and_the_speed_up(benchmark_dsn: st
     output = run_script("bench_concurrency.py", *CONCURRENCY_TINY, "--dsn", benchmark_dsn)
 
     assert_headers(output, (*CONCURRENCY_HEADERS, "PostgreSQL", "server CPU ms/superstep"))
+
+
+@pytest.mark.postgres
+def test_gc_on_postgres_deletes_every_old_thread_and_prints_the_rate(benchmark_dsn: str) -> None:
+    """bench_gc.py --target postgres: the same through a psycopg2 pool on the session's server."""
+    output = run_script("bench_gc.py", *GC_TINY, "--target", "postgres", "--dsn", benchmark_dsn)
+
+    assert_headers(output, (*GC_HEADERS, "PostgreSQL", "ThreadedConnectionPool"))

@@ -76,6 +76,9 @@ def test_threads_json_is_one_document_with_iso_times(
         "updated_at": info.updated_at.isoformat(),
         "checkpoint_id": info.checkpoint_id,
         "metadata": {"customer": "c-7", "tags": {"__ilmek__": "tuple", "v": ["a", "b"]}},
+        "running": False,
+        "held_since": None,
+        "error": None,
     } == second
     assert ilmek.serde.from_jsonable(second["metadata"]) == {"customer": "c-7", "tags": ("a", "b")}
 

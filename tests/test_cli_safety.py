@@ -93,6 +93,14 @@ def assert_clean(status: int, out: str, err: str) -> None:
         ["demo", "--thread", "{thread}"],
         ["demo", "--thread", "other " + EVIL, "--answer", EVIL],
         ["threads", EVIL],
+        ["threads", "--updated-before", EVIL],
+        ["cancel", "{thread}", "--reason", EVIL],
+        ["cancel", "missing " + EVIL],
+        ["gc", "--older-than", EVIL],
+        ["gc", "--older-than", "0s", "--dry-run"],
+        ["gc", "--older-than", "0s", "--keep-last", "1", "--dry-run"],
+        ["recover", "no_such_module:" + EVIL],
+        ["recover", EVIL],
     ],
 )
 def test_stored_and_typed_escape_sequences_never_reach_the_terminal(

@@ -8,7 +8,9 @@ round to round, on each store:
 * **W2**: one conversation of ``--turns`` turns (2,000 by default), each a run
   whose input appends a 200-byte message and whose node appends a reply;
   timed per turn, early (turns 1-50) and late (the last 50); then the bytes
-  each system keeps for the thread.
+  each system keeps for the thread. The messages are pseudo-words that
+  compress like prose (``--payload lorem``: the other scripts' lorem ipsum,
+  which Postgres compresses 46-fold in LangGraph's whole-list blobs).
 * **W3**: a journaled side effect, a pause and a resume on a new thread.
   ilmek: ``ctx.step("charge", ...)``, then ``ctx.interrupt(...)``, answered by
   ``resume``. LangGraph, written the straightforward way: the node calls the
@@ -25,8 +27,9 @@ same ``synchronous``); **postgres** (``PostgresCheckpointer`` on a psycopg2
 row_factory=dict_row`` as its documentation requires; both on one server,
 with fsync on and the same ``synchronous_commit``). LangGraph runs with
 ``durability="sync"``: a checkpoint is saved before the next superstep starts,
-as ilmek commits each superstep before the next. Every workload starts on
-empty stores of its own.
+as ilmek commits each superstep before the next. Its lists are
+``Annotated[list, operator.add]`` (``--langgraph-list delta``: its beta
+``DeltaChannel``). Every workload starts on empty stores of its own.
 
 Printed per store: the median time of each system, and the ratio LangGraph /
 ilmek (higher: ilmek faster) of wall and CPU time; W2's storage on SQLite
@@ -38,6 +41,7 @@ it the script says how to install it, in one line, and measures ilmek alone.
 
 Usage: ``python benchmarks/bench_langgraph.py [--store all|memory|sqlite|postgres ...]
 [--quick] [--samples 20] [--batch 10] [--turns 2000] [--window 50]
+[--payload words|lorem] [--langgraph-list add|delta] [--ilmek-client psycopg2|psycopg]
 [--synchronous FULL|NORMAL] [--db FOLDER] [--dsn DSN]``
 """
 
@@ -52,6 +56,7 @@ import itertools
 import operator
 import os
 import pathlib
+import random
 import sqlite3
 import tempfile
 import time
@@ -100,6 +105,12 @@ FULL = {"samples": 20, "batch": 10, "turns": 2000, "window": 50}
 QUICK = {"samples": 2, "batch": 2, "turns": 12, "window": 3}
 """``--quick``: a smoke test's sizes (the figures mean nothing)."""
 
+LIST_CHANNELS = {
+    "add": "Annotated[list, operator.add], the whole list stored whenever it changed",
+    "delta": "Annotated[list, DeltaChannel(extend_all)] (beta): writes stored, a snapshot every 100 updates",
+}
+"""``--langgraph-list``: how LangGraph's states declare their lists."""
+
 AMOUNT = 249.9
 """What W3 charges."""
 
@@ -132,9 +143,48 @@ def append_name(name: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
     return node
 
 
-def reply(state: dict[str, Any]) -> dict[str, Any]:
-    """The W2 node: appends one 200-byte reply to ``messages``."""
-    return {"messages": [message("assistant", len(state["messages"]))]}
+def _pseudo_words(count: int = 3000) -> tuple[list[str], list[float]]:
+    rng = random.Random(14)
+    vocabulary = [
+        "".join(
+            rng.choice("bcdfghjklmnprstvwz") + rng.choice("aeiou")
+            for _ in range(rng.choice((1, 2, 2, 3, 3, 4)))
+        )
+        for _ in range(count)
+    ]
+    # Zipf's law, as in a language: the few common words make most of a text.
+    return vocabulary, list(itertools.accumulate(1 / rank for rank in range(1, count + 1)))
+
+
+_VOCABULARY, _WORD_CUMULATIVE_WEIGHTS = _pseudo_words()
+
+
+def words_message(role: str, number: int) -> str:
+    """A distinct message of ``MESSAGE_BYTES`` ASCII characters: pseudo-words drawn as a language draws words.
+
+    Postgres compresses a value of over 2 kB (LangGraph's whole-list blobs;
+    not ilmek's 200-byte items) with pglz: these compress about 2.1 times,
+    close to English prose (about 1.8), where ``_common.message``'s identical
+    lorem ipsum compresses about 46 times, which no conversation does.
+    """
+    rng = random.Random(number)
+    text = f"{role} #{number}: "
+    while len(text) < MESSAGE_BYTES:
+        text += " ".join(rng.choices(_VOCABULARY, cum_weights=_WORD_CUMULATIVE_WEIGHTS, k=16)) + " "
+    return text[:MESSAGE_BYTES]
+
+
+PAYLOADS: dict[str, Callable[[str, int], str]] = {"words": words_message, "lorem": message}
+"""``--payload``: how W2's messages are written."""
+
+
+def replier(texts: Sequence[str]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The W2 node: appends the reply ``texts`` holds for the conversation's length."""
+
+    def reply(state: dict[str, Any]) -> dict[str, Any]:
+        return {"messages": [texts[len(state["messages"])]]}
+
+    return reply
 
 
 class Charges:
@@ -158,7 +208,7 @@ def ilmek_chain() -> CompiledGraph:
     return builder.edge(CHAIN[-1], END).compile()
 
 
-def ilmek_chat() -> CompiledGraph:
+def ilmek_chat(reply: Callable[[dict[str, Any]], dict[str, Any]]) -> CompiledGraph:
     return (
         graph("chat", {"messages": channel.append()})
         .node("reply", reply)
@@ -183,14 +233,39 @@ def ilmek_checkout(charges: Charges) -> CompiledGraph:
     )
 
 
-class LangGraph:
-    """The LangGraph modules the comparison uses, imported once, and its graphs."""
+def extend_all(current: list[str], writes: Sequence[list[str]]) -> list[str]:
+    """``DeltaChannel``'s reducer for a list: every write's items, in order, after the current ones."""
+    return current + [item for write in writes for item in write]
 
-    def __init__(self) -> None:
+
+class LangGraph:
+    """The LangGraph modules the comparison uses, imported once, and its graphs.
+
+    ``list_channel`` is how its states declare a list: ``"add"``, the
+    straightforward ``Annotated[list, operator.add]`` (a checkpoint stores the
+    whole list whenever it changed), or ``"delta"``, ``DeltaChannel`` (beta in
+    LangGraph 1.2: checkpoints store the writes, and a snapshot every 100).
+    """
+
+    def __init__(self, list_channel: str = "add") -> None:
         started = time.perf_counter()
         self._graph = importlib.import_module("langgraph.graph")
         self.import_seconds = time.perf_counter() - started
+        self.list_channel = list_channel
+        self._log_state: Any = LogState
+        self._chat_state: Any = ChatState
+        if list_channel == "delta":
+            delta = importlib.import_module("langgraph.channels").DeltaChannel
+            # The functional form: class syntax would leave the annotation a
+            # string, evaluated later where DeltaChannel is not a global.
+            self._log_state = TypedDict(  # type: ignore[misc]
+                "LogState", {"log": Annotated[list[str], delta(extend_all)]}
+            )
+            self._chat_state = TypedDict(  # type: ignore[misc]
+                "ChatState", {"messages": Annotated[list[str], delta(extend_all)]}
+            )
         self._types = importlib.import_module("langgraph.types")
+        self._func = importlib.import_module("langgraph.func")
         self._memory = importlib.import_module("langgraph.checkpoint.memory")
         self._sqlite = importlib.import_module("langgraph.checkpoint.sqlite")
         self._postgres = importlib.import_module("langgraph.checkpoint.postgres")
@@ -220,7 +295,7 @@ class LangGraph:
         return saver
 
     def chain(self, saver: Any) -> Any:
-        builder = self._graph.StateGraph(LogState)
+        builder = self._graph.StateGraph(self._log_state)
         for name in CHAIN:
             builder.add_node(name, append_name(name))
         builder.add_edge(self._graph.START, CHAIN[0])
@@ -229,34 +304,35 @@ class LangGraph:
         builder.add_edge(CHAIN[-1], self._graph.END)
         return builder.compile(checkpointer=saver)
 
-    def chat(self, saver: Any) -> Any:
-        builder = self._graph.StateGraph(ChatState)
+    def chat(self, saver: Any, reply: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
+        builder = self._graph.StateGraph(self._chat_state)
         builder.add_node("reply", reply)
         builder.add_edge(self._graph.START, "reply")
         builder.add_edge("reply", self._graph.END)
         return builder.compile(checkpointer=saver)
 
-    def checkout(self, saver: Any, charges: Charges) -> Any:
+    def checkout(self, saver: Any, charges: Charges, *, as_task: bool) -> Any:
         interrupt = self._types.interrupt
+        # On resume LangGraph runs the node again from the top: a plain call
+        # charges again; a @task's saved result is reused instead.
+        charge_task = self._func.task(charges.charge) if as_task else None
 
-        # The straightforward port of ilmek's node: LangGraph has no journaled
-        # step, and on resume it runs the node again from the top.
         def checkout(state: dict[str, Any]) -> dict[str, Any]:
-            receipt = charges.charge(AMOUNT)
+            receipt = charges.charge(AMOUNT) if charge_task is None else charge_task(AMOUNT).result()
             answer = interrupt({"question": f"Charge {AMOUNT}?"})
             return {"log": [f"charge {receipt['charge']}: {answer}"]}
 
-        builder = self._graph.StateGraph(LogState)
+        builder = self._graph.StateGraph(self._log_state)
         builder.add_node("checkout", checkout)
         builder.add_edge(self._graph.START, "checkout")
         builder.add_edge("checkout", self._graph.END)
         return builder.compile(checkpointer=saver)
 
 
-def load_langgraph() -> LangGraph | None:
+def load_langgraph(list_channel: str) -> LangGraph | None:
     """LangGraph and its three savers, or ``None`` when any of them is missing."""
     try:
-        return LangGraph()
+        return LangGraph(list_channel)
     except ImportError:
         return None
 
@@ -623,10 +699,14 @@ def chat_workload(
 ) -> None:
     """W2: one thread, ``turns`` turns of a message in and a reply out."""
     turns, window = options.turns, options.window
-    ilmek_graph = ilmek_chat()
+    # Every message is written before the clock starts, the same for both:
+    # the user's at the even positions, the node's replies at the odd ones.
+    make_message = PAYLOADS[options.payload]
+    texts = [make_message("assistant" if position % 2 else "user", position) for position in range(2 * turns)]
+    inputs = [{"messages": [texts[2 * turn]]} for turn in range(turns)]
+    reply = replier(texts)
+    ilmek_graph = ilmek_chat(reply)
     ilmek_checkpointer = stores.ilmek
-    # The inputs are made before the clock starts, the same for both.
-    inputs = [{"messages": [message("user", number)]} for number in range(turns)]
     lengths: dict[str, int] = {}
 
     def ilmek_operation(number: int) -> None:
@@ -638,7 +718,7 @@ def chat_workload(
     sides = [Side(ilmek_operation)]
     langgraph_side = None
     if langgraph is not None:
-        app = langgraph.chat(stores.langgraph)
+        app = langgraph.chat(stores.langgraph, reply)
         config = thread("chat")
 
         def langgraph_operation(number: int) -> None:
@@ -677,7 +757,12 @@ def chat_workload(
 def checkout_workload(
     stores: Stores, langgraph: LangGraph | None, options: argparse.Namespace, report: Report
 ) -> None:
-    """W3: a journaled charge, a pause, a resume; one run + resume per new thread."""
+    """W3: a journaled charge, a pause, a resume; one run + resume per new thread.
+
+    LangGraph's node twice: the straightforward way (the charge a plain call,
+    run again on resume) and with the charge a ``@task``, LangGraph's nearest
+    thing to a journaled step (its result is saved and reused on resume).
+    """
     ilmek_charges = Charges()
     ilmek_graph = ilmek_checkout(ilmek_charges)
     ilmek_checkpointer = stores.ilmek
@@ -690,34 +775,45 @@ def checkout_workload(
         if paused.status != "interrupted" or done.status != "done":
             expect("ilmek W3 statuses", ("interrupted", "done"), (paused.status, done.status))
 
-    sides = [Side(ilmek_operation)]
-    langgraph_side = None
-    langgraph_charges = Charges()
+    ilmek_side = Side(ilmek_operation)
+    # (label, thread id prefix, charges, side) of each LangGraph variant.
+    variants: list[tuple[str, str, Charges, Side]] = []
     if langgraph is not None:
-        app = langgraph.checkout(stores.langgraph, langgraph_charges)
         answer = langgraph.command(resume="yes")
-
-        def langgraph_operation(number: int) -> None:
-            config = thread(f"checkout-{number}")
-            paused = app.invoke(order, config, durability=DURABILITY)
-            done = app.invoke(answer, config, durability=DURABILITY)
-            if "__interrupt__" not in paused or "__interrupt__" in done:
-                expect(
-                    "LangGraph W3: paused, then done",
-                    (True, False),
-                    ("__interrupt__" in paused, "__interrupt__" in done),
-                )
-
-        langgraph_side = Side(langgraph_operation)
-        sides.append(langgraph_side)
-    interleave(sides, [options.batch] * (options.samples + 1), warm_up=True)
-    report.add("W3 step, pause, resume", sides[0], langgraph_side)
-    runs = options.batch * (options.samples + 1)
-    charged = (ilmek_charges.count / runs, None if langgraph is None else langgraph_charges.count / runs)
-    report.notes.append("W3 side effect runs per run + resume: " + _pair(charged))
-    report.notes.append(
-        "W3 checkpoints stored per run + resume: " + _pair(count_checkpoints(stores, "checkout-0"))
+        for label, as_task in (("LangGraph", False), ("LangGraph @task", True)):
+            charges = Charges()
+            app = langgraph.checkout(stores.langgraph, charges, as_task=as_task)
+            prefix = "checkout-task-" if as_task else "checkout-"
+            variants.append((label, prefix, charges, Side(_langgraph_checkout(app, answer, order, prefix))))
+    interleave(
+        [ilmek_side, *(side for *_, side in variants)], [options.batch] * (options.samples + 1), warm_up=True
     )
+    report.add("W3 step, pause, resume", ilmek_side, variants[0][3] if variants else None)
+    if variants:
+        report.add("W3, LangGraph's charge a @task", ilmek_side, variants[1][3])
+    runs = options.batch * (options.samples + 1)
+    charged = [f"ilmek {ilmek_charges.count / runs:g}"]
+    stored = [f"ilmek {len(ilmek_checkpointer.list('checkout-0'))}"]
+    for label, prefix, charges, _side in variants:
+        charged.append(f"{label} {charges.count / runs:g}")
+        stored.append(f"{label} {sum(1 for _ in stores.langgraph.list(thread(prefix + '0')))}")
+    report.notes.append("W3 side effect runs per run + resume: " + ", ".join(charged))
+    report.notes.append("W3 checkpoints stored per run + resume: " + ", ".join(stored))
+
+
+def _langgraph_checkout(app: Any, answer: Any, order: dict[str, Any], prefix: str) -> Callable[[int], None]:
+    def operation(number: int) -> None:
+        config = thread(f"{prefix}{number}")
+        paused = app.invoke(order, config, durability=DURABILITY)
+        done = app.invoke(answer, config, durability=DURABILITY)
+        if "__interrupt__" not in paused or "__interrupt__" in done:
+            expect(
+                "LangGraph W3: paused, then done",
+                (True, False),
+                ("__interrupt__" in paused, "__interrupt__" in done),
+            )
+
+    return operation
 
 
 WORKLOADS = (("w1", chain_workload), ("w2", chat_workload), ("w3", checkout_workload))
@@ -857,6 +953,20 @@ def parse_options(argv: Sequence[str] | None) -> argparse.Namespace:
         help="postgres: ilmek's pool, psycopg2's ThreadedConnectionPool (default, as the other scripts) or "
         "psycopg 3's ConnectionPool (LangGraph's driver)",
     )
+    parser.add_argument(
+        "--langgraph-list",
+        choices=sorted(LIST_CHANNELS),
+        default="add",
+        help="LangGraph's list channels: add, Annotated[list, operator.add] (default, the straightforward "
+        "way), or delta, DeltaChannel (beta in LangGraph 1.2; stores writes, not the whole list)",
+    )
+    parser.add_argument(
+        "--payload",
+        choices=sorted(PAYLOADS),
+        default="words",
+        help="W2's messages: words, distinct pseudo-words that compress like prose (default), or lorem, "
+        "the other scripts' lorem ipsum, which Postgres compresses 46-fold in LangGraph's blobs",
+    )
     options = parser.parse_args(argv)
     for name, value in (QUICK if options.quick else FULL).items():
         if getattr(options, name) is None:
@@ -888,7 +998,7 @@ def open_backend(name: str, options: argparse.Namespace, langgraph: LangGraph | 
 
 def main(argv: Sequence[str] | None = None) -> None:
     options = parse_options(argv)
-    langgraph = load_langgraph()
+    langgraph = load_langgraph(options.langgraph_list)
     print(f"bench_langgraph: ilmek vs LangGraph on {', '.join(options.stores)}")
     print(machine())
     if langgraph is None:
@@ -896,10 +1006,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     else:
         print(f"{langgraph.versions()}; import langgraph.graph took {langgraph.import_seconds:.2f} s")
         print(f"LangGraph durability={DURABILITY!r}: each checkpoint saved before the next superstep starts")
+        print(f"LangGraph's list channels: {LIST_CHANNELS[langgraph.list_channel]}")
     print(
         f"W1, W3: {options.samples} rounds of {options.batch} operations per system, order swapping, "
         f"after a warm-up round; W2: {options.turns} turns in batches of {options.batch}, "
-        f"{MESSAGE_BYTES}-byte messages; CPU is this process's (not the database server's)"
+        f"{MESSAGE_BYTES}-byte messages ({options.payload}); CPU is this process's, not the database server's"
     )
     summary = []
     for name in options.stores:

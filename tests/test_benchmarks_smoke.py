@@ -147,13 +147,27 @@ def test_langgraph_without_langgraph_measures_ilmek_alone_and_says_how_to_instal
 
 
 @pytest.mark.skipif(not HAVE_LANGGRAPH, reason="LangGraph is the bench extra, not a test dependency")
-def test_langgraph_compares_both_systems_on_memory_and_sqlite(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("list_channel", ["add", "delta"])
+def test_langgraph_compares_both_systems_on_memory_and_sqlite(
+    tmp_path: pathlib.Path, list_channel: str
+) -> None:
     """bench_langgraph.py --quick with the bench extra installed: both systems, the ratios, the summary."""
-    output = run_script("bench_langgraph.py", "--quick", "--store", "memory", "sqlite", "--db", str(tmp_path))
+    output = run_script(
+        "bench_langgraph.py",
+        *("--quick", "--store", "memory", "sqlite", "--db", str(tmp_path), "--langgraph-list", list_channel),
+    )
 
     assert_headers(
         output,
-        (*LANGGRAPH_HEADERS, *LANGGRAPH_STORAGE_HEADERS, "durability='sync'", "SqliteSaver", "LangGraph 2"),
+        (
+            *LANGGRAPH_HEADERS,
+            *LANGGRAPH_STORAGE_HEADERS,
+            "durability='sync'",
+            "SqliteSaver",
+            "LangGraph 2, LangGraph @task 1",
+            "W3, LangGraph's charge a @task",
+            "DeltaChannel" if list_channel == "delta" else "operator.add",
+        ),
     )
     assert "summary: LangGraph / ilmek" in output
     assert INSTALL_HINT not in output

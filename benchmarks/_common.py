@@ -257,6 +257,10 @@ class Target:
         """
         raise NotImplementedError
 
+    def stored_bytes(self) -> int:
+        """Bytes the checkpointer's data takes on the database now (as :meth:`measure_growth` counts them)."""
+        raise NotImplementedError
+
     def trace_statements(
         self, checkpointer: Checkpointer, record: Callable[[str], None]
     ) -> Callable[[], None]:
@@ -286,7 +290,7 @@ class Target:
         """Close what the target opened."""
 
 
-class _SqliteFile:
+class SqliteFile:
     """A SQLite file in WAL mode, and a connection of ours to flush and measure it.
 
     Bytes are the growth of the database file between two
@@ -315,6 +319,11 @@ class _SqliteFile:
             time.sleep(0.001)
         raise RuntimeError(f"the WAL of {self.path} could not be emptied: a connection keeps reading")
 
+    def stored_bytes(self) -> int:
+        """The size of the database file once the WAL is copied into it and emptied."""
+        self.settle()
+        return self.path.stat().st_size
+
     @contextlib.contextmanager
     def measure_growth(self) -> Iterator[Growth]:
         growth = Growth()
@@ -331,7 +340,7 @@ class _SqliteFile:
 
 class _SqliteBareWriter(BareWriter):
     def __init__(self, path: pathlib.Path, synchronous: str, payload: str) -> None:
-        self._file = _SqliteFile(path, synchronous)
+        self._file = SqliteFile(path, synchronous)
         self._connection = _sqlite_connect(path, synchronous)
         self._connection.execute("CREATE TABLE rows (row_id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
         self._payload = (payload,)
@@ -369,7 +378,7 @@ class SqliteTarget(Target):
     def __init__(self, folder: pathlib.Path, synchronous: str, file_name: str) -> None:
         self.folder = folder
         self.synchronous = synchronous.upper()
-        self._file = _SqliteFile(folder / file_name, self.synchronous)
+        self._file = SqliteFile(folder / file_name, self.synchronous)
 
     def describe(self) -> str:
         return f"SQLite {sqlite3.sqlite_version}, WAL, synchronous={self.synchronous}, file {self._file.path}"
@@ -380,6 +389,9 @@ class SqliteTarget(Target):
 
     def measure_growth(self) -> contextlib.AbstractContextManager[Growth]:
         return self._file.measure_growth()
+
+    def stored_bytes(self) -> int:
+        return self._file.stored_bytes()
 
     def trace_statements(
         self, checkpointer: Checkpointer, record: Callable[[str], None]
@@ -434,6 +446,9 @@ _STATUS_IDLE = 0
 # fraction of a durable one and the floor would mean nothing: the benchmark
 # turns durability back on and keeps the cluster on disk, like SQLite's file.
 _DURABLE_SETTINGS = {"fsync": "on", "full_page_writes": "on"}
+
+_TABLE_BYTES = "(SELECT COALESCE(sum(pg_total_relation_size(to_regclass(t))), 0) FROM unnest(%s::text[]) t)"
+"""The bytes of the tables named by the one parameter (a list): heap, indexes and TOAST."""
 
 
 def _table_names(prefix: str) -> list[str]:
@@ -724,19 +739,27 @@ class PostgresTarget(Target):
         """Growth of ``tables`` and of the server's WAL around the block."""
         growth = Growth()
         table_list = list(tables)
-        sizes = "(SELECT COALESCE(sum(pg_total_relation_size(to_regclass(t))), 0) FROM unnest(%s::text[]) t)"
         [(lsn, size_before)] = self.admin_execute(
-            f"SELECT pg_current_wal_insert_lsn()::text, {sizes}", (table_list,)
+            f"SELECT pg_current_wal_insert_lsn()::text, {_TABLE_BYTES}", (table_list,)
         )
         yield growth
         [(logged, size_after)] = self.admin_execute(
-            f"SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s::pg_lsn), {sizes}", (lsn, table_list)
+            f"SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s::pg_lsn), {_TABLE_BYTES}",
+            (lsn, table_list),
         )
         growth.stored = int(size_after) - int(size_before)
         growth.logged = int(logged)
 
     def measure_growth(self) -> contextlib.AbstractContextManager[Growth]:
         return self.measure_tables(self.tables)
+
+    def table_bytes(self, tables: Sequence[str]) -> int:
+        """``pg_total_relation_size`` summed over ``tables`` (names, schema-qualified or not)."""
+        [(size,)] = self.admin_execute(f"SELECT {_TABLE_BYTES}", (list(tables),))
+        return int(size)
+
+    def stored_bytes(self) -> int:
+        return self.table_bytes(self.tables)
 
     def trace_statements(
         self, checkpointer: Checkpointer, record: Callable[[str], None]
@@ -885,9 +908,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+def machine() -> str:
+    """The header line naming the interpreter and the cores, and how to read the figures."""
+    return f"python {sys.version.split()[0]}, {os.cpu_count()} cores; times are medians, ratios side by side"
+
+
 def print_header(script: str, target: Target, notes: Sequence[str]) -> None:
     """What ran, where, and how to read the tables."""
     print(f"{script}: {target.describe()}")
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores; times are medians, ratios side by side")
+    print(machine())
     for note in notes:
         print(note)

@@ -8,11 +8,12 @@ of their own.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pathlib
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import pytest
 
@@ -23,10 +24,11 @@ BENCHMARKS = pathlib.Path(__file__).resolve().parent.parent / "benchmarks"
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 
-def run_script(name: str, *arguments: str) -> str:
+def run_script(name: str, *arguments: str, extra_environment: Mapping[str, str] | None = None) -> str:
     """Run ``benchmarks/<name>`` in a fresh interpreter; return its output, failing on a non-zero exit."""
     # The tests choose the server: a DSN in the developer's environment must not redirect them.
     environment = {key: value for key, value in os.environ.items() if key != "ILMEK_BENCH_POSTGRES_DSN"}
+    environment.update(extra_environment or {})
     completed = subprocess.run(
         [sys.executable, str(BENCHMARKS / name), *arguments],
         capture_output=True,
@@ -87,6 +89,30 @@ GC_HEADERS = (
 GC_TINY = ("--threads", "60", "--batch", "20", "--synchronous", "NORMAL")
 
 
+LANGGRAPH_HEADERS = (
+    "ms per operation (medians); LangGraph / ilmek",
+    "ilmek ms",
+    "LangGraph ms",
+    "W1 3-node run",
+    "W2 turns 1-3",
+    "W2 turns 10-12",
+    "W3 step, pause, resume",
+    "W3 side effect runs per run + resume: ilmek 1",
+)
+LANGGRAPH_STORAGE_HEADERS = ("bytes stored, the W2 thread alone", "after 12 turns", "grown from empty")
+INSTALL_HINT = "pip install -e '.[bench]'"
+HAVE_LANGGRAPH = importlib.util.find_spec("langgraph") is not None
+
+
+@pytest.fixture
+def without_langgraph(tmp_path: pathlib.Path) -> dict[str, str]:
+    """Variables under which ``import langgraph`` fails, as in the test venv, even with the bench extra in."""
+    shadow = tmp_path / "no-langgraph"
+    (shadow / "langgraph").mkdir(parents=True)
+    (shadow / "langgraph" / "__init__.py").write_text("raise ImportError('LangGraph hidden by the test')\n")
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(shadow), os.environ.get("PYTHONPATH")]))}
+
+
 def assert_headers(output: str, headers: tuple[str, ...]) -> None:
     for header in headers:
         assert header in output
@@ -120,6 +146,50 @@ def test_gc_on_sqlite_deletes_every_old_thread_and_prints_the_rate(tmp_path: pat
     output = run_script("bench_gc.py", *GC_TINY, "--db", str(tmp_path))
 
     assert_headers(output, (*GC_HEADERS, "SQLite 3."))
+
+
+def test_langgraph_without_langgraph_measures_ilmek_alone_and_says_how_to_install_it(
+    tmp_path: pathlib.Path, without_langgraph: dict[str, str]
+) -> None:
+    """bench_langgraph.py --quick, LangGraph missing: ilmek's figures, the install hint, exit code 0."""
+    output = run_script(
+        "bench_langgraph.py",
+        *("--quick", "--store", "memory", "sqlite", "--db", str(tmp_path)),
+        extra_environment=without_langgraph,
+    )
+
+    assert_headers(
+        output, (*LANGGRAPH_HEADERS, *LANGGRAPH_STORAGE_HEADERS, INSTALL_HINT, "SqliteCheckpointer")
+    )
+    assert "LangGraph 2" not in output  # no LangGraph figure was made up
+    assert "summary" not in output
+
+
+@pytest.mark.skipif(not HAVE_LANGGRAPH, reason="LangGraph is the bench extra, not a test dependency")
+@pytest.mark.parametrize("list_channel", ["add", "delta"])
+def test_langgraph_compares_both_systems_on_memory_and_sqlite(
+    tmp_path: pathlib.Path, list_channel: str
+) -> None:
+    """bench_langgraph.py --quick with the bench extra installed: both systems, the ratios, the summary."""
+    output = run_script(
+        "bench_langgraph.py",
+        *("--quick", "--store", "memory", "sqlite", "--db", str(tmp_path), "--langgraph-list", list_channel),
+    )
+
+    assert_headers(
+        output,
+        (
+            *LANGGRAPH_HEADERS,
+            *LANGGRAPH_STORAGE_HEADERS,
+            "durability='sync'",
+            "SqliteSaver",
+            "LangGraph 2, LangGraph @task 1",
+            "W3, LangGraph's charge a @task",
+            "DeltaChannel" if list_channel == "delta" else "operator.add",
+        ),
+    )
+    assert "summary: LangGraph / ilmek" in output
+    assert INSTALL_HINT not in output
 
 
 @pytest.fixture(scope="module")
@@ -162,3 +232,23 @@ def test_gc_on_postgres_deletes_every_old_thread_and_prints_the_rate(benchmark_d
     output = run_script("bench_gc.py", *GC_TINY, "--target", "postgres", "--dsn", benchmark_dsn)
 
     assert_headers(output, (*GC_HEADERS, "PostgreSQL", "ThreadedConnectionPool"))
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("langgraph", [False, True], ids=["ilmek-alone", "both"])
+def test_langgraph_on_postgres_prints_times_and_table_sizes(
+    benchmark_dsn: str, without_langgraph: dict[str, str], langgraph: bool
+) -> None:
+    """bench_langgraph.py --store postgres: ilmek's tables and LangGraph's schema on the session's server."""
+    if langgraph and not HAVE_LANGGRAPH:
+        pytest.skip("LangGraph is the bench extra, not a test dependency")
+    output = run_script(
+        "bench_langgraph.py",
+        *("--quick", "--store", "postgres", "--dsn", benchmark_dsn),
+        extra_environment={} if langgraph else without_langgraph,
+    )
+
+    assert_headers(
+        output, (*LANGGRAPH_HEADERS, *LANGGRAPH_STORAGE_HEADERS, "PostgreSQL", "pg_total_relation_size")
+    )
+    assert (INSTALL_HINT in output) is not langgraph

@@ -557,7 +557,7 @@ def _graph(view: ThreadView) -> Markup:
             "details",
             {"class": "fold"},
             tag("summary", {}, "Mermaid text"),
-            tag("pre", {"class": "value"}, graph.to_mermaid(highlight=selected)),
+            tag("pre", {"class": "value"}, escape(graph.to_mermaid(highlight=selected), keep_newlines=True)),
         ),
     )
 

@@ -380,7 +380,8 @@ class Console:
             location = request.links.threads(params)
         else:
             location = request.links.to("/thread", {"id": thread_id, **params})
-        return _Response(303, b"", (("Location", location), ("Cache-Control", "no-store")))
+        # str(): wsgiref refuses a header value of a str subclass.
+        return _Response(303, b"", (("Location", str(location)), ("Cache-Control", "no-store")))
 
 
 def app(

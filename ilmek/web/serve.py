@@ -103,15 +103,16 @@ def serve(
     server = make_server(checkpointer, graphs, host=host, port=port, allow_actions=allow_actions)
     mode = "actions on" if allow_actions else "read-only"
     names = ", ".join(sorted(server.console.graphs)) or "none"
-    print(printable(f"ilmek web console on {server.url} ({mode}; graphs: {names})"), file=out)
-    if host not in _LOOPBACK:
-        print(
-            "warning: listening beyond this machine, with no login: anyone who can reach "
-            "it can read every thread" + (" and act on it" if allow_actions else ""),
-            file=out,
-        )
-    print("press Ctrl-C to stop", file=out, flush=True)
+    # Ctrl-C may come at any moment from here on: even mid-print it stops cleanly.
     try:
+        print(printable(f"ilmek web console on {server.url} ({mode}; graphs: {names})"), file=out)
+        if host not in _LOOPBACK:
+            print(
+                "warning: listening beyond this machine, with no login: anyone who can reach "
+                "it can read every thread" + (" and act on it" if allow_actions else ""),
+                file=out,
+            )
+        print("press Ctrl-C to stop", file=out, flush=True)
         server.serve_forever()
     except KeyboardInterrupt:
         print("stopped", file=out, flush=True)

@@ -206,9 +206,9 @@ def draw_graph(graph: CompiledGraph, *, upcoming: Iterable[str] = (), paused: It
         else:
             # Back up (or sideways): out of the source's right side and into the target's.
             loops += 1
-            reach = max(sl + sw, tl + tw) + 30 + 12 * (loops % 4)
-            p0 = (sl + sw, st + _BOX_HEIGHT / 2 + 5)
-            p3 = (tl + tw, tt + _BOX_HEIGHT / 2 - 5)
+            reach = max(sl + sw, tl + tw) + 36 + 12 * (loops % 4)
+            p0 = (sl + sw, st + _BOX_HEIGHT - 8)
+            p3 = (tl + tw, tt + 8)
             p1, p2 = (reach, p0[1]), (reach, p3[1])
         dynamic = line.kind in ("router", "guard", "goto")
         path = "M{:.1f},{:.1f} C{:.1f},{:.1f} {:.1f},{:.1f} {:.1f},{:.1f}".format(*p0, *p1, *p2, *p3)

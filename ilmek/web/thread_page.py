@@ -562,11 +562,15 @@ def _graph(view: ThreadView) -> Markup:
     )
 
 
-def _operate(view: ThreadView, links: Links, guard: Guard, actions_on: bool) -> Markup | None:
+def _running(view: ThreadView) -> bool:
+    return view.info is not None and view.info.running
+
+
+def _controls(view: ThreadView, links: Links, guard: Guard, actions_on: bool) -> Markup | None:
+    """Cancel a running thread, recover a stalled one: near the top, where the trouble shows."""
     if not actions_on:
         return None
-    info = view.info
-    running = info is not None and info.running
+    running = _running(view)
     stalled = _status(view) in ("unfinished", "error") and not running and not view.latest.pending
     forms = []
     if running:
@@ -594,7 +598,9 @@ def _operate(view: ThreadView, links: Links, guard: Guard, actions_on: bool) -> 
                 view.thread_id,
                 None,
                 tag(
-                    "button", {"type": "submit", "disabled": view.graph is None}, "Recover: continue the run"
+                    "button",
+                    {"type": "submit", "class": "primary", "disabled": view.graph is None},
+                    "Recover: continue the run",
                 ),
                 tag(
                     "span",
@@ -605,7 +611,26 @@ def _operate(view: ThreadView, links: Links, guard: Guard, actions_on: bool) -> 
                 ),
             )
         )
-    forms.append(
+    if not forms:
+        return None
+    if running:
+        title = "A run holds the thread"
+    elif _status(view) == "error":
+        title = "Recover"
+    else:
+        title = "Stalled: tasks planned, no run holds it"
+    return tag("section", {"class": "panel operate"}, tag("h2", {}, title), forms)
+
+
+def _danger(view: ThreadView, links: Links, guard: Guard, actions_on: bool) -> Markup | None:
+    """Deleting the thread, at the foot of the page."""
+    if not actions_on:
+        return None
+    running = _running(view)
+    return tag(
+        "section",
+        {"class": "panel operate danger-zone"},
+        tag("h2", {}, "Delete"),
         action_form(
             links,
             guard,
@@ -620,9 +645,8 @@ def _operate(view: ThreadView, links: Links, guard: Guard, actions_on: bool) -> 
             ),
             tag("button", {"type": "submit", "class": "danger", "disabled": running}, "Delete thread"),
             tag("span", {"class": "hint"}, "Cancel the run first." if running else None),
-        )
+        ),
     )
-    return tag("section", {"class": "panel operate"}, tag("h2", {}, "Operate"), forms)
 
 
 def thread_page(
@@ -633,6 +657,7 @@ def thread_page(
         _header(view, links),
         note_box(note),
         _failure(view, links),
+        _controls(view, links, guard, actions_on),
         _waiting(view, links, guard, actions_on),
         tag(
             "div",
@@ -641,6 +666,6 @@ def thread_page(
             _detail(view, links, guard, actions_on),
         ),
         _graph(view),
-        _operate(view, links, guard, actions_on),
+        _danger(view, links, guard, actions_on),
     ]
     return document(f"Thread {view.thread_id}", links, body, actions_on=actions_on)

@@ -118,7 +118,6 @@ def take_screenshots(out: pathlib.Path) -> list[pathlib.Path]:
                     return "/thread?" + urllib.parse.urlencode({"id": threads[role], **params})
 
                 shoot("inbox", "/")
-                shoot("all", "/?status=all")
                 shoot("thread", thread("waiting"))
                 shoot("fork", thread("forked"))
                 shoot("failed", thread("failed"))

@@ -286,13 +286,18 @@ class _Run:
 
     def events(self) -> Iterator[Event]:
         """Drive the run, yielding its events as they happen."""
-        with self.cp.hold(self.thread_id) as hold:
-            self._hold = hold
-            hold.on_cancel = self._cancel_requested
-            try:
-                yield from self._drive(hold)
-            finally:
-                self._close()
+        try:
+            with self.cp.hold(self.thread_id) as hold:
+                self._hold = hold
+                hold.on_cancel = self._cancel_requested
+                try:
+                    yield from self._drive(hold)
+                finally:
+                    self._close()
+        except IlmekError as error:
+            if error.run_id is None:
+                error.run_id = self.run_id
+            raise
 
     def _cancel_requested(self, reason: str) -> None:
         """Another process asked the run to stop (seen by a fenced write or a renewal)."""

@@ -47,6 +47,10 @@ class IlmekError(Exception):
         self.message = message
         self.thread_id = thread_id
         self.checkpoint_id = checkpoint_id
+        #: The run this error ended, when it was raised out of one: a retry
+        #: can tell whether that run committed anything (its checkpoints'
+        #: metadata carry the same ``run_id``).
+        self.run_id: str | None = None
 
     def __str__(self) -> str:
         return self.message

@@ -175,6 +175,50 @@ class _DisposingEngine:
         self.engine.dispose()
 
 
+class PostgresDictRowsBackend(PostgresBackend):
+    """A psycopg 3 pool handing out dict-row connections (the settings LangGraph documents)."""
+
+    def client(self) -> Any:
+        import psycopg
+        import psycopg_pool
+
+        pool = psycopg_pool.ConnectionPool(
+            self.dsn,
+            min_size=1,
+            max_size=12,
+            kwargs={"row_factory": psycopg.rows.dict_row, "autocommit": True, "prepare_threshold": None},
+            open=True,
+        )
+        self.resources.append(pool)
+        return pool
+
+
+class Proxy:
+    """A stand-in for a connection, as APM tools (ddtrace, OpenTelemetry, wrapt) put in front of one."""
+
+    def __init__(self, wrapped: Any) -> None:
+        object.__setattr__(self, "_wrapped", wrapped)
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        return type(self._wrapped)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._wrapped, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._wrapped, name, value)
+
+
+class PostgresProxyBackend(PostgresBackend):
+    """A psycopg2 connection seen through a proxy: recognized as the connection it stands for."""
+
+    def client(self) -> Any:
+        connection = psycopg2.connect(self.dsn)
+        self.resources.append(connection)
+        return Proxy(connection)
+
+
 class ExecuteClient:
     """The smallest client ilmek accepts: ``execute(sql, params)`` returning rows."""
 
@@ -208,6 +252,8 @@ BACKENDS: dict[str, type[Backend]] = {
     "sqlite-memory": SqliteMemoryBackend,
     "sqlite-conn": SqliteCallerConnectionBackend,
     "postgres-conn": PostgresConnectionBackend,
+    "postgres-dict-rows": PostgresDictRowsBackend,
+    "postgres-proxy": PostgresProxyBackend,
     "postgres-pool": PostgresPoolBackend,
     "postgres-generic": PostgresGenericBackend,
     "postgres-psycopg3-pool": PostgresPsycopg3PoolBackend,

@@ -45,8 +45,8 @@ LEFT_BEHIND = shutil.ignore_patterns(
 )
 """What working in a checkout leaves in it, none of it source."""
 
-GENERATED = {"PKG-INFO", "setup.cfg"}
-"""Files setuptools writes into every sdist (setup.cfg holds only its ``[egg_info]`` tags)."""
+GENERATED = {"PKG-INFO"}
+"""Files setuptools writes into every sdist (it also appends ``[egg_info]`` tags to setup.cfg)."""
 
 NEEDED = (
     "LICENSE",
@@ -54,6 +54,7 @@ NEEDED = (
     "CHANGELOG.rst",
     "tox.ini",
     "pyproject.toml",
+    "setup.cfg",
     ".ci/run",
     "scripts/_env.sh",
     "scripts/demo",

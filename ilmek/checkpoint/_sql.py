@@ -318,13 +318,13 @@ class SqlHold(Hold):
         pin: Pin,
         *,
         lease_seconds: float | None,
-        renews_off_thread: bool,
+        any_thread: bool,
         takeover_at_once: bool,
     ) -> None:
         super().__init__(thread_id, token, lease_seconds=lease_seconds)
         self._owner = owner
         self.pin = pin
-        self.renews_off_thread = renews_off_thread
+        self.any_thread = any_thread
         self.takeover_at_once = takeover_at_once
 
     def renew(self) -> None:
@@ -620,7 +620,7 @@ class SqlCheckpointer(Checkpointer):
             # advisory lock (where there is one) and the caller's write lock
             # keep the thread until the caller commits; nothing to renew.
             lease_seconds=None if joined else self.lease_seconds,
-            renews_off_thread=self.renews_off_thread and not joined,
+            any_thread=self.any_thread and not joined,
             takeover_at_once=self.HOLDER != "NULL" and not joined,
         )
         handle.renewed(started)
@@ -642,11 +642,10 @@ class SqlCheckpointer(Checkpointer):
             raise
         handle.release()
 
-    #: Whether holds may be renewed from the keeper's thread (the connection
-    #: source must be usable from any thread).
     @property
-    def renews_off_thread(self) -> bool:
-        return bool(getattr(self._adapter, "renews_off_thread", False))
+    def any_thread(self) -> bool:
+        """Whether the connections may be used from any thread (else only from the caller's)."""
+        return bool(getattr(self._adapter, "any_thread", False))
 
     def _fence(self, session: Session, hold: Hold) -> str | None:
         """Inside a write: renew the hold, or fail if it is not the run's any more.

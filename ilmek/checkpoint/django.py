@@ -41,7 +41,7 @@ class DjangoAdapter(Adapter):
     # Django's cursors take %s, and format the SQL whenever parameters are passed.
     paramstyle = "format"
     # A Django connection belongs to the thread that uses it.
-    renews_off_thread = False
+    any_thread = False
 
     def __init__(self, connection: Any, *, classify: Callable[[BaseException], ErrorKind | None]) -> None:
         super().__init__()

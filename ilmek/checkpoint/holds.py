@@ -84,8 +84,11 @@ class Hold:
             stored for this run, once a fenced write or renewal saw one.
     """
 
-    #: Whether the :class:`Keeper` may renew this hold from its own thread.
-    renews_off_thread: bool = False
+    #: Whether the hold's storage may be used from any thread: then a node's
+    #: own threads record their steps directly, and the :class:`Keeper` may
+    #: renew the hold from its thread. When false (a connection bound to the
+    #: caller's thread), everything goes through the thread driving the run.
+    any_thread: bool = False
     #: Whether another run may take the thread the moment the holder's
     #: session ends (Postgres): then only a round trip to the database can
     #: confirm the hold before a step's effect.
@@ -204,6 +207,8 @@ class Hold:
 class LocalHold(Hold):
     """A hold kept in one process, for backends that live in one process."""
 
+    any_thread = True
+
     def __init__(self, thread_id: str, token: str, forget: Callable[[LocalHold], None]) -> None:
         super().__init__(thread_id, token)
         self._forget = forget
@@ -231,7 +236,7 @@ class Keeper:
 
     def add(self, hold: Hold) -> None:
         """Start renewing ``hold`` until it is released or lost."""
-        if not hold.renews_off_thread or hold.lease_seconds is None:
+        if not hold.any_thread or hold.lease_seconds is None:
             return
         with self._wake:
             self._push(hold)

@@ -98,7 +98,7 @@ class _SqliteAdapter(Adapter):
         super().__init__()
         self._connections = connections
         self.joins = joins
-        self.renews_off_thread = connections.any_thread and not joins
+        self.any_thread = connections.any_thread and not joins
 
     def connection(self) -> contextlib.AbstractContextManager[Any]:
         return self._connections.borrow()

@@ -33,7 +33,7 @@ class PostgresAdapter(Adapter):
     """A Postgres client: pyformat parameters, SQLSTATE classification, explicit BEGIN in autocommit."""
 
     paramstyle = "pyformat"
-    renews_off_thread = True
+    any_thread = True
 
     def classify(self, error: BaseException) -> ErrorKind | None:
         return classify_postgres_error(error, connected_once=self.connected_once)

@@ -28,7 +28,7 @@ class GenericAdapter(PostgresAdapter):
     """An ``execute(sql, params)`` client."""
 
     # Nothing says such a client may be used from another thread.
-    renews_off_thread = False
+    any_thread = False
 
     def __init__(self, client: Any, *, joins: bool) -> None:
         super().__init__()

@@ -96,7 +96,7 @@ class _JoinedAdapter(PostgresAdapter):
 
     joins = True
     # SQLAlchemy connections and sessions belong to one thread at a time.
-    renews_off_thread = False
+    any_thread = False
 
     def __init__(self, client: Any) -> None:
         super().__init__()

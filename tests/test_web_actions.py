@@ -178,6 +178,30 @@ def test_an_answer_that_makes_the_run_fail_says_how(store: Checkpointer) -> None
     assert "The last run failed" in page
 
 
+def test_after_a_failed_answer_the_same_answer_is_offered_again(store: Checkpointer) -> None:
+    """The run an answer started failed: the form holds that answer; once fixed, sending it finishes."""
+    fixed = threading.Event()
+
+    def flaky(state: dict[str, Any], ctx: ilmek.NodeContext) -> dict[str, Any]:
+        answer = ctx.interrupt({"question": "Number?"})
+        if not fixed.is_set():
+            raise ConnectionError("the ledger is down")
+        return {"x": answer}
+
+    ledger = graph("ledger", {"x": channel.last_write(0)}).node("book", flaky).edge(START, "book").compile()
+    run(ledger, {}, thread_id="ledger", checkpointer=store)
+    client = Client(ilmek.web.app(store, ledger, allow_actions=True))
+    url, fields = form(client, thread_url("ledger"), "answer")
+    failed = follow(client, client.post(url, {**fields, "answer.0": "7"}))
+    assert "Waiting for an answer: the last answer&#x27;s run failed" in failed
+    assert "An answer was recorded, but the run that gave it failed" in failed
+    assert re.search(r'<textarea name="answer\.0"[^>]*>7</textarea>', failed)
+    fixed.set()
+    url, fields = form(client, thread_url("ledger"), "answer")
+    assert "Answered. The run finished." in follow(client, client.post(url, {**fields, "answer.0": "7"}))
+    assert {"x": 7} == ilmek.thread_state(ledger, store, "ledger")
+
+
 # --- fork ----------------------------------------------------------------------------------------
 
 

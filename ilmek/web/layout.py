@@ -108,7 +108,7 @@ def badge(status: str) -> Markup:
     return tag("span", {"class": f"badge s-{status}"}, STATUS_LABELS.get(status, status))
 
 
-def running_badge(held_since: _dt.datetime | None, now: _dt.datetime | None = None) -> Markup:
+def running_badge(held_since: _dt.datetime | None) -> Markup:
     """The label of a thread a live run holds now."""
     title = f"held since {held_since:%Y-%m-%d %H:%M:%S} UTC" if held_since is not None else None
     return tag("span", {"class": "badge s-running", "title": title}, "● running")

@@ -176,7 +176,8 @@ class ThreadView:
         parent: Its parent, for the difference (``None`` for a first checkpoint or a pruned parent).
         journals: The journals of the selected checkpoint's tasks, by task key.
         pauses: The selected checkpoint's pauses.
-        answered: The listed pause checkpoints a run went on from.
+        recorded: Answers recorded for the latest checkpoint's pauses by a
+            resume that did not finish (it failed), by pause id.
         graph_name: The graph the thread's latest checkpoint names.
         graph: That graph, if the console was given it.
     """
@@ -190,9 +191,15 @@ class ThreadView:
     parent: Checkpoint | None
     journals: Mapping[str, tuple[JournalEntry, ...]]
     pauses: list[PauseView]
-    answered: set[str]
+    recorded: Mapping[str, JournalEntry]
     graph_name: str | None
     graph: CompiledGraph | None
+
+
+def _recorded_answer(journals: Mapping[str, tuple[JournalEntry, ...]], pause: Pending) -> JournalEntry | None:
+    """The journal entry holding a pause's answer, while its task's journal keeps it."""
+    entries = journals.get(task_key_of(pause), ())
+    return next((entry for entry in entries if entry.key == pause.key and entry.answered), None)
 
 
 def read_thread(
@@ -218,10 +225,7 @@ def read_thread(
     answered = answered_pauses(listed)
     pauses = []
     for pause in selected.pending:
-        entry = next(
-            (e for e in journals.get(task_key_of(pause), ()) if e.key == pause.key and e.answered),
-            None,
-        )
+        entry = _recorded_answer(journals, pause)
         if selected.id in answered or entry is not None:
             state = "answered"
         elif selected.id == latest.id:
@@ -229,6 +233,16 @@ def read_thread(
         else:
             state = "passed"
         pauses.append(PauseView(pause=pause, state=state, answer=entry))
+    latest_journals = (
+        journals
+        if selected.id == latest.id
+        else checkpointer.load_journals(latest, [task.task_key for task in latest.next])
+    )
+    recorded = {
+        pause.id: entry
+        for pause in latest.pending
+        if (entry := _recorded_answer(latest_journals, pause)) is not None
+    }
     graph_name, graph = graph_for(graphs, latest)
     return ThreadView(
         thread_id=thread_id,
@@ -240,7 +254,7 @@ def read_thread(
         parent=parent,
         journals=journals,
         pauses=pauses,
-        answered=answered,
+        recorded=recorded,
         graph_name=graph_name,
         graph=graph,
     )

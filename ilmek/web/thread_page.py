@@ -118,8 +118,20 @@ def _options(payload: Any) -> list[Any]:
     return []
 
 
-def _pause_fields(pause: Pending, index: int, *, inputs: bool) -> Markup:
-    """One pause: what it asks, its payload, and (with ``inputs``) its option buttons and JSON answer."""
+def _prefill(recorded: JournalEntry | None) -> str:
+    if recorded is None:
+        return "null"
+    return as_json_text(recorded.value) or "null"
+
+
+def _pause_fields(
+    pause: Pending, index: int, *, inputs: bool, recorded: JournalEntry | None = None
+) -> Markup:
+    """One pause: what it asks, its payload, and (with ``inputs``) its option buttons and JSON answer.
+
+    ``recorded``: the answer a failed resume recorded; the editor starts with
+    it, as sending it again is how the run is retried.
+    """
     payload = pause.payload
     question = (
         payload.get("question")
@@ -149,6 +161,14 @@ def _pause_fields(pause: Pending, index: int, *, inputs: bool) -> Markup:
         ),
         tag("p", {"class": "question"}, question) if question is not None else None,
         tag("div", {"class": "payload"}, tag("span", {"class": "label"}, "Payload"), value_block(payload)),
+        tag(
+            "p",
+            {"class": "hint warn"},
+            "An answer was recorded, but the run that gave it failed: send the same answer again to retry "
+            "(another answer is refused; answer differently with a fork).",
+        )
+        if recorded is not None
+        else None,
         tag("div", {"class": "options"}, tag("span", {"class": "label"}, "Answer with"), buttons)
         if buttons
         else None,
@@ -159,7 +179,7 @@ def _pause_fields(pause: Pending, index: int, *, inputs: bool) -> Markup:
             tag(
                 "textarea",
                 {"name": f"answer.{index}", "rows": 3, "spellcheck": "false", "autocomplete": "off"},
-                "null",
+                _prefill(recorded),
             ),
             tag("span", {"class": "hint"}, 'e.g. "yes", true, 42, {"approved": true, "note": "ok"}'),
         )
@@ -190,7 +210,11 @@ def _pauses_form(
     view: ThreadView, checkpoint: Checkpoint, links: Links, guard: Guard, *, actions_on: bool, fork: bool
 ) -> Markup:
     inputs = actions_on and view.graph is not None
-    fields = [_pause_fields(pause, index, inputs=inputs) for index, pause in enumerate(checkpoint.pending)]
+    recorded = {} if fork else view.recorded
+    fields = [
+        _pause_fields(pause, index, inputs=inputs, recorded=recorded.get(pause.id))
+        for index, pause in enumerate(checkpoint.pending)
+    ]
     if not inputs:
         return join(fields, _why_no_form(view, actions_on))
     label = "Answer differently (fork)" if fork else "Send answer"
@@ -218,12 +242,12 @@ def _pauses_form(
 
 def _waiting(view: ThreadView, links: Links, guard: Guard, actions_on: bool) -> Markup | None:
     latest = view.latest
-    # A failed resume leaves its pause the latest checkpoint with an answer
-    # recorded: that thread is recovered, not answered again.
-    if not latest.pending or _status(view) == "error":
+    if not latest.pending:
         return None
     count = len(latest.pending)
     title = "Waiting for an answer" if count == 1 else f"Waiting for {count} answers"
+    if view.recorded:
+        title += ": the last answer's run failed"
     return tag(
         "section",
         {"class": "panel waiting", "id": "pauses"},

@@ -29,8 +29,8 @@ def _facts(pairs: Sequence[tuple[str, Any]]) -> Markup:
         "dl",
         {"class": "facts"},
         [
-            tag("div", {}, tag("dt", {}, label), tag("dd", {}, value))
-            for label, value in pairs
+            tag("div", {}, tag("dt", {}, name), tag("dd", {}, value))
+            for name, value in pairs
             if value is not None
         ],
     )
@@ -104,7 +104,10 @@ def _failure(view: ThreadView, links: Links) -> Markup | None:
         tag(
             "p",
             {"class": "hint"},
-            "Fix the cause, then recover the thread: the run continues from its last checkpoint, "
+            "Fix the cause, then send the recorded answer again (below): the run continues, "
+            "replaying every recorded step."
+            if view.recorded
+            else "Fix the cause, then recover the thread: the run continues from its last checkpoint, "
             "replaying every recorded step.",
         ),
     )
@@ -299,8 +302,8 @@ def _pause_states(view: ThreadView, links: Links, guard: Guard, actions_on: bool
         ),
         tag("tbody", {}, rows),
     )
-    waiting_here = selected.id == view.latest.id and all(p.state == "waiting" for p in view.pauses)
-    if waiting_here:
+    # The latest checkpoint's pauses are answered in the panel above; older ones fork.
+    if selected.id == view.latest.id:
         extra = tag(
             "p",
             {"class": "hint"},

@@ -21,7 +21,9 @@ from ilmek.cli import main
 from ilmek.demo import CART, build_checkout_graph
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
-COMMANDS = ["demo", "threads", "history", "show", "delete", "prune", "migrate", "ddl"]
+COMMANDS = ["demo", "threads", "history", "show", "delete", "prune", "migrate", "ddl", "web"]
+SERVING_COMMANDS = frozenset({"web"})
+"""Commands that serve until Ctrl-C: tested on their own (tests/test_web_serve.py), never fuzzed."""
 
 # What must never reach a terminal raw (ilmek.redact.printable's families).
 _UNSAFE_CATEGORIES = {"Cc", "Cf", "Cs", "Zl", "Zp", "Cn"}

@@ -263,7 +263,9 @@ return {
 """
 
 
-def test_hostile_values_stay_text_in_the_browser(driver: Any, console: str, store: Any) -> None:
+def test_hostile_values_stay_text_in_the_browser(
+    driver: Any, console: str, store: Any, screenshots: pathlib.Path
+) -> None:
     """On every page of the hostile threads: no alert, no injected element, handler or script link."""
     from selenium.common.exceptions import NoAlertPresentException
 
@@ -284,6 +286,8 @@ def test_hostile_values_stay_text_in_the_browser(driver: Any, console: str, stor
             k: v for k, v in found.items() if k != "text"
         }
         seen += found["text"]
+    open_thread(driver, console, HOSTILE_THREAD)
+    shoot(driver, screenshots, f"thread-hostile-{store.__class__.__name__}")
     # The stored text is shown, as text.
     assert XSS_SCRIPT in seen
     assert XSS_IMG in seen

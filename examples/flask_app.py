@@ -26,11 +26,20 @@ then::
          -d '{"thread_id": "order-1", "cart": ["coffee", "mug"]}'
     curl -X POST localhost:5000/checkout/order-1/approve -H 'Content-Type: application/json' \\
          -d '{"answer": "yes"}'
+
+With ``CONSOLE_PASSWORD`` set, ilmek's web console is mounted at
+``/console`` (``werkzeug``'s ``DispatcherMiddleware``), behind the app's
+login check: here HTTP Basic authentication with that password (any user
+name). Open http://localhost:5000/console/ to see the paused checkouts and
+answer them with a button.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
+import hmac
 import os
 import sqlite3
 import time
@@ -39,8 +48,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from flask import Flask, Response, jsonify, request
+from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
 import ilmek
+import ilmek.web
 
 PRICES_CENTS = {"coffee": 1499, "mug": 1000, "filter": 350}
 """What the shop sells; a cart names these items."""
@@ -229,7 +240,40 @@ def _cart_problem(cart: Any) -> str | None:
     return None
 
 
-def create_app(checkpointer: ilmek.Checkpointer, shop: Shop) -> Flask:
+def require_password(wsgi_app: Any, password: str, realm: str = "checkout console") -> Any:
+    """The app's login check around a WSGI app: HTTP Basic, one password, any user name.
+
+    A real shop would check its own sessions or its single sign-on here;
+    the console itself has no logins and trusts whoever reaches it.
+    """
+    expected = password.encode("utf-8")
+
+    def guarded(environ: dict[str, Any], start_response: Any) -> Any:
+        scheme, _, encoded = str(environ.get("HTTP_AUTHORIZATION", "")).partition(" ")
+        given = b""
+        if scheme.lower() == "basic":
+            try:
+                given = base64.b64decode(encoded, validate=True).partition(b":")[2]
+            except (binascii.Error, ValueError):
+                given = b""
+        if given and hmac.compare_digest(given, expected):
+            return wsgi_app(environ, start_response)
+        start_response(
+            "401 Unauthorized",
+            [("WWW-Authenticate", f'Basic realm="{realm}"'), ("Content-Type", "text/plain; charset=utf-8")],
+        )
+        return [b"log in to use the console\n"]
+
+    return guarded
+
+
+def create_app(
+    checkpointer: ilmek.Checkpointer,
+    shop: Shop,
+    *,
+    console_password: str | None = None,
+    console_secret: str | None = None,
+) -> Flask:
     """The checkout app on a checkpointer and the shop's tables.
 
     Every view answers JSON. Status codes: 201 a checkout started, 200 an
@@ -237,9 +281,19 @@ def create_app(checkpointer: ilmek.Checkpointer, shop: Shop) -> Flask:
     thread, 409 a thread that is held by another request (``busy``), is not
     waiting for an answer (``not_paused``), already exists (``exists``) or
     was moved on by another writer (``conflict``).
+
+    With ``console_password``, ilmek's web console is mounted at
+    ``/console`` behind :func:`require_password`, actions on: the people who
+    approve charges answer there. ``console_secret`` signs its forms (give
+    every worker process the same one).
     """
     checkout_graph = build_checkout_graph(shop)
     app = Flask(__name__)
+    if console_password:
+        console = ilmek.web.app(checkpointer, checkout_graph, allow_actions=True, secret=console_secret)
+        app.wsgi_app = DispatcherMiddleware(  # type: ignore[method-assign]
+            app.wsgi_app, {"/console": require_password(console, console_password)}
+        )
 
     @app.post("/checkout")
     def start_checkout() -> Any:
@@ -326,7 +380,12 @@ def open_stores(
 if __name__ == "__main__":
     checkpointer, shop = open_stores(os.environ.get("DATABASE_URL"))
     try:
-        create_app(checkpointer, shop).run(threaded=True)
+        create_app(
+            checkpointer,
+            shop,
+            console_password=os.environ.get("CONSOLE_PASSWORD"),
+            console_secret=os.environ.get("CONSOLE_SECRET"),
+        ).run(threaded=True)
     finally:
         checkpointer.close()
         shop.close()

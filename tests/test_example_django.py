@@ -14,12 +14,16 @@ comes out clean.
 
 from __future__ import annotations
 
+import base64
+import html
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
 from typing import Any
@@ -346,6 +350,67 @@ def test_with_atomic_requests_the_thread_stays_held_until_the_request_commits(da
     assert 200 == first.outcome().status_code
     assert 409 == second.outcome().status_code
     assert [1] == database.charge_attempts(), second.outcome().json()
+
+
+# --- the web console, mounted at /console behind the project's login -----------------------------
+
+CONSOLE_PASSWORD = "let-me-in"
+AUTH = "Basic " + base64.b64encode(f"ops:{CONSOLE_PASSWORD}".encode()).decode()
+
+
+def test_the_console_is_mounted_behind_the_login(database: ShopDatabase) -> None:
+    """/console/ is 401 without the password, then lists the paused checkout; links stay under /console/."""
+    client = Client()
+    start(client, "order-1")
+    with override_settings(CONSOLE_PASSWORD=CONSOLE_PASSWORD):
+        assert 401 == client.get("/console/").status_code
+        page = client.get("/console/", HTTP_AUTHORIZATION=AUTH)
+        assert 200 == page.status_code
+        assert "text/html; charset=utf-8" == page["Content-Type"]
+        assert "default-src 'self'" in page["Content-Security-Policy"]
+        text = page.content.decode()
+        assert "order-1" in text
+        assert "Charge 24.99?" in text
+        links = re.findall(r'(?:href|action)="([^"#]+)"', text)
+        assert links
+        assert [] == [link for link in links if not link.startswith("/console/")]
+        assert 200 == client.get("/console/static/console.css", HTTP_AUTHORIZATION=AUTH).status_code
+        assert 200 == client.get("/console", HTTP_AUTHORIZATION=AUTH).status_code
+
+
+def test_answering_in_the_console_charges_once(database: ShopDatabase) -> None:
+    """The console's "yes" answers the pause in a Django request: one charge; the same form again, none."""
+    client = Client()
+    start(client, "order-1")
+    with override_settings(CONSOLE_PASSWORD=CONSOLE_PASSWORD):
+        page = client.get("/console/thread?id=order-1", HTTP_AUTHORIZATION=AUTH).content.decode()
+        found = re.search(
+            r'action="(/console/action/answer\?[^"]+)".*?name="token" value="([0-9a-f]+)"', page, re.S
+        )
+        assert found is not None
+        action = html.unescape(found.group(1))
+        form = urllib.parse.urlencode({"token": found.group(2), "choice.0": '"yes"'})
+
+        def post() -> Any:
+            return client.post(
+                action, form, content_type="application/x-www-form-urlencoded", HTTP_AUTHORIZATION=AUTH
+            )
+
+        answered = post()
+        assert 303 == answered.status_code
+        assert answered["Location"].startswith("/console/thread?id=order-1&tone=ok")
+        shown = client.get(answered["Location"], HTTP_AUTHORIZATION=AUTH).content.decode()
+        assert "Answered. The run finished." in shown
+        again = client.get(post()["Location"], HTTP_AUTHORIZATION=AUTH).content.decode()
+        assert "The thread moved on" in again
+    assert [1] == database.charge_attempts()
+    assert "charged" == client.get("/checkout/order-1").json()["state"]["outcome"]
+
+
+def test_without_a_console_password_there_is_no_console(database: ShopDatabase) -> None:
+    """With CONSOLE_PASSWORD unset, /console/ is a 404 even with credentials."""
+    with override_settings(CONSOLE_PASSWORD=""):
+        assert 404 == Client().get("/console/", HTTP_AUTHORIZATION=AUTH).status_code
 
 
 @pytest.mark.postgres

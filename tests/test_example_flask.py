@@ -7,7 +7,10 @@ effects are counted as rows in the database the example wrote them to.
 
 from __future__ import annotations
 
+import base64
+import html
 import pathlib
+import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -35,13 +38,13 @@ class Store:
         self.sqlite_path = sqlite_path
         self.closers: list[Callable[[], None]] = []
 
-    def app(self, *, charge_latency: float = 0.0) -> Flask:
+    def app(self, *, charge_latency: float = 0.0, console_password: str | None = None) -> Flask:
         """A new app on the database, as a new worker process would open it."""
         checkpointer, shop = open_stores(
             self.database_url, sqlite_path=self.sqlite_path, charge_latency=charge_latency
         )
         self.closers += [checkpointer.close, shop.close]
-        return create_app(checkpointer, shop)
+        return create_app(checkpointer, shop, console_password=console_password)
 
     def count(self, table: str) -> int:
         """Rows in ``table``, read on a connection of the test's own."""
@@ -244,3 +247,76 @@ def test_a_malformed_request_is_a_bad_request(
     assert (400, "bad_request") == (response.status_code, response.get_json()["error"])
     assert message in response.get_json()["message"]
     assert 0 == store.count("orders")
+
+
+# --- the web console, mounted at /console behind the app's login -----------------------------
+
+CONSOLE_PASSWORD = "let-me-in"
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    """An Authorization header for HTTP Basic."""
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+AUTH = basic("ops", CONSOLE_PASSWORD)
+
+
+@pytest.fixture
+def console_client(store: Store) -> FlaskClient:
+    """A test client of an app with the console mounted."""
+    return store.app(console_password=CONSOLE_PASSWORD).test_client()
+
+
+def test_the_console_is_mounted_behind_the_login(console_client: FlaskClient) -> None:
+    """/console/ answers 401 without the password, then lists the paused checkout with its question."""
+    start(console_client, "order-1")
+    assert 401 == console_client.get("/console/").status_code
+    assert 401 == console_client.get("/console/", headers=basic("ops", "wrong")).status_code
+    page = console_client.get("/console/", headers=AUTH)
+    assert 200 == page.status_code
+    text = page.get_data(as_text=True)
+    assert "order-1" in text
+    assert "Charge 24.99?" in text
+    links = re.findall(r'(?:href|action)="([^"#]+)"', text)
+    assert [] == [link for link in links if not link.startswith("/console/")]
+    assert 200 == console_client.get("/console/static/console.css", headers=AUTH).status_code
+    # The app's own routes are untouched by the mount.
+    assert 200 == console_client.get("/checkout/order-1").status_code
+
+
+def test_answering_in_the_console_charges_once(console_client: FlaskClient, store: Store) -> None:
+    """The console's "yes" button answers the pause: one charge; posting the form again charges nothing."""
+    start(console_client, "order-1")
+    page = console_client.get("/console/thread?id=order-1", headers=AUTH).get_data(as_text=True)
+    found = re.search(
+        r'action="(/console/action/answer\?[^"]+)".*?name="token" value="([0-9a-f]+)"', page, re.S
+    )
+    assert found is not None
+    action, token = html.unescape(found.group(1)), found.group(2)
+
+    answered = console_client.post(action, data={"token": token, "choice.0": '"yes"'}, headers=AUTH)
+    assert 303 == answered.status_code
+    assert answered.headers["Location"].startswith("/console/thread?id=order-1&tone=ok")
+    shown = console_client.get(answered.headers["Location"], headers=AUTH).get_data(as_text=True)
+    assert "Answered. The run finished." in shown
+    assert "charged" == console_client.get("/checkout/order-1").get_json()["state"]["outcome"]
+
+    again = console_client.post(action, data={"token": token, "choice.0": '"yes"'}, headers=AUTH)
+    assert "The thread moved on" in console_client.get(again.headers["Location"], headers=AUTH).get_data(
+        as_text=True
+    )
+    assert (1, 1) == (store.count("orders"), store.count("charges"))
+
+
+def test_a_console_form_without_the_login_does_nothing(console_client: FlaskClient, store: Store) -> None:
+    """The login check stands before the console: a POST without it is a 401, nothing is charged."""
+    start(console_client, "order-1")
+    refused = console_client.post("/console/action/answer?id=order-1", data={"choice.0": '"yes"'})
+    assert 401 == refused.status_code
+    assert 0 == store.count("charges")
+
+
+def test_without_a_console_password_there_is_no_console(client: FlaskClient) -> None:
+    """The console is mounted only when a password is configured."""
+    assert 404 == client.get("/console/").status_code

@@ -6,6 +6,9 @@ runserver 8001``, ``... check``). Then::
 
     curl -X POST localhost:8000/checkout -d '{"thread_id": "order-1", "cart": ["coffee", "mug"]}'
     curl -X POST localhost:8000/checkout/order-1/approve -d '{"answer": "yes"}'
+
+With ``CONSOLE_PASSWORD=...`` in the environment, ilmek's web console is at
+http://localhost:8000/console/ (HTTP Basic, any user name, that password).
 """
 
 from __future__ import annotations

@@ -50,6 +50,8 @@ def database_from_url(url: str, *, atomic_requests: bool = True) -> dict[str, An
 
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "the-example-has-no-secrets")
+# ilmek's web console at /console, behind HTTP Basic with this password; no console without one.
+CONSOLE_PASSWORD = os.environ.get("CONSOLE_PASSWORD", "")
 DEBUG = os.environ.get("DJANGO_DEBUG", "") == "1"
 ALLOWED_HOSTS = ["localhost", "127.0.0.1"]
 # Whatever package this project is imported as.

@@ -14,11 +14,19 @@ order id): if the request fails after the charge, ``ATOMIC_REQUESTS`` rolls
 back ilmek's record of it, answering again runs the step again, and the key
 turns that second call into a repeat of the first charge (counted in
 ``charges.attempts``) instead of a second one.
+
+ilmek's web console is mounted at ``/console`` (see ``urls.py``) through
+``ilmek.web.django_view``, behind :func:`console_login_required`; it is
+there only when ``CONSOLE_PASSWORD`` is set.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
+import functools
+import hmac
 import json
 import time
 import uuid
@@ -27,10 +35,11 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET, require_POST
 
 import ilmek
+import ilmek.web
 
 PRICES_CENTS = {"coffee": 1499, "mug": 1000, "filter": 350}
 """What the shop sells; a cart names these items."""
@@ -239,3 +248,45 @@ def show_checkout(request: HttpRequest, thread_id: str) -> JsonResponse:
         return _error(404, "not_found", f"no checkout {thread_id!r}")
     pending = ilmek.pending_interrupts(checkpointer, thread_id)
     return JsonResponse({"thread_id": thread_id, "state": state, "pending": _pending_json(pending)})
+
+
+# --- the web console -----------------------------------------------------------------------------
+
+
+def console_login_required(view: Any) -> Any:
+    """The project's login check around the console: HTTP Basic with ``settings.CONSOLE_PASSWORD``.
+
+    A project with ``django.contrib.auth`` would use ``staff_member_required``
+    (or ``login_required``) here instead; the console itself has no logins.
+    Without a password configured the console is not there (404).
+    """
+
+    @functools.wraps(view)
+    def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        password = getattr(settings, "CONSOLE_PASSWORD", None)
+        if not password:
+            return HttpResponse("no console here\n", status=404, content_type="text/plain")
+        scheme, _, encoded = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
+        given = b""
+        if scheme.lower() == "basic":
+            try:
+                given = base64.b64decode(encoded, validate=True).partition(b":")[2]
+            except (binascii.Error, ValueError):
+                given = b""
+        if given and hmac.compare_digest(given, password.encode("utf-8")):
+            return view(request, *args, **kwargs)
+        response = HttpResponse("log in to use the console\n", status=401, content_type="text/plain")
+        response["WWW-Authenticate"] = 'Basic realm="checkout console"'
+        return response
+
+    return guarded
+
+
+# Signed with a key derived from the project's secret: every worker process accepts every form.
+console = ilmek.web.app(
+    checkpointer, checkout_graph, allow_actions=True, secret=f"ilmek-console:{settings.SECRET_KEY}"
+)
+"""The console on Django's connection, answering with the checkout graph."""
+
+console_view = console_login_required(ilmek.web.django_view(console))
+"""The view ``urls.py`` mounts at ``/console``."""

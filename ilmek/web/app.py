@@ -1,0 +1,436 @@
+"""The console as a WSGI application: routing, requests, responses and their headers.
+
+Routes, under wherever the console is mounted (``SCRIPT_NAME``)::
+
+    GET  /                     the threads page (?status=&q=&meta=&offset=&limit=)
+    GET  /thread?id=&checkpoint=   a thread's page
+    POST /action/NAME?id=&checkpoint=   answer, fork, cancel, recover, delete
+    GET  /static/console.css   the stylesheet
+
+Every response carries a strict Content-Security-Policy (no inline script or
+style, nothing from another origin), ``nosniff``, ``same-origin`` referrers
+and ``X-Frame-Options: DENY``. A POST is refused (403, nothing written)
+unless actions are on, its token is valid for the action and the thread,
+and it comes from the console's own origin; a GET to an action is a 405.
+After an action the browser is sent (303) to the thread's page, with a
+note the console signed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+import logging
+import urllib.parse
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final
+
+import attrs
+
+from ..checkpoint.base import Checkpointer
+from ..errors import InvalidArgumentError
+from ..graph import CompiledGraph
+from ..redact import mask_secrets
+from .actions import ACTIONS, Outcome
+from .csrf import Guard, same_origin
+from .html import Markup, tag
+from .inbox import threads_page
+from .layout import Note, document
+from .links import Links
+from .reading import STATUSES, InboxQuery, parse_metadata_filter, read_inbox, read_thread
+from .thread_page import thread_page
+
+__all__ = ["Console", "app"]
+
+_LOG = logging.getLogger("ilmek.web")
+
+SECURITY_HEADERS: Final = (
+    (
+        "Content-Security-Policy",
+        "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+        "frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+    ),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "same-origin"),
+    ("X-Frame-Options", "DENY"),
+)
+"""Headers on every response."""
+
+_STATUS_TEXT: Final = {
+    200: "OK",
+    303: "See Other",
+    304: "Not Modified",
+    400: "Bad Request",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    413: "Content Too Large",
+    500: "Internal Server Error",
+}
+_MAX_BODY: Final = 256 * 1024
+_MAX_NOTE: Final = 1500
+_MAX_LIMIT: Final = 500
+_MAX_OFFSET: Final = 10_000_000
+_STATIC: Final = {"console.css": "text/css; charset=utf-8"}
+
+StartResponse = Callable[..., Any]
+
+
+@attrs.frozen
+class _Response:
+    status: int
+    body: bytes = b""
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+class _Refused(Exception):
+    """A request the console answers with an error page."""
+
+    def __init__(
+        self, status: int, title: str, message: str, headers: tuple[tuple[str, str], ...] = ()
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.title = title
+        self.message = message
+        self.headers = headers
+
+
+@attrs.frozen
+class _Request:
+    environ: Mapping[str, Any]
+    method: str
+    path: str
+    query: Mapping[str, list[str]]
+    links: Links
+
+    def arg(self, name: str) -> str | None:
+        values = self.query.get(name)
+        return values[0] if values else None
+
+
+def _parse(text: str) -> dict[str, list[str]]:
+    try:
+        return urllib.parse.parse_qs(text, keep_blank_values=True, errors="replace", max_num_fields=200)
+    except ValueError as error:
+        raise _Refused(400, "Bad request", f"The query is malformed: {error}") from error
+
+
+def _wsgi_text(value: str) -> str:
+    # WSGI hands over bytes as latin-1 text; a raw (not percent-encoded) UTF-8
+    # query is read back as the UTF-8 it was.
+    return value.encode("latin-1", "replace").decode("utf-8", "replace")
+
+
+def _graphs(graphs: CompiledGraph | Mapping[str, CompiledGraph] | None) -> dict[str, CompiledGraph]:
+    if graphs is None:
+        return {}
+    if isinstance(graphs, CompiledGraph):
+        return {graphs.name: graphs}
+    if isinstance(graphs, Mapping) and all(
+        isinstance(name, str) and isinstance(graph, CompiledGraph) for name, graph in graphs.items()
+    ):
+        return dict(graphs)
+    raise InvalidArgumentError(
+        "graphs must be a compiled graph, a dict of graph name to compiled graph, or None"
+    )
+
+
+def _number(text: str | None, default: int, low: int, high: int, name: str, problems: list[str]) -> int:
+    if text is None or not text.strip():
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        problems.append(f"{name} must be a whole number")
+        return default
+    if not low <= value <= high:
+        problems.append(f"{name} must be between {low} and {high}")
+        return default
+    return value
+
+
+class Console:
+    """The web console as a WSGI application; see :func:`app`."""
+
+    def __init__(
+        self,
+        checkpointer: Checkpointer,
+        graphs: CompiledGraph | Mapping[str, CompiledGraph] | None = None,
+        *,
+        allow_actions: bool = False,
+        secret: bytes | str | None = None,
+        allowed_hosts: Iterable[str] | None = None,
+        trusted_origins: Iterable[str] = (),
+        page_size: int = 50,
+    ) -> None:
+        if not isinstance(checkpointer, Checkpointer):
+            raise InvalidArgumentError(
+                f"checkpointer must be an ilmek Checkpointer, got {type(checkpointer).__name__}"
+            )
+        self.checkpointer = checkpointer
+        self.graphs = _graphs(graphs)
+        self.allow_actions = bool(allow_actions)
+        self.guard = Guard(secret)
+        self.allowed_hosts = None if allowed_hosts is None else frozenset(h.lower() for h in allowed_hosts)
+        self.trusted_origins = tuple(trusted_origins)
+        self.page_size = page_size
+        self._static: dict[str, tuple[bytes, str]] = {}
+        for name in _STATIC:
+            body = importlib.resources.files("ilmek.web").joinpath("static", name).read_bytes()
+            self._static[name] = (body, '"' + hashlib.sha256(body).hexdigest()[:20] + '"')
+
+    # --- WSGI -----------------------------------------------------------------------------
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        """Answer one request."""
+        links = Links(_wsgi_text(str(environ.get("SCRIPT_NAME") or "")))
+        method = str(environ.get("REQUEST_METHOD") or "GET").upper()
+        try:
+            response = self._respond(environ, method, links)
+        except _Refused as refusal:
+            response = self._page(links, refusal.status, refusal.title, refusal.message, refusal.headers)
+        except Exception as error:
+            # Logged whole for the operator; the page names the error, never a traceback.
+            _LOG.exception("the web console failed on %s %r", method, environ.get("PATH_INFO"))
+            message = mask_secrets(f"{type(error).__name__}: {error}")
+            response = self._page(links, 500, "The console failed", message[:_MAX_NOTE])
+        headers = [*response.headers, *SECURITY_HEADERS]
+        if response.body or response.status == 200:
+            headers.append(("Content-Length", str(len(response.body))))
+        start_response(f"{response.status} {_STATUS_TEXT.get(response.status, '')}".strip(), headers)
+        return [b"" if method == "HEAD" else response.body]
+
+    def _respond(self, environ: Mapping[str, Any], method: str, links: Links) -> _Response:
+        if self.allowed_hosts is not None:
+            host = str(environ.get("HTTP_HOST") or "").lower()
+            if host not in self.allowed_hosts:
+                # A page on another site that a DNS trick pointed at 127.0.0.1 says so in Host.
+                raise _Refused(400, "Bad request", "This console does not answer to that host name.")
+        path = _wsgi_text(str(environ.get("PATH_INFO") or "")) or "/"
+        request = _Request(
+            environ=environ,
+            method=method,
+            path=path,
+            query=_parse(_wsgi_text(str(environ.get("QUERY_STRING") or ""))),
+            links=links,
+        )
+        if path.startswith("/action/"):
+            name = path.removeprefix("/action/")
+            if name not in ACTIONS:
+                raise _Refused(404, "Not found", "There is no such action.")
+            if method != "POST":
+                raise _Refused(
+                    405,
+                    "Method not allowed",
+                    "Actions are POSTed by the console's forms.",
+                    (("Allow", "POST"),),
+                )
+            return self._act(request, name)
+        routes: dict[str, Callable[[_Request], _Response]] = {"/": self._threads, "/thread": self._thread}
+        handler = routes.get(path)
+        if handler is None and path.startswith("/static/") and path.removeprefix("/static/") in self._static:
+            handler = self._asset
+        if handler is None:
+            raise _Refused(404, "Not found", "The console has no such page.")
+        if method not in ("GET", "HEAD"):
+            raise _Refused(405, "Method not allowed", "This page is only read.", (("Allow", "GET, HEAD"),))
+        return handler(request)
+
+    # --- responses --------------------------------------------------------------------------
+
+    @staticmethod
+    def _html(markup: Markup, status: int = 200) -> _Response:
+        return _Response(
+            status,
+            markup.encode("utf-8"),
+            (("Content-Type", "text/html; charset=utf-8"), ("Cache-Control", "no-store")),
+        )
+
+    def _page(
+        self, links: Links, status: int, title: str, message: str, headers: tuple[tuple[str, str], ...] = ()
+    ) -> _Response:
+        body = [
+            tag("h1", {}, title),
+            tag("p", {"class": "note error"}, message),
+            tag("p", {}, tag("a", {"href": links.threads()}, "Back to the threads")),
+        ]
+        response = self._html(document(title, links, body, actions_on=self.allow_actions), status)
+        return attrs.evolve(response, headers=(*response.headers, *headers))
+
+    def _note(self, request: _Request) -> Note | None:
+        text, tone = request.arg("note"), request.arg("tone")
+        if text is None or tone not in ("ok", "error"):
+            return None
+        # Only the console's own words: a crafted link cannot make it say "log in at evil.example".
+        if not self.guard.signed(f"{tone}\0{text}", request.arg("sig")):
+            return None
+        return Note(tone, text)
+
+    def _note_params(self, outcome: Outcome) -> dict[str, str]:
+        text = outcome.text if len(outcome.text) <= _MAX_NOTE else outcome.text[:_MAX_NOTE] + "…"
+        return {"tone": outcome.tone, "note": text, "sig": self.guard.sign(f"{outcome.tone}\0{text}")}
+
+    # --- pages ------------------------------------------------------------------------------
+
+    def _asset(self, request: _Request) -> _Response:
+        name = request.path.removeprefix("/static/")
+        body, etag = self._static[name]
+        headers = (("ETag", etag), ("Cache-Control", "no-cache"))
+        if request.environ.get("HTTP_IF_NONE_MATCH") == etag:
+            return _Response(304, b"", headers)
+        return _Response(200, body, (("Content-Type", _STATIC[name]), *headers))
+
+    def _threads(self, request: _Request) -> _Response:
+        problems: list[str] = []
+        status = request.arg("status") or "interrupted"
+        if status not in STATUSES:
+            problems.append(f"unknown status {status!r}")
+            status = "interrupted"
+        metadata: dict[str, Any] = {}
+        for text in request.query.get("meta", []):
+            if not text.strip():
+                continue
+            try:
+                key, value = parse_metadata_filter(text)
+            except ValueError as error:
+                problems.append(str(error))
+                continue
+            metadata[key] = value
+        query = InboxQuery(
+            status=status,
+            search=(request.arg("q") or "").strip()[:200],
+            metadata=metadata,
+            offset=_number(request.arg("offset"), 0, 0, _MAX_OFFSET, "offset", problems),
+            limit=_number(request.arg("limit"), self.page_size, 1, _MAX_LIMIT, "limit", problems),
+        )
+        try:
+            page = read_inbox(self.checkpointer, query)
+        except NotImplementedError:
+            page = None
+        except InvalidArgumentError as error:
+            problems.append(str(error))
+            query = InboxQuery(status=query.status, limit=query.limit)
+            page = read_inbox(self.checkpointer, query)
+        markup = threads_page(
+            request.links,
+            query,
+            page,
+            actions_on=self.allow_actions,
+            note=self._note(request),
+            problem="; ".join(problems) or None,
+        )
+        return self._html(markup)
+
+    def _thread(self, request: _Request) -> _Response:
+        thread_id = request.arg("id")
+        if not thread_id:
+            raise _Refused(400, "Bad request", "Which thread? The link names none (?id=...).")
+        checkpoint_id = request.arg("checkpoint") or None
+        try:
+            view = read_thread(self.checkpointer, self.graphs, thread_id, checkpoint_id)
+        except InvalidArgumentError as error:
+            raise _Refused(404, "No such thread", str(error)) from error
+        if view is None:
+            what = f"Thread {thread_id!r} has no checkpoint"
+            raise _Refused(404, "No such thread", what + (f" {checkpoint_id!r}." if checkpoint_id else "."))
+        markup = thread_page(
+            request.links, self.guard, view, actions_on=self.allow_actions, note=self._note(request)
+        )
+        return self._html(markup)
+
+    # --- actions ----------------------------------------------------------------------------
+
+    def _form(self, environ: Mapping[str, Any]) -> dict[str, str]:
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+        except ValueError as error:
+            raise _Refused(400, "Bad request", "The request's length is malformed.") from error
+        if length > _MAX_BODY:
+            raise _Refused(413, "Too large", "The form is larger than the console accepts.")
+        body = environ["wsgi.input"].read(length) if length > 0 else b""
+        content_type = str(environ.get("CONTENT_TYPE") or "").split(";")[0].strip().lower()
+        if content_type != "application/x-www-form-urlencoded":
+            return {}
+        return {key: values[0] for key, values in _parse(body.decode("utf-8", "replace")).items()}
+
+    def _act(self, request: _Request, name: str) -> _Response:
+        if not self.allow_actions:
+            raise _Refused(
+                403,
+                "Read-only",
+                "This console is read-only: actions need allow_actions=True (--allow-actions).",
+            )
+        thread_id = request.arg("id")
+        if not thread_id:
+            raise _Refused(400, "Bad request", "The form names no thread.")
+        if not same_origin(request.environ, self.trusted_origins):
+            raise _Refused(403, "Forbidden", "The form was sent from another site; nothing was done.")
+        form = self._form(request.environ)
+        if not self.guard.valid(form.get("token"), name, thread_id):
+            raise _Refused(
+                403,
+                "Forbidden",
+                "The form has expired or did not come from this console; nothing was done. "
+                "Reload the page and try again.",
+            )
+        outcome = ACTIONS[name](self.checkpointer, self.graphs, thread_id, request.arg("checkpoint"), form)
+        params = self._note_params(outcome)
+        if outcome.gone:
+            location = request.links.threads(params)
+        else:
+            location = request.links.to("/thread", {"id": thread_id, **params})
+        # str(): wsgiref refuses a header value of a str subclass.
+        return _Response(303, b"", (("Location", str(location)), ("Cache-Control", "no-store")))
+
+
+def app(
+    checkpointer: Checkpointer,
+    graphs: CompiledGraph | Mapping[str, CompiledGraph] | None = None,
+    allow_actions: bool = False,
+    *,
+    secret: bytes | str | None = None,
+    allowed_hosts: Iterable[str] | None = None,
+    trusted_origins: Iterable[str] = (),
+) -> Console:
+    """The web console as a WSGI application, to serve or to mount in a Flask or Django app.
+
+    Pages list threads (the inbox of pauses waiting for a person first) and
+    show each thread: its checkpoint tree, state, differences, journals,
+    pauses, failure and graph. With ``allow_actions`` its forms answer
+    pauses (``resume_keyed``; a fork from an older pause), cancel a running
+    thread, recover a stalled one and delete threads. A resume or recovery
+    runs the graph inside the request, until it finishes or pauses again.
+
+    The console has no logins of its own: mount it behind the host
+    application's authentication. Its forms are protected against
+    cross-site requests (see :mod:`ilmek.web.csrf`).
+
+    Args:
+        checkpointer: The store to show.
+        graphs: A compiled graph, or a dict of graph name to graph: answering
+            and recovering need the thread's graph (its checkpoints record its
+            name), and only known graphs are drawn.
+        allow_actions: Show and accept the forms that change threads.
+        secret: The key of the form tokens; random per process when not given
+            (give one to every process behind the same address).
+        allowed_hosts: Answer only requests whose ``Host`` header is one of
+            these (``host:port``); ``None`` accepts any (the host application
+            checks). ``ilmek web`` sets it, against DNS rebinding.
+        trusted_origins: More origins whose forms are accepted
+            (``https://admin.example.com``), for a proxy that rewrites ``Host``.
+
+    Returns:
+        A WSGI callable.
+
+    Raises:
+        InvalidArgumentError: ``checkpointer`` or ``graphs`` is of the wrong kind.
+    """
+    return Console(
+        checkpointer,
+        graphs,
+        allow_actions=allow_actions,
+        secret=secret,
+        allowed_hosts=allowed_hosts,
+        trusted_origins=trusted_origins,
+    )

@@ -1,0 +1,184 @@
+"""The parts every page shares: the document around it, badges, times, values, notes, forms.
+
+Everything returns :class:`~ilmek.web.html.Markup` built with
+:func:`~ilmek.web.html.tag`, so stored text is escaped on the way in.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any, Final
+
+import attrs
+
+from ..types import utc_now
+from .csrf import Guard
+from .html import Child, Markup, escape, join, tag
+from .links import Links
+from .values import render
+
+__all__ = [
+    "STATUS_LABELS",
+    "Note",
+    "action_form",
+    "badge",
+    "document",
+    "note_box",
+    "running_badge",
+    "value_block",
+    "when",
+]
+
+STATUS_LABELS: Final = {
+    "interrupted": "waiting",
+    "error": "failed",
+    "running": "running",
+    "unfinished": "unfinished",
+    "done": "done",
+    "all": "all",
+}
+"""How a thread status reads on a badge or a tab."""
+
+# A value longer than this folds away behind its first line.
+_FOLD_LINES: Final = 12
+_FOLD_CHARS: Final = 800
+
+
+# Two linked loops ("ilmek" is Turkish for a loop, a knot).
+_LOGO: Final = tag(
+    "svg",
+    {
+        "class": "logo",
+        "xmlns": "http://www.w3.org/2000/svg",
+        "viewBox": "0 0 28 18",
+        "width": 28,
+        "height": 18,
+    },
+    tag("circle", {"cx": 9, "cy": 9, "r": 6.5}),
+    tag("circle", {"cx": 19, "cy": 9, "r": 6.5}),
+)
+
+
+@attrs.frozen
+class Note:
+    """A message at the top of a page: ``tone`` is ``ok`` or ``error``."""
+
+    tone: str
+    text: str
+
+
+def document(title: str, links: Links, body: Child, *, actions_on: bool) -> Markup:
+    """A whole page: head, the console's header, then ``body``."""
+    mode = (
+        tag("span", {"class": "mode on", "title": "answering, cancelling and deleting are on"}, "actions on")
+        if actions_on
+        else tag("span", {"class": "mode", "title": "started without allow_actions"}, "read-only")
+    )
+    header = tag(
+        "header",
+        {"class": "top"},
+        tag(
+            "div",
+            {"class": "bar"},
+            tag("a", {"class": "brand", "href": links.threads()}, _LOGO, "ilmek"),
+            tag("nav", {}, tag("a", {"href": links.threads()}, "Threads")),
+            mode,
+        ),
+    )
+    return Markup(
+        "<!DOCTYPE html>\n"
+        + tag(
+            "html",
+            {"lang": "en"},
+            tag(
+                "head",
+                {},
+                tag("meta", {"charset": "utf-8"}),
+                tag("meta", {"name": "viewport", "content": "width=device-width, initial-scale=1"}),
+                tag("title", {}, f"{title} · ilmek"),
+                tag("link", {"rel": "stylesheet", "href": links.static("console.css")}),
+            ),
+            tag("body", {}, header, tag("main", {}, body)),
+        )
+    )
+
+
+def badge(status: str) -> Markup:
+    """A thread or checkpoint status as a coloured label."""
+    return tag("span", {"class": f"badge s-{status}"}, STATUS_LABELS.get(status, status))
+
+
+def running_badge(held_since: _dt.datetime | None) -> Markup:
+    """The label of a thread a live run holds now."""
+    title = f"held since {held_since:%Y-%m-%d %H:%M:%S} UTC" if held_since is not None else None
+    return tag("span", {"class": "badge s-running", "title": title}, "● running")
+
+
+def _ago(moment: _dt.datetime, now: _dt.datetime) -> str:
+    seconds = int((now - moment).total_seconds())
+    if seconds < 0:
+        return "just now"
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):
+        if seconds >= size:
+            return f"{seconds // size} {unit} ago"
+    return f"{seconds} s ago"
+
+
+def when(moment: _dt.datetime | None, now: _dt.datetime | None = None) -> Markup:
+    """A moment as "5 min ago", the exact UTC time on hover."""
+    if moment is None:
+        return escape("-")
+    now = now or utc_now()
+    moment = moment.astimezone(_dt.UTC)
+    return tag(
+        "time",
+        {"datetime": moment.isoformat(), "title": f"{moment:%Y-%m-%d %H:%M:%S} UTC"},
+        _ago(moment, now),
+    )
+
+
+def value_block(value: Any, *, css: str = "value") -> Markup:
+    """A stored value for reading; a long one is folded behind its first line (a ``<details>``)."""
+    rendered = render(value)
+    text = rendered.text
+    block = tag("pre", {"class": css}, escape(text, keep_newlines=True))
+    if rendered.lines <= _FOLD_LINES and len(text) <= _FOLD_CHARS:
+        return block
+    first = text.split("\n", 1)[0]
+    summary = first if len(first) <= 90 else first[:90] + "…"
+    size = f"{rendered.lines} lines" + (", cut short" if rendered.truncated else "")
+    return tag(
+        "details",
+        {"class": "fold"},
+        tag("summary", {}, tag("code", {}, summary), tag("span", {"class": "muted"}, f" ({size})")),
+        block,
+    )
+
+
+def note_box(note: Note | None) -> Markup:
+    """The note a redirect carried, if any."""
+    if note is None:
+        return Markup("")
+    return tag("div", {"class": f"note {note.tone}", "role": "status"}, escape(note.text, keep_newlines=True))
+
+
+def action_form(
+    links: Links,
+    guard: Guard,
+    action: str,
+    thread_id: str,
+    checkpoint_id: str | None,
+    *children: Child,
+    css: str = "inline",
+) -> Markup:
+    """A POST form for ``action`` on a thread, carrying its CSRF token."""
+    return tag(
+        "form",
+        {
+            "method": "post",
+            "action": links.action(action, thread_id, checkpoint_id),
+            "class": f"action {css}",
+        },
+        tag("input", {"type": "hidden", "name": "token", "value": guard.token(action, thread_id)}),
+        join(*children),
+    )

@@ -1,0 +1,64 @@
+"""Every URL the console writes, built from where it is mounted (``SCRIPT_NAME``).
+
+Thread and checkpoint ids travel in the query string, percent-encoded,
+never in the path: a WSGI server decodes ``PATH_INFO`` (so an id holding
+``/`` would change the route) but hands the query string over untouched.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Mapping, Sequence
+
+from .html import Url
+
+__all__ = ["Links"]
+
+Params = Mapping[str, "str | int | Sequence[str] | None"]
+
+
+def _query(params: Params) -> str:
+    pairs: list[tuple[str, str]] = []
+    for key, value in params.items():
+        if value is None:
+            continue
+        if isinstance(value, (str, int)):
+            pairs.append((key, str(value)))
+        else:
+            pairs.extend((key, item) for item in value)
+    return urllib.parse.urlencode(pairs, quote_via=urllib.parse.quote, safe="")
+
+
+class Links:
+    """The console's URLs under one mount point.
+
+    Args:
+        script_name: Where the console is mounted (the WSGI ``SCRIPT_NAME``),
+            ``""`` at the root.
+    """
+
+    def __init__(self, script_name: str) -> None:
+        # SCRIPT_NAME arrives decoded; encode it again, keeping its slashes.
+        self.base = urllib.parse.quote(script_name.rstrip("/"), safe="/")
+
+    def to(self, path: str, params: Params | None = None) -> Url:
+        """``path`` (starting with ``/``) under the mount point, with a query string."""
+        query = _query(params or {})
+        return Url(f"{self.base}{path}" + (f"?{query}" if query else ""))
+
+    def threads(self, params: Params | None = None) -> Url:
+        """The threads page (the inbox)."""
+        return self.to("/", params)
+
+    def thread(self, thread_id: str, checkpoint_id: str | None = None, *, fragment: str = "") -> Url:
+        """A thread's page, showing ``checkpoint_id`` (default: the latest)."""
+        url = self.to("/thread", {"id": thread_id, "checkpoint": checkpoint_id})
+        return Url(url + (f"#{fragment}" if fragment else ""))
+
+    def action(self, name: str, thread_id: str, checkpoint_id: str | None = None) -> Url:
+        """Where an action's form posts to."""
+        return self.to(f"/action/{name}", {"id": thread_id, "checkpoint": checkpoint_id})
+
+    def static(self, name: str) -> Url:
+        """A file the console serves itself (its stylesheet)."""
+        return self.to(f"/static/{name}")

@@ -1,0 +1,260 @@
+"""What the pages read from the checkpointer, gathered before any HTML is written.
+
+Reads are bounded so that a page costs the same on a store of a hundred
+threads or a hundred thousand: the threads page asks ``list_threads`` for
+one page and reads the latest checkpoint of the paused threads on that
+page only; a thread page lists at most :data:`TREE_LIMIT` checkpoints
+(their channel values load only for the checkpoint shown and its parent).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+import attrs
+
+from ..checkpoint.base import Checkpointer
+from ..graph import CompiledGraph
+from ..types import Checkpoint, JournalEntry, Pending, ThreadInfo
+from .tree import answered_pauses
+
+__all__ = [
+    "STATUSES",
+    "TREE_LIMIT",
+    "InboxPage",
+    "InboxQuery",
+    "InboxRow",
+    "PauseView",
+    "ThreadView",
+    "graph_for",
+    "parse_metadata_filter",
+    "read_inbox",
+    "read_thread",
+    "task_key_of",
+    "thread_info",
+]
+
+STATUSES: Final = ("interrupted", "error", "running", "unfinished", "done", "all")
+"""The threads page's filters, the inbox (``interrupted``) first."""
+TREE_LIMIT: Final = 300
+"""The most checkpoints a thread page lists and draws."""
+
+
+@attrs.frozen(kw_only=True)
+class InboxQuery:
+    """What the threads page lists: a status filter, a search, metadata pairs, a page."""
+
+    status: str = "interrupted"
+    search: str = ""
+    metadata: Mapping[str, Any] = attrs.field(factory=dict)
+    offset: int = 0
+    limit: int = 50
+
+
+@attrs.frozen(kw_only=True)
+class InboxRow:
+    """One thread on the threads page, with its open pauses if it waits for a person."""
+
+    info: ThreadInfo
+    pending: tuple[Pending, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class InboxPage:
+    """One page of threads; ``more`` says whether another page follows."""
+
+    rows: list[InboxRow]
+    more: bool
+
+
+def parse_metadata_filter(text: str) -> tuple[str, Any]:
+    """``key=value`` as a metadata filter pair.
+
+    The value is read as JSON when it is a JSON number, ``true``, ``false``,
+    ``null`` or a quoted string (``tier=3`` matches the number 3,
+    ``tier="3"`` the text), and as plain text otherwise.
+
+    Raises:
+        ValueError: no ``=``, or an empty key.
+    """
+    key, equals, raw = text.partition("=")
+    key = key.strip()
+    if not equals or not key:
+        raise ValueError(f"a metadata filter is key=value, got {text!r}")
+    raw = raw.strip()
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return key, raw
+    if isinstance(value, (list, dict)):
+        return key, raw
+    return key, value
+
+
+def read_inbox(checkpointer: Checkpointer, query: InboxQuery) -> InboxPage:
+    """One page of threads, and the open pauses of the paused ones among them."""
+    status = None if query.status == "all" else query.status
+    infos = checkpointer.list_threads(
+        search=query.search or None,
+        metadata=dict(query.metadata) or None,
+        status=status,
+        offset=query.offset,
+        # One more than shown tells whether a next page exists, without counting.
+        limit=query.limit + 1,
+    )
+    rows = []
+    for info in infos[: query.limit]:
+        pending: tuple[Pending, ...] = ()
+        if info.status == "interrupted":
+            # A listing's channels load lazily: only the pauses are read here.
+            latest = checkpointer.list(info.id, limit=1)
+            pending = latest[0].pending if latest else ()
+        rows.append(InboxRow(info=info, pending=pending))
+    return InboxPage(rows=rows, more=len(infos) > query.limit)
+
+
+def graph_for(
+    graphs: Mapping[str, CompiledGraph], checkpoint: Checkpoint | None
+) -> tuple[str | None, CompiledGraph | None]:
+    """The name a checkpoint records for its graph, and that graph if the console was given it.
+
+    A checkpoint that names no graph (written before graphs were named) is
+    taken to be of the only graph, when exactly one was given.
+    """
+    name = checkpoint.metadata.get("graph") if checkpoint is not None else None
+    if isinstance(name, str):
+        return name, graphs.get(name)
+    if name is None and len(graphs) == 1:
+        only = next(iter(graphs))
+        return only, graphs[only]
+    return None, None
+
+
+def thread_info(checkpointer: Checkpointer, thread_id: str) -> ThreadInfo | None:
+    """The thread's summary, or ``None`` (also from a store that keeps no summaries)."""
+    try:
+        return checkpointer.get_thread(thread_id)
+    except NotImplementedError:
+        return None
+
+
+def task_key_of(pause: Pending) -> str:
+    """The task key a pause belongs to (its id is ``<task key>:<key>``)."""
+    return pause.id[: -len(pause.key) - 1] if pause.id.endswith(":" + pause.key) else pause.node
+
+
+@attrs.frozen(kw_only=True)
+class PauseView:
+    """A pause of the checkpoint shown, and what became of it.
+
+    Attributes:
+        pause: The pause.
+        state: ``waiting`` (the thread's latest checkpoint, no answer yet),
+            ``answered`` (a run went on from it, or its answer is recorded),
+            or ``passed`` (the thread moved on elsewhere: a fork or an edit).
+        answer: The journal entry holding the answer, while it is kept.
+    """
+
+    pause: Pending
+    state: str
+    answer: JournalEntry | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ThreadView:
+    """Everything a thread page shows.
+
+    Attributes:
+        thread_id: The thread.
+        info: Its summary (status, error, whether a run holds it).
+        latest: Its latest checkpoint.
+        checkpoints: Its newest checkpoints (at most :data:`TREE_LIMIT`).
+        truncated: Older checkpoints exist that are not listed.
+        selected: The checkpoint shown, with its channel values.
+        parent: Its parent, for the difference (``None`` for a first checkpoint or a pruned parent).
+        journals: The journals of the selected checkpoint's tasks, by task key.
+        pauses: The selected checkpoint's pauses.
+        recorded: Answers recorded for the latest checkpoint's pauses by a
+            resume that did not finish (it failed), by pause id.
+        graph_name: The graph the thread's latest checkpoint names.
+        graph: That graph, if the console was given it.
+    """
+
+    thread_id: str
+    info: ThreadInfo | None
+    latest: Checkpoint
+    checkpoints: list[Checkpoint]
+    truncated: bool
+    selected: Checkpoint
+    parent: Checkpoint | None
+    journals: Mapping[str, tuple[JournalEntry, ...]]
+    pauses: list[PauseView]
+    recorded: Mapping[str, JournalEntry]
+    graph_name: str | None
+    graph: CompiledGraph | None
+
+
+def _recorded_answer(journals: Mapping[str, tuple[JournalEntry, ...]], pause: Pending) -> JournalEntry | None:
+    """The journal entry holding a pause's answer, while its task's journal keeps it."""
+    entries = journals.get(task_key_of(pause), ())
+    return next((entry for entry in entries if entry.key == pause.key and entry.answered), None)
+
+
+def read_thread(
+    checkpointer: Checkpointer,
+    graphs: Mapping[str, CompiledGraph],
+    thread_id: str,
+    checkpoint_id: str | None = None,
+) -> ThreadView | None:
+    """A thread as its page shows it, or ``None`` when it has no checkpoint (or not ``checkpoint_id``)."""
+    latest = checkpointer.get(thread_id)
+    if latest is None:
+        return None
+    selected = (
+        latest if checkpoint_id in (None, "", latest.id) else checkpointer.get(thread_id, checkpoint_id)
+    )
+    if selected is None:
+        return None
+    listed = checkpointer.list(thread_id, limit=TREE_LIMIT + 1)
+    truncated = len(listed) > TREE_LIMIT
+    listed = listed[:TREE_LIMIT]
+    parent = checkpointer.get(thread_id, selected.parent_id) if selected.parent_id else None
+    journals = checkpointer.load_journals(selected, [task.task_key for task in selected.next])
+    answered = answered_pauses(listed)
+    pauses = []
+    for pause in selected.pending:
+        entry = _recorded_answer(journals, pause)
+        if selected.id in answered or entry is not None:
+            state = "answered"
+        elif selected.id == latest.id:
+            state = "waiting"
+        else:
+            state = "passed"
+        pauses.append(PauseView(pause=pause, state=state, answer=entry))
+    latest_journals = (
+        journals
+        if selected.id == latest.id
+        else checkpointer.load_journals(latest, [task.task_key for task in latest.next])
+    )
+    recorded = {
+        pause.id: entry
+        for pause in latest.pending
+        if (entry := _recorded_answer(latest_journals, pause)) is not None
+    }
+    graph_name, graph = graph_for(graphs, latest)
+    return ThreadView(
+        thread_id=thread_id,
+        info=thread_info(checkpointer, thread_id),
+        latest=latest,
+        checkpoints=listed,
+        truncated=truncated,
+        selected=selected,
+        parent=parent,
+        journals=journals,
+        pauses=pauses,
+        recorded=recorded,
+        graph_name=graph_name,
+        graph=graph,
+    )

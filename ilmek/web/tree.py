@@ -1,0 +1,209 @@
+"""A thread's checkpoints drawn as a tree in SVG, newest at the top, forks as side branches.
+
+Each checkpoint is one row; a branch keeps one lane (column) for its whole
+length, and the first child of a checkpoint continues its parent's lane,
+so a thread that never forked is a single straight line and each fork
+opens a lane beside the branch it left. Lanes are reused once a branch
+ends. Every row links to its checkpoint's page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+import attrs
+
+from ..types import Checkpoint
+from .html import Markup, join, tag
+from .links import Links
+
+__all__ = ["TreeNode", "answered_pauses", "draw_tree", "layout"]
+
+ROW: Final = 30
+LANE: Final = 18
+PAD: Final = 14
+LABEL_WIDTH: Final = 560
+
+
+@attrs.frozen(kw_only=True)
+class TreeNode:
+    """Where one checkpoint is drawn: its ``row`` (0 is the oldest) and ``lane``."""
+
+    checkpoint: Checkpoint
+    row: int
+    lane: int
+    parent_row: int | None
+    parent_lane: int | None
+
+
+def answered_pauses(checkpoints: Sequence[Checkpoint]) -> set[str]:
+    """The pause checkpoints that a run went on from (their pauses were answered).
+
+    A fork's first checkpoint is a copy of the pause it forks from, not an
+    answer to it: the fork answers its own copy.
+    """
+    return {
+        checkpoint.parent_id
+        for checkpoint in checkpoints
+        if checkpoint.parent_id is not None and checkpoint.metadata.get("source") != "fork"
+    }
+
+
+def layout(checkpoints: Sequence[Checkpoint]) -> list[TreeNode]:
+    """Rows and lanes for ``checkpoints`` (any order; a missing parent makes a root)."""
+    ordered = sorted(checkpoints, key=lambda c: c.id)
+    row_of = {checkpoint.id: row for row, checkpoint in enumerate(ordered)}
+    # A branch is a chain: a checkpoint continues its parent's chain when it
+    # is the parent's first child, and starts a chain of its own otherwise.
+    chain_of: dict[str, int] = {}
+    continued: set[str] = set()
+    chains: list[tuple[int, int]] = []  # (row it leaves from, last row)
+    for checkpoint in ordered:
+        parent = checkpoint.parent_id
+        row = row_of[checkpoint.id]
+        if parent is not None and parent in row_of and parent not in continued:
+            continued.add(parent)
+            chain = chain_of[parent]
+            chains[chain] = (chains[chain][0], row)
+        else:
+            chain = len(chains)
+            start = row_of[parent] if parent is not None and parent in row_of else row
+            chains.append((start, row))
+        chain_of[checkpoint.id] = chain
+    # Interval colouring: a chain takes the lowest lane free over its rows.
+    lane_of_chain: dict[int, int] = {}
+    lane_ends: list[int] = []
+    for chain in sorted(range(len(chains)), key=lambda c: chains[c]):
+        start, end = chains[chain]
+        for lane, last in enumerate(lane_ends):
+            if last < start:
+                lane_ends[lane] = end
+                lane_of_chain[chain] = lane
+                break
+        else:
+            lane_of_chain[chain] = len(lane_ends)
+            lane_ends.append(end)
+    nodes = []
+    for checkpoint in ordered:
+        parent = checkpoint.parent_id
+        known = parent is not None and parent in row_of
+        nodes.append(
+            TreeNode(
+                checkpoint=checkpoint,
+                row=row_of[checkpoint.id],
+                lane=lane_of_chain[chain_of[checkpoint.id]],
+                parent_row=row_of[parent] if known and parent is not None else None,
+                parent_lane=lane_of_chain[chain_of[parent]] if known and parent is not None else None,
+            )
+        )
+    return nodes
+
+
+def _label(checkpoint: Checkpoint, answered: set[str], latest: str | None, failed_at: str | None) -> Markup:
+    source = str(checkpoint.metadata.get("source", "?"))
+    parts = [
+        tag("tspan", {"class": "t-step"}, f"step {checkpoint.step}"),
+        tag("tspan", {"class": "t-source", "dx": "10"}, source),
+    ]
+    if checkpoint.pending:
+        state = "answered" if checkpoint.id in answered else "waiting"
+        ids = ", ".join(pause.id for pause in checkpoint.pending)
+        parts.append(tag("tspan", {"class": f"t-pause t-{state}", "dx": "10"}, f"{state}: {ids}"))
+    elif not checkpoint.next:
+        parts.append(tag("tspan", {"class": "t-done", "dx": "10"}, "done"))
+    if checkpoint.id == failed_at:
+        parts.append(tag("tspan", {"class": "t-failed", "dx": "10"}, "failed from here"))
+    if checkpoint.id == latest:
+        parts.append(tag("tspan", {"class": "t-latest", "dx": "10"}, "latest"))
+    parts.append(tag("tspan", {"class": "t-time", "dx": "10"}, f"{checkpoint.ts:%H:%M:%S}"))
+    return join(*parts)
+
+
+def draw_tree(
+    checkpoints: Sequence[Checkpoint],
+    links: Links,
+    *,
+    selected: str | None,
+    latest: str | None,
+    failed_at: str | None = None,
+) -> Markup:
+    """The tree as an inline ``<svg>``; each row links to its checkpoint.
+
+    Args:
+        checkpoints: The checkpoints to draw (a thread's, or its newest ones).
+        links: Builds the rows' links.
+        selected: The checkpoint the page shows (highlighted).
+        latest: The thread's latest checkpoint (marked ``latest``).
+        failed_at: The checkpoint a failed run ran from (marked).
+    """
+    nodes = layout(checkpoints)
+    if not nodes:
+        return Markup("")
+    answered = answered_pauses(checkpoints)
+    lanes = max(node.lane for node in nodes) + 1
+    rows = len(nodes)
+    label_x = PAD + lanes * LANE + 8
+    width = label_x + LABEL_WIDTH
+    height = rows * ROW + 2 * PAD - ROW // 2
+
+    def x(lane: int) -> int:
+        return PAD + lane * LANE + LANE // 2
+
+    def y(row: int) -> int:
+        # Newest at the top.
+        return PAD + (rows - 1 - row) * ROW + ROW // 4
+
+    edges = []
+    for node in nodes:
+        if node.parent_row is None or node.parent_lane is None:
+            continue
+        x0, y0, x1, y1 = x(node.parent_lane), y(node.parent_row), x(node.lane), y(node.row)
+        if x0 == x1:
+            path = f"M{x0},{y0} L{x1},{y1}"
+        else:
+            bend = y0 - ROW
+            path = f"M{x0},{y0} C{x0},{y0 - ROW // 2} {x1},{y0 - ROW // 2} {x1},{bend} L{x1},{y1}"
+        fork = node.checkpoint.metadata.get("source") == "fork"
+        edges.append(tag("path", {"d": path, "class": "edge fork" if fork else "edge"}))
+
+    rows_markup = []
+    for node in nodes:
+        checkpoint = node.checkpoint
+        cy = y(node.row)
+        classes = ["node"]
+        if checkpoint.pending:
+            classes.append("answered" if checkpoint.id in answered else "waiting")
+        elif not checkpoint.next:
+            classes.append("done")
+        if checkpoint.metadata.get("source") == "fork":
+            classes.append("fork")
+        if checkpoint.id == failed_at:
+            classes.append("failed")
+        if checkpoint.id == latest:
+            classes.append("latest")
+        row_classes = "row selected" if checkpoint.id == selected else "row"
+        rows_markup.append(
+            tag(
+                "a",
+                {"href": links.thread(checkpoint.thread_id, checkpoint.id), "class": row_classes},
+                tag("title", {}, f"{checkpoint.id} · {checkpoint.ts:%Y-%m-%d %H:%M:%S} UTC"),
+                tag("rect", {"class": "hit", "x": 0, "y": cy - ROW // 2, "width": width, "height": ROW}),
+                tag("circle", {"class": " ".join(classes), "cx": x(node.lane), "cy": cy, "r": 6}),
+                tag("text", {"x": label_x, "y": cy + 4}, _label(checkpoint, answered, latest, failed_at)),
+            )
+        )
+    return tag(
+        "svg",
+        {
+            "class": "tree",
+            "xmlns": "http://www.w3.org/2000/svg",
+            "width": width,
+            "height": height,
+            "viewBox": f"0 0 {width} {height}",
+            "role": "img",
+            "aria-label": "checkpoint tree",
+        },
+        tag("g", {"class": "edges"}, edges),
+        tag("g", {"class": "rows"}, rows_markup),
+    )

@@ -1,0 +1,337 @@
+"""Shared by the web console's tests and ``scripts/screenshots``: sample threads, a client, a server.
+
+``populate(checkpointer)`` writes a small store with a thread of every kind
+the console shows: paused on a question with options, answered, forked,
+failed, finished, stalled, and one whose every stored text is hostile
+markup. ``Client`` calls a WSGI application in-process; ``serving`` runs
+one with ``wsgiref`` on a free port of 127.0.0.1 in a background thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import threading
+import time
+import urllib.parse
+import wsgiref.util
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import attrs
+
+import ilmek
+from ilmek import END, START, Checkpointer, channel, graph, resume_keyed, run
+from ilmek.web.serve import ConsoleServer, make_server
+
+XSS_SCRIPT = "<script>alert(1)</script>"
+XSS_IMG = '"><img src=x onerror=alert(1)>'
+XSS_URL = "javascript:alert(1)"
+CONTROL = "bell\x07 esc\x1b[31m nul-free \u202egnp.exe"
+HOSTILE_TEXTS = (XSS_SCRIPT, XSS_IMG, XSS_URL)
+"""Markup that must never reach a page unescaped."""
+
+HOSTILE_THREAD = f"{XSS_SCRIPT}{XSS_IMG}/../?&id=x#{XSS_URL}"
+HOSTILE_NODE = 'ask"><img src=x onerror=alert(1)>'
+
+THREADS = {
+    "waiting": "order-1042",
+    "second_waiting": "order-1043",
+    "answered": "order-1041",
+    "forked": "order-1040",
+    "failed": "sync-crm-7",
+    "stalled": "batch-2026-11-30",
+    "hostile": HOSTILE_THREAD,
+}
+"""The sample threads by role."""
+
+
+# --- graphs -----------------------------------------------------------------------------
+
+
+def checkout_graph() -> ilmek.CompiledGraph:
+    """Plan an order, ask before charging (options yes/no), charge or cancel."""
+
+    def plan(state: dict[str, Any], ctx: ilmek.NodeContext) -> dict[str, Any]:
+        order = ctx.step("create_order", lambda: {"id": f"ord-{ctx.thread_id}", "items": state["cart"]})
+        return {"order": order, "log": [f"order for {len(state['cart'])} items"]}
+
+    def approve(state: dict[str, Any], ctx: ilmek.NodeContext) -> dict[str, Any]:
+        total = ctx.step("quote", lambda: 24.99 * len(state["cart"]))
+        answer = ctx.interrupt({"question": f"Charge {total:.2f} EUR?", "options": ["yes", "no"]})
+        return {"approved": answer == "yes", "log": [f"answered {answer!r}"]}
+
+    def charge(state: dict[str, Any], ctx: ilmek.NodeContext) -> dict[str, Any]:
+        receipt = ctx.step("charge", lambda: {"receipt": f"rcpt-{state['order']['id']}"})
+        return {"receipt": receipt, "log": ["charged"]}
+
+    def cancel(state: dict[str, Any]) -> dict[str, Any]:
+        return {"log": ["cancelled"]}
+
+    return (
+        graph(
+            "checkout",
+            {
+                "cart": channel.last_write([]),
+                "order": channel.last_write(None),
+                "approved": channel.last_write(None),
+                "receipt": channel.last_write(None),
+                "log": channel.append(),
+            },
+        )
+        .node("plan", plan)
+        .node("approve", approve)
+        .node("charge", charge)
+        .node("cancel", cancel)
+        .edge(START, "plan")
+        .edge("plan", "approve")
+        .edge("approve", "charge", when={"channel": "approved", "eq": True})
+        .edge("approve", "cancel", when={"channel": "approved", "eq": False})
+        .edge("charge", END)
+        .edge("cancel", END)
+        .compile()
+    )
+
+
+def failing_graph() -> ilmek.CompiledGraph:
+    """One node that fails: the upstream answered 502."""
+
+    def fetch(state: dict[str, Any], ctx: ilmek.NodeContext) -> dict[str, Any]:
+        ctx.step("login", lambda: "session-1")
+        raise RuntimeError("upstream CRM answered 502 Bad Gateway\nretry later")
+
+    return (
+        graph("crm-sync", {"contacts": channel.append()})
+        .node("fetch", fetch)
+        .edge(START, "fetch")
+        .edge("fetch", END)
+        .compile()
+    )
+
+
+def loop_graph(delay: float = 0.05) -> ilmek.CompiledGraph:
+    """A node that sleeps briefly and loops, superstep after superstep, until cancelled."""
+
+    def tick(state: dict[str, Any]) -> dict[str, Any]:
+        time.sleep(delay)
+        return {"ticks": state["ticks"] + 1}
+
+    return (
+        graph("ticker", {"ticks": channel.last_write(0)})
+        .node("tick", tick)
+        .edge(START, "tick")
+        .router(
+            "tick", lambda state: "tick" if state["ticks"] < 1_000_000 else END, destinations=["tick", END]
+        )
+        .compile()
+    )
+
+
+def batch_graph() -> ilmek.CompiledGraph:
+    """Three quick nodes in a row: extract, transform, load."""
+
+    def extract(state: dict[str, Any], ctx: ilmek.NodeContext) -> dict[str, Any]:
+        rows = ctx.step("read_rows", lambda: [{"sku": "A-1", "qty": 3}, {"sku": "B-7", "qty": 1}])
+        return {"rows": rows}
+
+    def transform(state: dict[str, Any]) -> dict[str, Any]:
+        return {"rows": [dict(row, qty=row["qty"] * 2) for row in state["rows"]]}
+
+    def load(state: dict[str, Any], ctx: ilmek.NodeContext) -> dict[str, Any]:
+        return {"loaded": ctx.step("write_rows", lambda: len(state["rows"]))}
+
+    return (
+        graph("nightly-batch", {"rows": channel.last_write([]), "loaded": channel.last_write(0)})
+        .node("extract", extract)
+        .node("transform", transform)
+        .node("load", load)
+        .edge(START, "extract")
+        .edge("extract", "transform")
+        .edge("transform", "load")
+        .edge("load", END)
+        .compile()
+    )
+
+
+def hostile_graph() -> ilmek.CompiledGraph:
+    """Every name and value it stores is markup: node, channel, step key, payload, error."""
+
+    def ask(state: dict[str, Any], ctx: ilmek.NodeContext) -> dict[str, Any]:
+        ctx.step(XSS_SCRIPT + XSS_IMG, lambda: {XSS_IMG: [XSS_SCRIPT, XSS_URL, CONTROL]})
+        answer = ctx.interrupt(
+            {"question": XSS_SCRIPT + CONTROL, "options": [XSS_IMG, XSS_URL], "link": XSS_URL}, key=XSS_IMG
+        )
+        if answer == "fail":
+            raise ValueError(f"{XSS_SCRIPT} {XSS_IMG} {XSS_URL} {CONTROL}")
+        return {XSS_SCRIPT: [answer]}
+
+    return (
+        graph("x" + XSS_IMG, {XSS_SCRIPT: channel.append(), "url": channel.last_write(XSS_URL)})
+        .node(HOSTILE_NODE, ask)
+        .edge(START, HOSTILE_NODE)
+        .edge(HOSTILE_NODE, END)
+        .compile()
+    )
+
+
+def graphs() -> dict[str, ilmek.CompiledGraph]:
+    """Every sample graph by name."""
+    found = [checkout_graph(), failing_graph(), loop_graph(), batch_graph(), hostile_graph()]
+    return {g.name: g for g in found}
+
+
+# --- the sample store ---------------------------------------------------------------------------
+
+
+def populate(checkpointer: Checkpointer, *, hostile: bool = True) -> dict[str, str]:
+    """Write the sample threads (see :data:`THREADS`); returns them by role."""
+    checkout = checkout_graph()
+    pause_id = "approve:interrupt#0"
+
+    def start(thread_id: str, cart: list[str], **metadata: Any) -> None:
+        result = run(checkout, {"cart": cart}, thread_id=thread_id, checkpointer=checkpointer)
+        assert "interrupted" == result.status
+        if metadata:
+            checkpointer.put_thread_metadata(thread_id, metadata)
+
+    start(THREADS["forked"], ["coffee", "mug"], customer="acme", channel="web")
+    resume_keyed(checkout, {pause_id: "yes"}, thread_id=THREADS["forked"], checkpointer=checkpointer)
+    pause = next(c for c in checkpointer.list(THREADS["forked"]) if c.pending)
+    resume_keyed(
+        checkout,
+        {pause_id: "no"},
+        thread_id=THREADS["forked"],
+        checkpointer=checkpointer,
+        checkpoint_id=pause.id,
+    )
+
+    start(THREADS["answered"], ["filter"], customer="globex")
+    resume_keyed(checkout, {pause_id: "yes"}, thread_id=THREADS["answered"], checkpointer=checkpointer)
+
+    result = run(failing_graph(), {"contacts": []}, thread_id=THREADS["failed"], checkpointer=checkpointer)
+    assert "error" == result.status
+    checkpointer.put_thread_metadata(THREADS["failed"], {"source": "nightly"})
+
+    # Stopped by its recursion limit after one superstep: tasks planned, no
+    # pause, no run (as a process that died mid-run leaves a thread).
+    with contextlib.suppress(ilmek.RecursionLimitError):
+        run(batch_graph(), {}, thread_id=THREADS["stalled"], checkpointer=checkpointer, recursion_limit=1)
+
+    start(THREADS["second_waiting"], ["coffee"], customer="initech", tier=2)
+    start(THREADS["waiting"], ["coffee", "mug", "filter"], customer="acme", tier=1)
+
+    if hostile:
+        hostile_graph_ = hostile_graph()
+        result = run(hostile_graph_, {"url": XSS_URL}, thread_id=HOSTILE_THREAD, checkpointer=checkpointer)
+        assert "interrupted" == result.status
+        checkpointer.put_thread_metadata(
+            HOSTILE_THREAD, {XSS_SCRIPT: XSS_IMG, "href": XSS_URL, "ctl": CONTROL}
+        )
+    return dict(THREADS)
+
+
+def hostile_failure(checkpointer: Checkpointer) -> str:
+    """A thread of the hostile graph whose run failed with a hostile message; returns its id."""
+    thread_id = XSS_IMG + "-failed"
+    hostile = hostile_graph()
+    run(hostile, {}, thread_id=thread_id, checkpointer=checkpointer)
+    result = resume_keyed(
+        hostile, {f"{HOSTILE_NODE}:{XSS_IMG}#0": "fail"}, thread_id=thread_id, checkpointer=checkpointer
+    )
+    assert "error" == result.status
+    return thread_id
+
+
+# --- an in-process client -----------------------------------------------------------------------
+
+
+@attrs.frozen
+class Reply:
+    """What the application answered."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+    @property
+    def text(self) -> str:
+        """The body as text."""
+        return self.body.decode("utf-8")
+
+    @property
+    def location(self) -> str:
+        """Where a redirect points."""
+        return self.headers["Location"]
+
+
+class Client:
+    """Calls a WSGI application directly, as a server would."""
+
+    def __init__(self, app: Any, *, script_name: str = "", host: str = "127.0.0.1:8765") -> None:
+        self.app = app
+        self.script_name = script_name
+        self.host = host
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        form: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Reply:
+        """One request; ``url`` is the path under the mount point with its query (or a full path)."""
+        path, _, query = url.partition("?")
+        if self.script_name and path.startswith(self.script_name):
+            path = path[len(self.script_name) :]
+        body = urllib.parse.urlencode(form or {}).encode("utf-8")
+        environ: dict[str, Any] = {
+            "REQUEST_METHOD": method,
+            "SCRIPT_NAME": self.script_name,
+            "PATH_INFO": urllib.parse.unquote(path, encoding="latin-1"),
+            "QUERY_STRING": query,
+            "HTTP_HOST": self.host,
+            "wsgi.input": io.BytesIO(body),
+        }
+        if form is not None:
+            environ["CONTENT_TYPE"] = "application/x-www-form-urlencoded"
+            environ["CONTENT_LENGTH"] = str(len(body))
+        for name, value in (headers or {}).items():
+            environ["HTTP_" + name.upper().replace("-", "_")] = value
+        wsgiref.util.setup_testing_defaults(environ)
+        started: dict[str, Any] = {}
+
+        def start_response(status: str, header_list: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            started["status"], started["headers"] = status, header_list
+            return lambda data: None
+
+        chunks = self.app(environ, start_response)
+        content = b"".join(chunks)
+        return Reply(int(started["status"].split()[0]), dict(started["headers"]), content)
+
+    def get(self, url: str, **options: Any) -> Reply:
+        """A GET."""
+        return self.request("GET", url, **options)
+
+    def post(self, url: str, form: Mapping[str, str] | None = None, **options: Any) -> Reply:
+        """A POST of a form."""
+        return self.request("POST", url, form=form or {}, **options)
+
+
+# --- a real server ----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def serving(
+    checkpointer: Checkpointer, console_graphs: Any = None, **options: Any
+) -> Iterator[ConsoleServer]:
+    """The console served by ``wsgiref`` on a free port of 127.0.0.1, in a background thread."""
+    server = make_server(checkpointer, console_graphs, host="127.0.0.1", port=0, quiet=True, **options)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)

@@ -22,7 +22,8 @@ from ilmek.demo import CART, build_checkout_graph
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 COMMANDS = [
-    "demo", "threads", "history", "show", "delete", "prune", "recover", "cancel", "gc", "migrate", "ddl", "web",
+    "demo", "threads", "history", "show", "delete", "prune",
+    "recover", "cancel", "gc", "migrate", "ddl", "web",
 ]  # fmt: skip
 SERVING_COMMANDS = frozenset({"web"})
 """Commands that serve until Ctrl-C: tested on their own (tests/test_web_serve.py), never fuzzed."""

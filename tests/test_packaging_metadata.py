@@ -36,6 +36,8 @@ def third_party_imports(*folders: str) -> set[str]:
     names: set[str] = set()
     for folder in folders:
         for path in (ROOT / folder).rglob("*.py"):
+            if "node_modules" in path.parts:
+                continue  # npm packages scripts/test installs (katex ships Python scripts)
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Import):
                     names.update(alias.name.partition(".")[0] for alias in node.names)

@@ -15,7 +15,6 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg2
@@ -43,83 +42,9 @@ from ilmek.checkpoint.base import Checkpointer
 from ilmek.checkpoint.postgres import PostgresCheckpointer
 from ilmek.checkpoint.sqlite import SqliteCheckpointer
 from tests.helpers import Calls
+from tests.stores import LEASE, Store, rows_of, store_fixture  # noqa: F401 - the store fixture
 
 pytestmark = pytest.mark.timeout(90)
-
-LEASE = 0.4
-
-
-class Store:
-    """Opens checkpointers on one store, as separate processes would."""
-
-    def __init__(self, kind: str, request: pytest.FixtureRequest, tmp_path: Any) -> None:
-        self.kind = kind
-        self.opened: list[Checkpointer] = []
-        self.pools: list[Any] = []
-        if kind == "sqlite":
-            self.path = tmp_path / "holds.db"
-        else:
-            self.dsn: str = request.getfixturevalue("postgres_dsn")
-
-    def open(self, *, lease_seconds: float = LEASE, maxconn: int = 8) -> Checkpointer:
-        checkpointer: Checkpointer
-        if self.kind == "sqlite":
-            checkpointer = SqliteCheckpointer(self.path, lease_seconds=lease_seconds)
-        else:
-            pool = psycopg2.pool.ThreadedConnectionPool(1, maxconn, self.dsn)
-            self.pools.append(pool)
-            checkpointer = PostgresCheckpointer(pool, lease_seconds=lease_seconds)
-        self.opened.append(checkpointer)
-        return checkpointer
-
-    def close(self) -> None:
-        for checkpointer in self.opened:
-            checkpointer.close()
-        for pool in self.pools:
-            pool.closeall()
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Store]:
-    """A SQLite file or a fresh Postgres database, opened like separate processes would."""
-    opened = Store(request.param, request, tmp_path)
-    yield opened
-    opened.close()
-
-
-def rows_of(store: Store, thread_id: str) -> dict[str, int]:
-    """How many rows each ilmek table holds for a thread, straight from the database."""
-    tables = ("threads", "checkpoints", "blobs", "logs", "journals", "holds")
-    counts: dict[str, int] = {}
-    if store.kind == "sqlite":
-        import sqlite3
-
-        connection = sqlite3.connect(store.path)
-        try:
-            for table in tables:
-                counts[table] = connection.execute(
-                    f"SELECT count(*) FROM ilmek_{table} WHERE thread_id = ?", (thread_id,)
-                ).fetchone()[0]
-            counts["items"] = connection.execute(
-                "SELECT count(*) FROM ilmek_items WHERE log_id NOT IN (SELECT log_id FROM ilmek_logs)"
-            ).fetchone()[0]
-        finally:
-            connection.close()
-    else:
-        connection = psycopg2.connect(store.dsn)
-        try:
-            with connection.cursor() as cursor:
-                for table in tables:
-                    cursor.execute(f"SELECT count(*) FROM ilmek_{table} WHERE thread_id = %s", (thread_id,))
-                    counts[table] = cursor.fetchone()[0]
-                cursor.execute(
-                    "SELECT count(*) FROM ilmek_items WHERE log_id NOT IN (SELECT log_id FROM ilmek_logs)"
-                )
-                counts["items"] = cursor.fetchone()[0]
-        finally:
-            connection.close()
-    return counts
-
 
 # --- a stream that outlives its lease -------------------------------------------------------------
 

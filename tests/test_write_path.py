@@ -1,0 +1,256 @@
+"""The cheaper write path, attacked where it cut corners.
+
+A run that starts with input takes its hold in the input's commit (it reads
+without it first); a superstep checks the hold in the statement that moves
+the thread and extends the lease only now and then; appending to a list
+claims the next index of the log instead of rewriting the log's row; a
+one-task superstep of ``run()`` runs on the caller's thread. Each test below
+tries to make one of those lose a write, run something twice, or take a
+thread that is held, on a SQLite file and on Postgres.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from ilmek import END, START, ThreadBusyError, channel, graph, run, stream
+from ilmek.errors import CorruptCheckpointError
+from tests.helpers import Calls
+from tests.stores import LEASE, Store, execute, store_fixture  # noqa: F401 - the store fixture
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def chat(calls: Calls, pause: threading.Event | None = None) -> Any:
+    """One node that counts its runs and appends a reply; it can wait on ``pause`` first."""
+
+    def reply(state: dict[str, Any]) -> dict[str, Any]:
+        calls.hit("reply")
+        if pause is not None:
+            pause.wait(10)
+        return {"log": [f"reply to {state['log'][-1]}"]}
+
+    return (
+        graph("chat", {"log": channel.append()}).node("reply", reply).edge(START, "reply").edge("reply", END)
+    )
+
+
+def test_a_run_whose_read_went_stale_before_its_input_landed_reads_again_and_loses_nothing(
+    store: Store,
+) -> None:
+    """Another run finishes the thread between this run's read and its input's commit: the input
+    lands on top of the other run's work, each node runs once per run, nothing is lost."""
+    calls = Calls()
+    g = chat(calls).compile()
+    checkpointer, other = store.open(), store.open()
+    run(g, {"log": ["first"]}, thread_id="t", checkpointer=checkpointer)
+    reads = 0
+    plain_load = checkpointer.load
+
+    def load_then_let_another_run_finish(*args: Any, **kwargs: Any) -> Any:
+        nonlocal reads
+        found = plain_load(*args, **kwargs)
+        reads += 1
+        if reads == 1:
+            run(g, {"log": ["meanwhile"]}, thread_id="t", checkpointer=other)
+        return found
+
+    checkpointer.load = load_then_let_another_run_finish  # type: ignore[method-assign]
+    result = run(g, {"log": ["late"]}, thread_id="t", checkpointer=checkpointer)
+
+    assert "done" == result.status
+    assert [
+        "first",
+        "reply to first",
+        "meanwhile",
+        "reply to meanwhile",
+        "late",
+        "reply to late",
+    ] == result.state["log"]
+    assert {"reply": 3} == dict(calls)
+    assert reads >= 2  # it read again once it held the thread
+
+
+def test_a_second_run_with_input_while_the_first_runs_is_busy_and_writes_nothing(store: Store) -> None:
+    """Two runs with input on one thread at once: the second raises ThreadBusyError before any of its
+    nodes runs, and its input is nowhere in the thread's history."""
+    calls, pause = Calls(), threading.Event()
+    g = chat(calls, pause).compile()
+    first_cp, second_cp = store.open(), store.open()
+    outcome: dict[str, Any] = {}
+    first = threading.Thread(
+        target=lambda: outcome.update(
+            first=run(g, {"log": ["one"]}, thread_id="t", checkpointer=first_cp).status
+        )
+    )
+    first.start()
+    deadline = time.monotonic() + 10
+    while not calls.get("reply") and time.monotonic() < deadline:
+        time.sleep(0.005)
+    with pytest.raises(ThreadBusyError):
+        run(g, {"log": ["two"]}, thread_id="t", checkpointer=second_cp)
+    pause.set()
+    first.join(10)
+
+    assert "done" == outcome["first"]
+    assert {"reply": 1} == dict(calls)
+    values = [value for c in second_cp.list("t") for value in c.channels.get("log", [])]
+    assert "two" not in values
+
+
+def test_a_stream_of_a_busy_thread_yields_nothing_before_its_thread_busy_error(store: Store) -> None:
+    """The deferred hold is taken by the input's commit: a stream that cannot take it yields no event."""
+    calls, pause = Calls(), threading.Event()
+    g = chat(calls, pause).compile()
+    first_cp, second_cp = store.open(), store.open()
+    first = threading.Thread(
+        target=run, args=(g, {"log": ["one"]}), kwargs={"thread_id": "t", "checkpointer": first_cp}
+    )
+    first.start()
+    deadline = time.monotonic() + 10
+    while not calls.get("reply") and time.monotonic() < deadline:
+        time.sleep(0.005)
+    seen: list[str] = []
+    events = stream(g, {"log": ["two"]}, thread_id="t", checkpointer=second_cp)
+    with pytest.raises(ThreadBusyError):
+        seen.extend(event.type for event in events)
+    pause.set()
+    first.join(10)
+
+    assert [] == seen
+
+
+def test_many_quick_supersteps_for_three_leases_keep_the_hold_though_few_of_them_renew_it(
+    store: Store,
+) -> None:
+    """run() of a loop whose supersteps take a few ms each, for 3 leases, while another checkpointer
+    keeps trying the thread: it never gets it, and every superstep landed."""
+    steps = int(LEASE * 3 / 0.004)
+
+    started = threading.Event()
+
+    def tick(state: dict[str, Any]) -> dict[str, Any]:
+        started.set()  # the run holds the thread from here on
+        time.sleep(0.004)
+        return {"n": state["n"] + 1}
+
+    g = (
+        graph("ticker", {"n": channel.last_write(0)})
+        .node("tick", tick)
+        .edge(START, "tick")
+        .router("tick", lambda s: END if s["n"] >= steps else "tick", destinations=["tick", END])
+        .compile()
+    )
+    checkpointer, contender = store.open(), store.open()
+    taken: list[str] = []
+    done = threading.Event()
+
+    def contend() -> None:
+        started.wait(10)
+        while not done.is_set():
+            try:
+                with contender.hold("ticks"):
+                    latest = contender.get("ticks")
+                    if latest is not None and latest.next:
+                        taken.append(f"taken at n={latest.channels.get('n')}")
+            except ThreadBusyError:
+                pass
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=contend)
+    watcher.start()
+    try:
+        result = run(g, {"n": 0}, thread_id="ticks", checkpointer=checkpointer, recursion_limit=steps + 5)
+    finally:
+        done.set()
+        watcher.join()
+
+    assert "done" == result.status
+    assert steps == result.state["n"]
+    assert [] == taken
+
+
+def test_a_manifest_pointing_at_another_threads_log_never_appends_to_that_log(store: Store) -> None:
+    """Thread b's stored manifest is forged to name thread a's list: b's next run refuses it as
+    corrupt (its reads and its appends are scoped to b's own logs), and a's list is untouched."""
+    calls = Calls()
+    g = chat(calls).compile()
+    checkpointer = store.open()
+    run(g, {"log": ["a1"]}, thread_id="a", checkpointer=checkpointer)
+    run(g, {"log": ["b1"]}, thread_id="b", checkpointer=checkpointer)
+    latest = "SELECT max(checkpoint_id) FROM ilmek_checkpoints WHERE thread_id = '{}'"
+    execute(
+        store,
+        "UPDATE ilmek_checkpoints SET manifest = (SELECT manifest FROM ilmek_checkpoints "
+        f"WHERE checkpoint_id = ({latest.format('a')})) "
+        f"WHERE thread_id = 'b' AND checkpoint_id = ({latest.format('b')})",
+    )
+
+    reader = store.open()
+    with pytest.raises(CorruptCheckpointError) as refused:
+        run(g, {"log": ["b2"]}, thread_id="b", checkpointer=reader)
+
+    assert "b" == refused.value.thread_id
+    a_state = store.open().get("a")
+    assert a_state is not None
+    assert ["a1", "reply to a1"] == a_state.channels["log"]
+
+
+def test_ctrl_c_in_a_node_run_on_the_callers_thread_stops_the_program_and_frees_the_thread(
+    store: Store,
+) -> None:
+    """KeyboardInterrupt in a node of run() (which runs it on the caller's thread) propagates, records
+    nothing as the node's result, and the thread can be taken at once."""
+
+    def interrupted(state: dict[str, Any]) -> dict[str, Any]:
+        raise KeyboardInterrupt
+
+    g = (
+        graph("ctrl-c", {"log": channel.append()})
+        .node("n", interrupted)
+        .edge(START, "n")
+        .edge("n", END)
+        .compile()
+    )
+    checkpointer = store.open()
+    with pytest.raises(KeyboardInterrupt):
+        run(g, {"log": ["x"]}, thread_id="t", checkpointer=checkpointer)
+    with store.open().hold("t"):
+        pass  # not held any more
+    latest = checkpointer.get("t")
+    assert latest is not None
+    assert ["n"] == [task.node for task in latest.next]  # the plan stands, to continue later
+
+
+def test_steps_from_threads_a_node_starts_are_recorded_when_the_node_runs_on_the_callers_thread(
+    store: Store,
+) -> None:
+    """run() runs the one task on the caller's thread; steps its own worker threads record must not
+    wait for that (busy) thread: each is stored before it returns."""
+    calls = Calls()
+    checkpointer, reader = store.open(), store.open()
+    seen: list[int] = []
+
+    def fan(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        def work(n: int) -> None:
+            ctx.step(f"s{n}", calls.hit, f"s{n}")
+            seen.append(len(reader.get_journals([ctx.task_id])[ctx.task_id]))
+
+        workers = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(20)
+        return {"log": ["fanned"]}
+
+    g = graph("fan", {"log": channel.append()}).node("fan", fan).edge(START, "fan").edge("fan", END).compile()
+    result = run(g, {"log": ["go"]}, thread_id="t", checkpointer=checkpointer)
+
+    assert "done" == result.status
+    assert 4 == len(seen)
+    assert all(count >= 1 for count in seen)
+    assert {f"s{n}": 1 for n in range(4)} == dict(calls)

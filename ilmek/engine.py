@@ -88,6 +88,10 @@ _LOG = logging.getLogger("ilmek.run")
 DEFAULT_RECURSION_LIMIT = 25
 
 
+# As concurrent.futures picks, counted once (os.cpu_count() is a system call).
+_DEFAULT_WORKERS = min(32, (os.cpu_count() or 1) + 4)
+
+
 def _optional_mapping(value: Any) -> Mapping[str, Any] | None:
     if value is not None and not isinstance(value, Mapping):
         raise InvalidArgumentError(f"meta must be a dict, got {type(value).__name__}")
@@ -269,7 +273,7 @@ class _Run:
         self.strict = options.strict
         self.meta = dict(options.meta or {})
         self.cancel = options.cancel if options.cancel is not None else threading.Event()
-        self.max_workers = options.max_workers or min(32, (os.cpu_count() or 1) + 4)
+        self.max_workers = options.max_workers or _DEFAULT_WORKERS
         self.run_id = uuid.uuid4().hex
         self._seq = 0
         self._queue: queue.SimpleQueue[_Message] = queue.SimpleQueue()

@@ -337,6 +337,16 @@ class ValueCache:
             self._size = 0
 
 
+class _Items(list):  # type: ignore[type-arg]
+    """A cached log's decoded items: only ever appended to, under the cache's write path.
+
+    Its items are never handed out; readers copy the slice they need, so a
+    later append (another commit of this process) cannot change what a read
+    returned. Appends only happen after a commit that extended the log at its
+    end, so the first ``n`` items a reader slices never change.
+    """
+
+
 def _approximate_size(items: Sequence[Any]) -> int:
     # A rough count keeps the cache bounded without encoding anything again.
     return 64 * len(items) + 1
@@ -420,7 +430,7 @@ def _read_logs(
                     table="items",
                 )
             if cache is not None and remember:
-                cache.put(("l", thread_id, need[name].log_id), tuple(items), _approximate_size(items))
+                cache.put(("l", thread_id, need[name].log_id), _Items(items), _approximate_size(items))
     return known
 
 
@@ -444,10 +454,13 @@ def extend_cached_logs(
         before, after = parent_manifest.get(change.channel), manifest.get(change.channel)
         if not (isinstance(before, LogRef) and isinstance(after, LogRef) and before.log_id == after.log_id):
             continue
-        cached = cache.get(("l", thread_id, after.log_id))
-        if cached is not None and len(cached) == before.length:
-            items = tuple(cached) + tuple(serde.decode(text) for text in change.items)
-            cache.put(("l", thread_id, after.log_id), items, _approximate_size(items))
+        key = ("l", thread_id, after.log_id)
+        cached = cache.get(key)
+        if isinstance(cached, _Items) and len(cached) == before.length:
+            # Grown in place (amortized O(new items), not a copy of the history):
+            # readers only ever take a slice of the first ``length`` items.
+            cached.extend(serde.decode(text) for text in change.items)
+            cache.put(key, cached, _approximate_size(cached))
 
 
 def read_channel_slice(

@@ -509,11 +509,12 @@ def check_thread(thread_id: str, checkpoint: Checkpoint) -> None:
 
 def encode_fields(checkpoint: Checkpoint) -> dict[str, str]:
     """A checkpoint's non-channel parts as JSON text, keyed by stored column name."""
+    # Most checkpoints carry no pause, no journals and no chain: skip the encoder for those.
     return {
-        "next_text": encode_next(checkpoint.next),
-        "pending_text": encode_pending(checkpoint.pending),
-        "journals_text": encode_task_journals(checkpoint.task_journals),
-        "chain_text": encode_chain(checkpoint.journal_chain),
+        "next_text": encode_next(checkpoint.next) if checkpoint.next else "[]",
+        "pending_text": encode_pending(checkpoint.pending) if checkpoint.pending else "[]",
+        "journals_text": encode_task_journals(checkpoint.task_journals) if checkpoint.task_journals else "{}",
+        "chain_text": encode_chain(checkpoint.journal_chain) if checkpoint.journal_chain else "[]",
         "metadata_text": serde.encode(
             dict(checkpoint.metadata), where=f"the metadata of checkpoint {checkpoint.id!r}"
         ),

@@ -1368,17 +1368,24 @@ class SqlCheckpointer(Checkpointer):
 
         def work(session: Session) -> int:
             candidates = [row[0] for row in session.query(self._statement(template), **params)]
-            count = 0
-            for thread_id in candidates:
-                # Checked again under the thread's lock: a run may have taken it since.
-                if not self.advisory_lock(session, thread_id, wait=False):
-                    continue
-                if session.query(self._sql("live_hold"), thread_id=thread_id, now=time.time()):
-                    continue
-                for name in self._DELETIONS:
-                    session.execute(self._sql(name), thread_id=thread_id)
-                count += 1
-            return count
+            claimed: builtins.list[str] = []
+            token = new_token()
+            for chunk in _chunks(candidates):
+                # Take the hold of each candidate no live run holds, all in one
+                # statement: a run that took one since it was listed keeps it
+                # (its row wins), and one that tries now waits for this commit.
+                rows = session.query(
+                    self._statement(_CLAIM_FOR_DELETE, len(chunk)),
+                    owner=token,
+                    ttl=self.lease_seconds,
+                    now=time.time(),
+                    **self._in_params(chunk),
+                )
+                claimed.extend(row[0] for row in rows)
+            for chunk in _chunks(claimed):
+                for deletion in _DELETE_THREADS:
+                    session.execute(self._statement(deletion, len(chunk)), **self._in_params(chunk))
+            return len(claimed)
 
         deleted: int = self._run(work, what="delete threads")
         if deleted:
@@ -1633,6 +1640,26 @@ def copy_v1_journals(session: Session, checkpointer: SqlCheckpointer) -> None:
                 entry=_records.encode_entry(entry, f"journal {task_id!r}"),
             )
 
+
+_CLAIM_FOR_DELETE = (
+    "INSERT INTO {p}_holds AS h (thread_id, owner, expires_at, acquired_at, holder, cancel_reason) "
+    "SELECT t.thread_id, :owner, {now} + :ttl, {now}, {holder}, NULL FROM {p}_threads AS t "
+    "WHERE t.thread_id IN ({in}) "
+    "ON CONFLICT (thread_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at, "
+    "holder = excluded.holder WHERE h.expires_at < {now} OR {gone_h} RETURNING thread_id"
+)
+"""Hold every listed thread no live run holds, for the deleting transaction; returns those held."""
+
+_DELETE_THREADS = (
+    "DELETE FROM {p}_items WHERE log_id IN (SELECT log_id FROM {p}_logs WHERE thread_id IN ({in}))",
+    "DELETE FROM {p}_logs WHERE thread_id IN ({in})",
+    "DELETE FROM {p}_blobs WHERE thread_id IN ({in})",
+    "DELETE FROM {p}_checkpoints WHERE thread_id IN ({in})",
+    "DELETE FROM {p}_journals WHERE thread_id IN ({in})",
+    "DELETE FROM {p}_holds WHERE thread_id IN ({in})",
+    "DELETE FROM {p}_threads WHERE thread_id IN ({in})",
+)
+"""A batch of threads' rows, table by table (the same tables as ``_DELETIONS``)."""
 
 _NOT_CHECKED = object()
 """The cancel reason of a commit that did not check the hold in its first statement."""

@@ -114,6 +114,59 @@ class SuperstepStream:
             close()
 
 
+class SuperstepRun:
+    """Supersteps timed inside ``run()``: a loop of one node, as many supersteps as asked, per run.
+
+    ``run()`` runs a one-task superstep on the calling thread, where a stream
+    hands every task to a worker thread (so its events arrive live); this
+    measures that path. Each lap is the time from one node call to the
+    next: a whole superstep, its commit included. The run's own start (the
+    hold, the input's checkpoint) falls before the first lap.
+    """
+
+    def __init__(self, checkpointer: Checkpointer, thread_id: str) -> None:
+        self._checkpointer = checkpointer
+        self._thread_id = thread_id
+        self._timings = Timings()
+        self._calls = 0
+        self._wanted = 0
+
+        def think(state: dict[str, Any]) -> dict[str, Any]:
+            if self._calls:
+                self._timings.lap()
+            else:
+                self._timings = Timings()  # the first call starts the clock
+            self._calls += 1
+            return {"messages": message("assistant", len(state["messages"]))}
+
+        # The same state as loop_graph's (one append channel); the stop is counted outside it.
+        self._graph = (
+            graph("counted-loop", {"messages": channel.append()})
+            .node("think", think)
+            .edge(START, "think")
+            .router(
+                "think",
+                lambda state: END if self._calls > self._wanted else "think",
+                destinations=["think", END],
+            )
+            .compile()
+        )
+
+    def advance(self, supersteps: int) -> Timings:
+        """One run of ``supersteps`` + 1 supersteps, timing the last ``supersteps`` of them."""
+        from ilmek import run
+
+        self._calls, self._wanted = 0, supersteps
+        run(
+            self._graph,
+            {"messages": message("user", 0)},
+            thread_id=self._thread_id,
+            checkpointer=self._checkpointer,
+            recursion_limit=supersteps + 2,
+        )
+        return self._timings
+
+
 class Timings:
     """Wall and CPU time of consecutive operations.
 

@@ -8,7 +8,11 @@ Side by side, in batches whose order rotates from round to round:
   on Postgres, the ``INSERT`` of the same payload into a table of its own
   and ``COMMIT``, on a connection borrowed from the checkpointer's own pool;
 * **superstep**: one superstep of a running loop graph whose node appends a
-  200-byte message (one checkpoint);
+  200-byte message (one checkpoint), as ``run()`` drives it (the one task
+  on the calling thread); its bytes include the run's start (the input's
+  checkpoint, the hold), spread over the batch's supersteps;
+* **superstep, streamed**: the same read through ``stream()``, which runs
+  every task on a worker thread so its events arrive live;
 * **turn**: ``run(g, {"messages": msg})`` on a chat thread (an input
   checkpoint, one superstep, and the run's hold taken and released);
 * **superstep, in memory**: the superstep on ``InMemoryCheckpointer``: the
@@ -33,6 +37,7 @@ from _common import (
     MESSAGE_BYTES,
     NEVER_ENDING,
     Growth,
+    SuperstepRun,
     SuperstepStream,
     Target,
     Timings,
@@ -104,6 +109,7 @@ class Workloads:
                 loop, first, thread_id="floor-loop", checkpointer=self.memory, recursion_limit=NEVER_ENDING
             )
         )
+        self.run_loop = SuperstepRun(checkpointer, "floor-runs")
         self.bare = target.bare_writer(message("assistant", 0))
         self._turns = 0
 
@@ -216,7 +222,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         try:
             operations = [
                 Operation("bare insert + commit", workloads.bare_batch, workloads.bare.measure_growth),
-                Operation("ilmek superstep", workloads.loop.advance, target.measure_growth),
+                Operation("ilmek superstep", workloads.run_loop.advance, target.measure_growth),
+                Operation("ilmek superstep, streamed", workloads.loop.advance, target.measure_growth),
                 Operation("ilmek turn (input + superstep)", workloads.turn_batch, target.measure_growth),
                 Operation("ilmek superstep, in memory", workloads.memory_loop.advance, None),
             ]

@@ -769,12 +769,12 @@ class PostgresTarget(Target):
     def make_checkpointer(self, *, for_setup: bool = False, concurrent_runs: int = 2) -> Checkpointer:
         import psycopg2.pool
 
-        # A running run holds one connection for its hold and borrows another
-        # for each write: two per run, and two to spare (the bare writer,
-        # a hold being taken while another is given back). minconn equals
-        # maxconn because psycopg2's pool closes a returned connection when
-        # minconn are already idle: below that every burst would reconnect.
-        size = 2 * concurrent_runs + 2
+        # A running run keeps one connection from its start to its end; two
+        # to spare (the bare writer, a run starting while another ends).
+        # minconn equals maxconn because psycopg2's pool closes a returned
+        # connection when minconn are already idle: below that every burst
+        # would reconnect.
+        size = concurrent_runs + 2
         pool = psycopg2.pool.ThreadedConnectionPool(
             size, size, self.dsn, options=self._session_options(for_setup=for_setup)
         )

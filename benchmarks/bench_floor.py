@@ -145,17 +145,30 @@ def trace(target: Target, workloads: Workloads, operations: int) -> tuple[dict[s
     workloads.bare.trace_statements(None)
     traced["bare"] = list(sent)
     stop = target.trace_statements(workloads.checkpointer, sent.append)
+    # A run keeps one connection from start to end: a loop started before the
+    # tracing began would write through a connection the trace never saw.
+    loop = SuperstepStream(
+        stream(
+            loop_graph(),
+            {"messages": message("user", 0)},
+            thread_id="floor-traced-loop",
+            checkpointer=workloads.checkpointer,
+            recursion_limit=NEVER_ENDING,
+        )
+    )
     try:
+        loop.advance(1)  # its start: the hold, the input, the first superstep
         sent.clear()
-        workloads.loop.advance(operations)
+        loop.advance(operations)
         traced["superstep"] = list(sent)
         sent.clear()
         workloads.turn_batch(operations)
         traced["turn"] = list(sent)
         sent.clear()
-        workloads.loop.advance(1)
+        loop.advance(1)
         one_superstep = list(sent)
     finally:
+        loop.close()
         stop()
     return traced, one_superstep
 
@@ -184,7 +197,14 @@ def count(statements: Sequence[str], operations: int) -> list[float]:
             elif open_transaction is not None:
                 reads += 1
             open_transaction = None
-        elif verb in ("INSERT", "UPDATE", "DELETE") and open_transaction is not None:
+        elif open_transaction is not None and (
+            verb in ("INSERT", "UPDATE", "DELETE")
+            # A data-modifying WITH query (Postgres): several writes in one statement.
+            or (
+                verb == "WITH"
+                and any(word in statement.upper() for word in ("INSERT ", "UPDATE ", "DELETE "))
+            )
+        ):
             open_transaction = True
     return [
         len(statements) / operations,

@@ -514,10 +514,10 @@ class PostgresBackend(Backend):
         else:
             import psycopg_pool
 
-            # Sized as the target sizes its psycopg2 pools: two connections for
+            # Sized as the target sizes its psycopg2 pools: one connection for
             # the one run at a time, two to spare; never a connection opened mid-run.
             pool = psycopg_pool.ConnectionPool(
-                target.dsn, min_size=4, max_size=4, kwargs={"options": self._synchronous_commit()}, open=True
+                target.dsn, min_size=3, max_size=3, kwargs={"options": self._synchronous_commit()}, open=True
             )
             stack.callback(pool.close)  # ilmek never closes a pool it was given
             checkpointer = PostgresCheckpointer(pool, table_prefix=target.prefix)

@@ -254,3 +254,65 @@ def test_steps_from_threads_a_node_starts_are_recorded_when_the_node_runs_on_the
     assert 4 == len(seen)
     assert all(count >= 1 for count in seen)
     assert {f"s{n}": 1 for n in range(4)} == dict(calls)
+
+
+def test_a_branch_that_appends_where_another_branch_already_grew_the_list_keeps_both_lists(
+    store: Store,
+) -> None:
+    """Run 3 turns, fork from the first turn's end and append there: the list's next index is taken
+    by the other branch, so the branch gets a list of its own; each branch reads back exactly its
+    own items, through a checkpointer with nothing cached."""
+    calls = Calls()
+    g = chat(calls).compile()
+    checkpointer = store.open()
+    first = run(g, {"log": ["one"]}, thread_id="t", checkpointer=checkpointer)
+    run(g, {"log": ["two"]}, thread_id="t", checkpointer=checkpointer)
+    main_branch = run(g, {"log": ["three"]}, thread_id="t", checkpointer=checkpointer)
+    fork = run(
+        g, {"log": ["other"]}, thread_id="t", checkpointer=checkpointer, checkpoint_id=first.checkpoint_id
+    )
+
+    fresh = store.open()
+    forked = fresh.get("t", fork.checkpoint_id)
+    main = fresh.get("t", main_branch.checkpoint_id)
+    assert forked is not None
+    assert main is not None
+    assert ["one", "reply to one", "other", "reply to other"] == forked.channels["log"]
+    assert [
+        "one",
+        "reply to one",
+        "two",
+        "reply to two",
+        "three",
+        "reply to three",
+    ] == main.channels["log"]
+
+
+def test_values_replaced_every_superstep_read_back_the_same_without_a_cache(store: Store) -> None:
+    """A loop that replaces a value and appends to a list each superstep (stored as new values and
+    new items, on Postgres in one statement): a checkpointer with nothing cached reads every
+    checkpoint back exactly as the run saw it."""
+
+    def count(state: dict[str, Any]) -> dict[str, Any]:
+        n = state["n"] + 1
+        return {"n": n, "log": [f"item {n}"], "last": {"n": n, "label": f"step {n}"}}
+
+    g = (
+        graph(
+            "counter", {"n": channel.last_write(0), "log": channel.append(), "last": channel.last_write(None)}
+        )
+        .node("count", count)
+        .edge(START, "count")
+        .router("count", lambda s: END if s["n"] >= 6 else "count", destinations=["count", END])
+        .compile()
+    )
+    checkpointer = store.open()
+    result = run(g, {"n": 0}, thread_id="t", checkpointer=checkpointer)
+    assert 6 == result.state["n"]
+
+    fresh = store.open()
+    seen = {c.channels["n"]: c.channels for c in fresh.list("t") if c.channels.get("n")}
+    assert set(range(1, 7)) == set(seen)
+    for n, channels in seen.items():
+        assert [f"item {k}" for k in range(1, n + 1)] == channels["log"]
+        assert {"n": n, "label": f"step {n}"} == channels["last"]

@@ -56,8 +56,10 @@ from ..types import (
 )
 from . import _records
 from ._delta import (
+    BlobRef,
     ChannelRef,
     LogInfo,
+    LogRef,
     ValueCache,
     blob_ids,
     diff_channels,
@@ -68,6 +70,7 @@ from ._delta import (
     read_channels,
     write_channels,
 )
+from ._records import EncodedChange
 from .base import (
     ANY_LATEST,
     Checkpointer,
@@ -401,6 +404,9 @@ class SqlCheckpointer(Checkpointer):
     #: entries even when the value does not change (SQLite does; Postgres
     #: keeps such an update in place).
     REWRITES_ASSIGNED_INDEXES: ClassVar[bool] = False
+    #: Whether one statement may hold several writes (data-modifying WITH
+    #: queries, Postgres): then a plain superstep is one round trip.
+    WRITES_IN_ONE_STATEMENT: ClassVar[bool] = False
     AUTO_MIGRATE: ClassVar[bool] = False
 
     def __init__(self, adapter: Adapter, *, table_prefix: str = "ilmek", lease_seconds: float = 5.0) -> None:
@@ -824,8 +830,29 @@ class SqlCheckpointer(Checkpointer):
         started = time.monotonic()
 
         taking = isinstance(hold, SqlHold) and not hold.taken
+        # A plain superstep (appends to known lists, new values, nothing else)
+        # goes in one statement where the database allows; a fork that
+        # already grew a list, or anything unexpected, takes the long way.
+        one_statement = [
+            self.WRITES_IN_ONE_STATEMENT
+            and isinstance(hold, SqlHold)
+            and not taking
+            and isinstance(expect_latest, str)
+            and encoded is not None
+            and not drops
+            and not recorded
+        ]
 
         def work(session: Session) -> None:
+            if one_statement[0] and not session.joined:
+                assert isinstance(hold, SqlHold)
+                assert isinstance(expect_latest, str)
+                assert encoded is not None
+                done = self._commit_in_one_statement(
+                    session, hold, checkpoint, fields, status, expect_latest, encoded, now, release_hold
+                )
+                if done:
+                    return
             if taking:
                 # The run's first write takes its hold in the same transaction.
                 assert isinstance(hold, SqlHold)
@@ -926,16 +953,155 @@ class SqlCheckpointer(Checkpointer):
             session.after_commit(remember)
 
         with contextlib.suppress(_AlreadyStored):
-            self._run(
-                work,
-                what="commit a checkpoint",
-                thread_id=thread_id,
-                checkpoint_id=checkpoint.id,
-                hold=hold,
-                takes_hold=True,
-            )
+            try:
+                self._run(
+                    work,
+                    what="commit a checkpoint",
+                    thread_id=thread_id,
+                    checkpoint_id=checkpoint.id,
+                    hold=hold,
+                    takes_hold=True,
+                )
+            except _LongWay:
+                one_statement[0] = False
+                self._run(
+                    work,
+                    what="commit a checkpoint",
+                    thread_id=thread_id,
+                    checkpoint_id=checkpoint.id,
+                    hold=hold,
+                    takes_hold=True,
+                )
         if release_hold and hold is not None:
             hold.mark_released()
+
+    def _commit_in_one_statement(
+        self,
+        session: Session,
+        hold: SqlHold,
+        checkpoint: Checkpoint,
+        fields: Mapping[str, str],
+        status: str,
+        expect_latest: str,
+        changes: Sequence[EncodedChange],
+        now: float,
+        release_hold: bool,
+    ) -> bool:
+        """A superstep's writes as one statement; False (nothing written) when it does not apply.
+
+        The thread's pointer moves only while the run holds it and the
+        thread is where the run left it; every other write hangs on that
+        move. Raises ``_LongWay`` (rolling back) when a list turned out to
+        have grown past this checkpoint's view of it (a fork).
+        """
+        thread_id = checkpoint.thread_id
+        parent = self._manifests.get((thread_id, checkpoint.parent_id)) if checkpoint.parent_id else None
+        if parent is None or hold.renewal_due():
+            return False
+        manifest: dict[str, ChannelRef] = dict(parent)
+        parts: builtins.list[str] = []
+        results: builtins.list[str] = []
+        params: dict[str, Any] = {
+            "thread_id": thread_id,
+            "owner": hold.token,
+            "expected": expect_latest,
+            "checkpoint_id": checkpoint.id,
+            "status": status,
+            "step": checkpoint.step,
+            "now": now,
+        }
+        appended: builtins.list[tuple[int, int]] = []  # (how many items, result column)
+        blobs: builtins.list[tuple[str, int]] = []  # (channel, result column)
+        for n, change in enumerate(changes):
+            ref = manifest.get(change.channel)
+            params[f"c{n}"] = change.channel
+            if change.items is None:
+                assert change.value is not None
+                params[f"v{n}"] = change.value
+                parts.append(
+                    f"b{n} AS (INSERT INTO {{p}}_blobs (thread_id, channel, value) "
+                    f"SELECT :thread_id, :c{n}, {self.JSON_IN.format(f':v{n}')} FROM moved RETURNING blob_id)"
+                )
+                blobs.append((change.channel, len(results)))
+                results.append(f"(SELECT blob_id FROM b{n})")
+                continue
+            if not isinstance(ref, LogRef):
+                return False  # a new list, or one stored whole until now
+            if not change.items:
+                continue
+            rows = ", ".join(
+                f"(CAST(:x{n}_{k} AS BIGINT), {self.JSON_IN.format(f':t{n}_{k}')})"
+                for k in range(len(change.items))
+            )
+            for k, text in enumerate(change.items):
+                params[f"x{n}_{k}"] = ref.length + k
+                params[f"t{n}_{k}"] = text
+            params[f"l{n}"] = ref.log_id
+            parts.append(
+                f"i{n} AS (INSERT INTO {{p}}_items (log_id, idx, value) "
+                f"SELECT CAST(:l{n} AS BIGINT), v.idx, v.value FROM moved, (VALUES {rows}) AS v (idx, value) "
+                f"WHERE EXISTS (SELECT 1 FROM {{p}}_logs WHERE log_id = :l{n} AND thread_id = :thread_id) "
+                "ON CONFLICT (log_id, idx) DO NOTHING RETURNING 1)"
+            )
+            appended.append((len(change.items), len(results)))
+            results.append(f"(SELECT count(*) FROM i{n})")
+            manifest[change.channel] = LogRef(ref.log_id, ref.length + len(change.items))
+        plain = manifest_to_plain({name: ref for name, ref in manifest.items() if name not in dict(blobs)})
+        params["manifest"] = _records.dump_plain(plain)
+        stored_manifest = self.JSON_IN.format(":manifest")
+        for channel, column in blobs:
+            key = f"m{column}"
+            params[key] = channel
+            stored_manifest = (
+                f"{stored_manifest} || jsonb_build_object(CAST(:{key} AS text), "
+                f"jsonb_build_array('b', {results[column]}))"
+            )
+        params.update(
+            parent_id=checkpoint.parent_id,
+            plan_id=checkpoint.plan_id,
+            ts=_epoch(checkpoint.ts),
+            next=fields["next_text"],
+            pending=fields["pending_text"],
+            task_journals=fields["journals_text"],
+            journal_chain=fields["chain_text"],
+            metadata=fields["metadata_text"],
+        )
+        parts.append(
+            "cp AS (INSERT INTO {p}_checkpoints (thread_id, checkpoint_id, parent_id, plan_id, step, ts, "
+            "manifest, next, pending, task_journals, journal_chain, metadata) SELECT :thread_id, "
+            f":checkpoint_id, :parent_id, :plan_id, :step, :ts, {stored_manifest}, {{ji_next}}, "
+            "{ji_pending}, {ji_task_journals}, {ji_journal_chain}, {ji_metadata} FROM moved "
+            "ON CONFLICT (thread_id, checkpoint_id) DO NOTHING RETURNING 1)"
+        )
+        checkpoint_column = len(results)
+        results.append("(SELECT count(*) FROM cp)")
+        if release_hold:
+            parts.append(
+                "released AS (DELETE FROM {p}_holds WHERE thread_id = :thread_id AND owner = :owner "
+                "AND EXISTS (SELECT 1 FROM moved))"
+            )
+        # The held move of the thread's pointer, its RETURNING named for the rest to use.
+        template = (
+            f"WITH moved AS ({_SQL['advance_held_thread']} AS reason), {', '.join(parts)} "
+            f"SELECT (SELECT count(*) FROM moved), (SELECT reason FROM moved), {', '.join(results)}"
+        )
+        [row] = session.query(self._statement(template), **params)
+        if not row[0]:
+            return False  # nothing was written: the long way says why
+        found = row[2:]
+        if any(found[column] != count for count, column in appended) or found[checkpoint_column] != 1:
+            raise _LongWay
+        for channel, column in blobs:
+            manifest[channel] = BlobRef(int(found[column]))
+        reason = row[1] if isinstance(row[1], str) else None
+
+        def remember() -> None:
+            self._remember_manifest(thread_id, checkpoint.id, manifest)
+            extend_cached_logs(self._cache, thread_id, parent, manifest, changes)
+            hold.saw_cancel(reason)
+
+        session.after_commit(remember)
+        return True
 
     def _same_stored(
         self, session: Session, thread_id: str, checkpoint: Checkpoint, fields: Mapping[str, str]
@@ -1663,6 +1829,10 @@ _DELETE_THREADS = (
 
 _NOT_CHECKED = object()
 """The cancel reason of a commit that did not check the hold in its first statement."""
+
+
+class _LongWay(Exception):
+    """Internal: the one-statement commit met something it does not handle; roll back, go the long way."""
 
 
 class _AlreadyStored(Exception):

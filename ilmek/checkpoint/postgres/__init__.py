@@ -163,6 +163,7 @@ class PostgresCheckpointer(SqlCheckpointer):
     )
     FIND: ClassVar[str] = "strpos(lower(t.thread_id), :needle) > 0"
     LOCK_SHARE: ClassVar[str] = " FOR SHARE"
+    WRITES_IN_ONE_STATEMENT: ClassVar[bool] = True
 
     def __init__(
         self,

@@ -29,7 +29,7 @@ START: Final = "__start__"
 END: Final = "__end__"
 """The virtual exit node."""
 
-_RESERVED_CHARACTERS = (":", "#", "\0")
+_RESERVED_CHARACTERS = ("\0",)
 UNNAMED: Final = "unnamed"
 """The name of a graph built from a spec whose ``name`` is ``null``."""
 
@@ -315,9 +315,8 @@ def _check_node(spec: NodeSpec, seen: Mapping[str, NodeSpec]) -> None:
         raise GraphError(f"{name!r} is reserved for the virtual entry and exit", node=name)
     for character in _RESERVED_CHARACTERS:
         if character in name:
-            why = "no database can store" if character == "\0" else "delimits task and pause ids"
             raise GraphError(
-                f"node name {name!r} contains {character!r}, which {why}; rename the node",
+                f"node name {name!r} contains {character!r}, which no database can store; rename the node",
                 node=name,
             )
     if name in seen:
@@ -479,9 +478,16 @@ class CompiledGraph:
         for item in sends:
             index = counts.get(item.node, 0)
             counts[item.node] = index + 1
-            tasks.append(
-                ScheduledTask(node=item.node, task_key=f"{item.node}#{index}", is_send=True, input=item.input)
-            )
+            key = f"{item.node}#{index}"
+            if key in names:
+                # A node may be named like a send's task ("w#0"), as in the
+                # reference; only both in one superstep cannot be told apart.
+                raise GraphError(
+                    f"send {index} to node {item.node!r} would be task {key!r}, which is also the name "
+                    f"of a node planned in the same superstep; rename node {key!r}",
+                    node=key,
+                )
+            tasks.append(ScheduledTask(node=item.node, task_key=key, is_send=True, input=item.input))
         return tuple(tasks)
 
     def _collect(

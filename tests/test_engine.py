@@ -17,18 +17,21 @@ from ilmek import (
     START,
     Checkpointer,
     ConcurrentUpdateError,
+    GraphError,
     NondeterminismError,
     RecursionLimitError,
     ResumeError,
     RetryPolicy,
     ThreadBusyError,
     channel,
+    command,
     graph,
     history,
     pending_interrupts,
     resume,
     resume_keyed,
     run,
+    send,
     stream,
     thread_state,
 )
@@ -691,3 +694,40 @@ def test_steps_may_run_from_threads_the_node_starts(checkpointer: Checkpointer) 
     assert {"x": 28} == run(g, {}, thread_id="th", checkpointer=checkpointer).state
     assert 8 == len(calls)
     assert {1} == set(calls.values())
+
+
+@pytest.mark.parametrize("name", ["step:two", "worker#1", "a:b#0"])
+def test_node_names_with_colons_and_hashes_run_pause_and_resume(name: str, checkpointer: Any) -> None:
+    """Names the reference accepts (``:`` and ``#`` delimit ilmek's task and pause ids): the node
+    runs, pauses, and its pause is answered by id, on every backend."""
+    calls = Calls()
+
+    def ask(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        ctx.step("charge", calls.hit, "charge")
+        return {"log": [ctx.interrupt({"q": "ok?"}, key="ok:#")]}
+
+    g = graph("names", {"log": channel.append()}).node(name, ask).edge(START, name).edge(name, END).compile()
+    paused = run(g, {"log": ["go"]}, thread_id="t", checkpointer=checkpointer)
+    assert "interrupted" == paused.status
+    (pause,) = paused.pending
+    assert name == pause.node
+    done = resume_keyed(g, {pause.id: "yes"}, thread_id="t", checkpointer=checkpointer)
+
+    assert "done" == done.status
+    assert ["go", "yes"] == done.state["log"]
+    assert {"charge": 1} == dict(calls)
+
+
+def test_a_send_whose_task_would_share_a_planned_nodes_name_is_a_graph_error() -> None:
+    """Node ``w#0`` planned in the superstep where the first send to ``w`` is made: the two tasks
+    could not be told apart, so the plan fails naming the node to rename."""
+    g = (
+        graph("clash", {"log": channel.append()})
+        .node("fan", lambda s: command(goto=["w#0", send("w", {"log": ["sent"]})]), destinations=["w#0", "w"])
+        .node("w", lambda s: {"log": ["w"]})
+        .node("w#0", lambda s: {"log": ["w#0"]})
+        .edge(START, "fan")
+        .compile()
+    )
+    with pytest.raises(GraphError, match="rename node 'w#0'"):
+        run(g, {"log": ["go"]})

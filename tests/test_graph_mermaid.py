@@ -137,6 +137,9 @@ AWKWARD_NAMES = [
     "bracket[x]",
     "tab\there",
     "line\nbreak",
+    "step:two",
+    "worker#1",
+    "a:b#c",
 ]
 
 

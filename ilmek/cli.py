@@ -549,21 +549,41 @@ def render_history(checkpoints: Sequence[Checkpoint], *, truncated: bool = False
     # Depth-first with an explicit stack: a linear history of ten thousand
     # checkpoints is ten thousand levels deep, too deep for recursion.
     drawn: list[tuple[str, Checkpoint]] = []
-    stack = [(root, "", "") for root in reversed(roots)]
-    while stack:
-        checkpoint_id, first, rest = stack.pop()
-        drawn.append((first, by_id[checkpoint_id]))
-        kids = children.get(checkpoint_id, [])
-        if len(kids) == 1:
-            stack.append((kids[0], rest, rest))
-            continue
-        for index in reversed(range(len(kids))):
-            last = index == len(kids) - 1
-            stack.append((kids[index], rest + ("└─ " if last else "├─ "), rest + ("   " if last else "│  ")))
+    seen: set[str] = set()
+    looped: set[str] = set()
+
+    def draw_from(starts: Sequence[str]) -> None:
+        stack = [(start, "", "") for start in reversed(starts)]
+        while stack:
+            checkpoint_id, first, rest = stack.pop()
+            if checkpoint_id in seen:
+                continue  # damaged rows whose parents loop: each is drawn once
+            seen.add(checkpoint_id)
+            drawn.append((first, by_id[checkpoint_id]))
+            kids = [kid for kid in children.get(checkpoint_id, []) if kid not in seen]
+            if len(kids) == 1:
+                stack.append((kids[0], rest, rest))
+                continue
+            for index in reversed(range(len(kids))):
+                last = index == len(kids) - 1
+                stack.append(
+                    (kids[index], rest + ("└─ " if last else "├─ "), rest + ("   " if last else "│  "))
+                )
+
+    draw_from(roots)
+    # Checkpoints no root leads to have parents that loop back to them (a
+    # damaged store): show them anyway, each loop from its oldest id.
+    while len(seen) < len(by_id):
+        start = min(checkpoint_id for checkpoint_id in by_id if checkpoint_id not in seen)
+        before = len(drawn)
+        draw_from([start])
+        looped.update(checkpoint.id for _, checkpoint in drawn[before:])
 
     rows = []
     for prefix, checkpoint in drawn:
         notes = []
+        if checkpoint.id in looped:
+            notes.append("(damaged: its parents loop)")
         if checkpoint.pending:
             state = "answered" if checkpoint.id in resumed else "waiting"
             notes.append(f"{state}: " + ", ".join(p.id for p in checkpoint.pending))

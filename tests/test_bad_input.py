@@ -34,6 +34,7 @@ from ilmek import (
 from ilmek.checkpoint.base import Checkpointer
 from ilmek.checkpoint.postgres import PostgresCheckpointer
 from ilmek.checkpoint.sqlite import SqliteCheckpointer
+from ilmek.cli import main as cli_main
 from ilmek.errors import CheckpointNotFoundError, SchemaVersionError
 
 pytestmark = pytest.mark.timeout(120)
@@ -156,6 +157,34 @@ def test_a_loop_in_list_log_pointers_is_a_clear_error_on_every_read(store: Store
             within(READ_TIMEOUT, read)
         assert "t" == caught.value.thread_id
         assert "'t'" in str(caught.value)
+
+
+@pytest.mark.parametrize("loop", ["self", "two"])
+def test_checkpoints_whose_parents_loop_are_all_still_listed_and_drawn(
+    store: Store, loop: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A checkpoint whose parent is itself, or two pointing at each other: history() and
+    ``ilmek history`` finish and show every checkpoint, the looping ones marked damaged."""
+    checkpointer = store.open()
+    g = chat()
+    run(g, {"log": ["hi"]}, thread_id="t", checkpointer=checkpointer)
+    resume(g, "fine", thread_id="t", checkpointer=checkpointer)
+    ids = [row[0] for row in store.sql("SELECT checkpoint_id FROM ilmek_checkpoints WHERE thread_id = 't'")]
+    first, second = sorted(ids)[:2]
+    if loop == "self":
+        store.sql("UPDATE ilmek_checkpoints SET parent_id = checkpoint_id WHERE checkpoint_id = ?", first)
+    else:
+        store.sql("UPDATE ilmek_checkpoints SET parent_id = ? WHERE checkpoint_id = ?", second, first)
+    reader = store.open()
+
+    listed = within(READ_TIMEOUT, lambda: [c.id for c in history(reader, "t")])
+    assert sorted(ids) == sorted(listed)
+    db = str(store.path) if store.kind == "sqlite" else store.dsn
+    code = within(READ_TIMEOUT, lambda: cli_main(["--db", db, "history", "t"]))
+    drawn = capsys.readouterr().out
+    assert 0 == code
+    assert all(checkpoint_id in drawn for checkpoint_id in ids)
+    assert "(damaged: its parents loop)" in drawn
 
 
 # --- one thread's rows never read as another's ----------------------------------------------------

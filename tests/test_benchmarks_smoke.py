@@ -66,6 +66,9 @@ FLOOR_HEADERS = (
 )
 FLOOR_TINY = ("--samples", "2", "--batch", "2")
 
+STEPS_HEADERS = ("time per step", "ms/step", "ratio to steps 2-11", "the statements of one step, in order")
+STEPS_TINY = ("--steps", "30", "--samples", "1")
+
 CONCURRENCY_HEADERS = (
     "supersteps per second, all workers together",
     "supersteps/s",
@@ -130,6 +133,13 @@ def test_floor_prints_times_ratios_and_statements(tmp_path: pathlib.Path) -> Non
     output = run_script("bench_floor.py", *FLOOR_TINY, "--db", str(tmp_path))
 
     assert_headers(output, (*FLOOR_HEADERS, "BEGIN IMMEDIATE"))
+
+
+def test_steps_prints_early_and_late_step_times_and_the_sql_of_a_step(tmp_path: pathlib.Path) -> None:
+    """bench_steps.py: a task of many ctx.step calls, steps 2-11 against the last ten, one INSERT a step."""
+    output = run_script("bench_steps.py", *STEPS_TINY, "--db", str(tmp_path))
+
+    assert_headers(output, (*STEPS_HEADERS, "_journals (thread_id, base_id"))
 
 
 def test_concurrency_on_sqlite_prints_rates_and_the_speed_up(tmp_path: pathlib.Path) -> None:
@@ -208,6 +218,14 @@ def test_history_on_postgres_prints_both_workloads_and_the_ratios(benchmark_dsn:
     output = run_script("bench_history.py", *HISTORY_TINY, "--target", "postgres", "--dsn", benchmark_dsn)
 
     assert_headers(output, (*HISTORY_HEADERS, "PostgreSQL", "ThreadedConnectionPool", "pg_wal_lsn_diff"))
+
+
+@pytest.mark.postgres
+def test_steps_on_postgres_prints_the_step_times(benchmark_dsn: str) -> None:
+    """bench_steps.py --target postgres, through a psycopg2 pool on the session's server."""
+    output = run_script("bench_steps.py", *STEPS_TINY, "--target", "postgres", "--dsn", benchmark_dsn)
+
+    assert_headers(output, (*STEPS_HEADERS, "PostgreSQL", "_journals (thread_id, base_id"))
 
 
 @pytest.mark.postgres

@@ -303,12 +303,12 @@ class _Run:
     def events(self) -> Iterator[Event]:
         """Drive the run, yielding its events as they happen."""
         try:
-            # A run that begins by committing its input takes the hold in that
-            # commit's transaction (one durable write fewer); the others take
-            # it before reading anything.
+            # A run that begins by committing its input, or a resume by
+            # recording its answers, takes the hold in that write's
+            # transaction (one durable write fewer); the others take it
+            # before reading anything.
             defer = (
-                isinstance(self.mode, _Start)
-                and self.input_writes is not None
+                (isinstance(self.mode, _Resume) or self.input_writes is not None)
                 and self.options.checkpoint_id is None
                 and self.only_if is None
             )
@@ -647,6 +647,14 @@ class _Run:
             canonical = serde.decode(serde.encode(answer, where=f"the answer to {pause.id!r}"))
             recorded = next((e for e in journals.get(key, ()) if e.key == pause.key), None)
             if recorded is not None and recorded.answered and recorded.value != canonical:
+                if not self._hold.taken:
+                    # Read without the hold: another resume may have answered
+                    # it and moved on since. Judge again under the hold.
+                    raise ConcurrentUpdateError(
+                        f"pause {pause.id!r} of thread {self.thread_id!r} was answered meanwhile",
+                        thread_id=self.thread_id,
+                        checkpoint_id=base.id,
+                    )
                 raise ResumeError(
                     f"pause {pause.id!r} of thread {self.thread_id!r} was already answered with "
                     f"{recorded.value!r} by a resume that did not finish; steps after the pause "

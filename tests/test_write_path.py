@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from ilmek import END, START, ThreadBusyError, channel, graph, run, stream
+from ilmek import END, START, ResumeError, ThreadBusyError, channel, graph, resume, run, stream
 from ilmek.errors import CorruptCheckpointError
 from tests.helpers import Calls
 from tests.stores import LEASE, Store, execute, store_fixture  # noqa: F401 - the store fixture
@@ -316,3 +316,38 @@ def test_values_replaced_every_superstep_read_back_the_same_without_a_cache(stor
     for n, channels in seen.items():
         assert [f"item {k}" for k in range(1, n + 1)] == channels["log"]
         assert {"n": n, "label": f"step {n}"} == channels["last"]
+
+
+def test_a_resume_whose_read_of_the_pause_went_stale_answers_nothing_and_charges_once(store: Store) -> None:
+    """A second resume reads the pause, then the first resume answers it and finishes before the
+    second records its answer: the second reads again under the hold, finds no pause, and raises
+    ResumeError; the charge after the pause ran once, with the first answer."""
+    calls = Calls()
+
+    def approve(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        answer = ctx.interrupt({"q": "charge?"})
+        ctx.step("charge", calls.hit, f"charge {answer}")
+        return {"log": [answer]}
+
+    g = graph("approve", {"log": channel.append()}).node("approve", approve).edge(START, "approve").compile()
+    first_cp, second_cp = store.open(), store.open()
+    assert "interrupted" == run(g, {"log": []}, thread_id="t", checkpointer=first_cp).status
+    plain_load = second_cp.load
+    reads = 0
+
+    def load_then_let_the_first_resume_finish(*args: Any, **kwargs: Any) -> Any:
+        nonlocal reads
+        found = plain_load(*args, **kwargs)
+        reads += 1
+        if reads == 1:
+            assert "done" == resume(g, "yes", thread_id="t", checkpointer=first_cp).status
+        return found
+
+    second_cp.load = load_then_let_the_first_resume_finish  # type: ignore[method-assign]
+    with pytest.raises(ResumeError, match="not interrupted"):
+        resume(g, "no", thread_id="t", checkpointer=second_cp)
+
+    assert {"charge yes": 1} == dict(calls)
+    latest = store.open().get("t")
+    assert latest is not None
+    assert ["yes"] == latest.channels["log"]

@@ -1369,9 +1369,23 @@ class SqlCheckpointer(Checkpointer):
         ]
         thread_id = hold.thread_id
         started = time.monotonic()
+        taking = isinstance(hold, SqlHold) and not hold.taken
 
         def work(session: Session) -> None:
-            reason = self._fence(session, hold)
+            if taking:
+                # A resume's first write takes its hold in the same transaction;
+                # it read the pause without the hold, so the pause must still
+                # be the thread's latest checkpoint.
+                assert isinstance(hold, SqlHold)
+                self._take(session, hold)
+                rows = session.query(self._sql("thread_latest"), thread_id=thread_id)
+                found = rows[0][0] if rows else None
+                if found != base_id:
+                    raise concurrent_update_error(thread_id, base_id, found)
+                session.after_commit(lambda: self._taken(hold, started))
+            else:
+                reason = self._fence(session, hold)
+                session.after_commit(lambda: hold.renewed(started, reason))
             for task_key, entry_key, text in encoded:
                 session.execute(
                     self._sql("put_entry"),
@@ -1381,9 +1395,8 @@ class SqlCheckpointer(Checkpointer):
                     entry_key=entry_key,
                     entry=text,
                 )
-            session.after_commit(lambda: hold.renewed(started, reason))
 
-        self._run(work, what="record the answers", thread_id=thread_id, hold=hold)
+        self._run(work, what="record the answers", thread_id=thread_id, hold=hold, takes_hold=True)
 
     def record_failure(self, hold: Hold, error: ThreadError) -> None:
         text = _records.encode_thread_error(error)

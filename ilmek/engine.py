@@ -21,6 +21,7 @@ import copy
 import logging
 import os
 import queue
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
@@ -283,11 +284,11 @@ class _Run:
         self._hold: Hold | None = None
         self._expect: str | None = None
         self._run_steps = 0
-        # Whether nobody reads the events live (run(), resume()): then a
-        # superstep of one task runs it on the driving thread itself, with
-        # no hand-off to a worker and back. Streams keep every task on a
-        # worker so its custom events reach the reader as they happen.
-        self.collecting = False
+        # Whether a superstep of one task may run it on the driving thread
+        # itself, with no hand-off to a worker and back: only when nobody
+        # reads the events live (run(), resume()); streams keep every task
+        # on a worker so its custom events reach the reader as they happen.
+        self.may_run_inline = False
         self._driver: int | None = None
         self._inline = False
         # Asked once the hold is taken, before anything is read: False ends
@@ -850,7 +851,7 @@ class _Run:
         Ctrl-C in such a node stops the program, as on the driving thread.
         """
         hold = self._hold
-        return self.collecting and len(runs) == 1 and hold is not None and hold.any_thread
+        return self.may_run_inline and len(runs) == 1 and hold is not None and hold.any_thread
 
     def _workers(self) -> ThreadPoolExecutor:
         if self._pool is None:
@@ -1131,8 +1132,25 @@ def _describe(checkpoint: Checkpoint | None) -> str:
 # --- the public entry points ----------------------------------------------------------
 
 
+def _caller_in_django_transaction() -> bool:
+    """Whether the calling thread has a Django ``atomic`` block open (Django imported or not)."""
+    django_db = sys.modules.get("django.db")
+    if django_db is None:
+        return False
+    try:
+        return any(
+            connection.in_atomic_block for connection in django_db.connections.all(initialized_only=True)
+        )
+    except Exception:  # an unconfigured or older Django: do not guess
+        return True
+
+
 def _collect_result(graph: CompiledGraph, the_run: _Run) -> Result:
-    the_run.collecting = True
+    # A node run on the caller's thread would share its thread-bound state:
+    # inside a Django atomic block, a step's ORM writes would join the
+    # caller's transaction (and vanish with its rollback) while the step's
+    # record, written by ilmek, stays. Such runs keep every task on a worker.
+    the_run.may_run_inline = not _caller_in_django_transaction()
     events = list(the_run.events())
     end = events[-1]
     assert isinstance(end, RunEnd)

@@ -306,6 +306,58 @@ def test_a_sqlalchemy_pool_timeout_is_an_ilmek_error(postgres_dsn: str) -> None:
 # --- Django on SQLite ---------------------------------------------------------------------------------------
 
 
+def test_a_node_never_runs_inside_the_callers_django_atomic_block(tmp_path: Any) -> None:
+    """run() inside transaction.atomic() (a view under ATOMIC_REQUESTS): the node runs on a worker with
+    its own connection, so a step's ORM write commits with the step's record instead of joining (and
+    vanishing with) the caller's transaction; outside an atomic block the result is the same."""
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        sys.path.insert(0, {os.getcwd()!r})
+        import django
+        from django.conf import settings
+        settings.configure(DATABASES={{"default": {{"ENGINE": "django.db.backends.sqlite3",
+                                                    "NAME": {str(tmp_path / "django.db")!r}}}}},
+                           INSTALLED_APPS=[], USE_TZ=True)
+        django.setup()
+        from django.db import connection, transaction
+        from ilmek import START, SqliteCheckpointer, channel, graph, run
+
+        with connection.cursor() as cursor:
+            cursor.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, note TEXT)")
+
+        def create_order(note):
+            with connection.cursor() as cursor:
+                cursor.execute("INSERT INTO orders (note) VALUES (%s)", [note])
+            return connection.in_atomic_block
+
+        def place(state, ctx):
+            return {{"log": [ctx.step("create order", create_order, state["log"][-1])]}}
+
+        g = graph("orders", {{"log": channel.append()}}).node("place", place).edge(START, "place").compile()
+        checkpointer = SqliteCheckpointer({str(tmp_path / "ilmek.db")!r})
+        try:
+            with transaction.atomic():
+                inside = run(g, {{"log": ["in a view"]}}, thread_id="view", checkpointer=checkpointer)
+                raise RuntimeError("the view failed after the run")
+        except RuntimeError:
+            pass
+        outside = run(g, {{"log": ["in a script"]}}, thread_id="script", checkpointer=checkpointer)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT note FROM orders ORDER BY id")
+            notes = [row[0] for row in cursor.fetchall()]
+        print(json.dumps({{"inside": inside.state["log"], "outside": outside.state["log"], "notes": notes}}))
+        """
+    )
+    finished = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert 0 == finished.returncode, finished.stderr
+    assert {
+        "inside": ["in a view", False],
+        "outside": ["in a script", False],
+        "notes": ["in a view", "in a script"],
+    } == json.loads(finished.stdout.splitlines()[-1])
+
+
 def test_django_on_sqlite_runs_inside_and_outside_its_atomic_blocks(tmp_path: Any) -> None:
     """Django's default database is SQLite: a checkpointer on its connection; its atomic blocks decide."""
     script = textwrap.dedent(

@@ -369,6 +369,13 @@ class SqlHold(Hold):
             if self.taken:
                 self._owner._renew(self)
 
+    def confirm(self) -> None:
+        if self.lost:
+            super().renew()  # raises HoldLostError
+        with self.lock:
+            if self.taken:
+                self._owner._confirm(self)
+
     def release(self) -> None:
         try:
             with self.lock:
@@ -757,6 +764,22 @@ class SqlCheckpointer(Checkpointer):
             hold=hold,
         )
         hold.renewed(started, reason)
+
+    def _confirm(self, hold: SqlHold) -> None:
+        """A read that the hold's row still carries the run's token (and a live lease)."""
+        held = self._run(
+            lambda session: bool(
+                session.query(self._sql("holds_owner"), thread_id=hold.thread_id, owner=hold.token)
+            ),
+            what="check the hold",
+            thread_id=hold.thread_id,
+            write=False,
+            hold=hold,
+        )
+        if not held:
+            raise hold.mark_lost(
+                "its hold row is gone: the thread was deleted, or its lease lapsed and another run took it"
+            )
 
     def _release(self, hold: SqlHold) -> None:
         self._run(

@@ -201,9 +201,22 @@ class Hold:
             raise lost_error(self.thread_id, self._lost)
         if not self.taken:
             self.take()
-        elif self.must_confirm():
+        elif self.renewal_due() or self.needs_confirmation():
             # Renewing fails if another run took the thread meanwhile.
             self.renew()
+        elif self.must_confirm():
+            self.confirm()
+
+    def confirm(self) -> None:
+        """Check with the database that the hold is still this run's, without extending it.
+
+        The default renews; a backend overrides it with a read, which
+        writes (and waits for the disk) nothing.
+
+        Raises:
+            HoldLostError: the hold is gone.
+        """
+        self.renew()
 
     def renew_if_due(self) -> None:
         """Renew when due (the driver calls this wherever it waits)."""

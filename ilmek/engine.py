@@ -1156,7 +1156,9 @@ def _collect_result(graph: CompiledGraph, the_run: _Run) -> Result:
     assert isinstance(end, RunEnd)
     return Result(
         status=end.status,  # type: ignore[arg-type]
-        state=end.state,
+        # As in the reference: the state of a run that finished; a paused,
+        # failed or aborted run's thread is read with thread_state().
+        state=end.state if end.status == "done" else None,
         pending=end.pending,
         errors=end.errors,
         abort_reason=end.abort_reason,

@@ -290,7 +290,9 @@ class Result:
 
     Attributes:
         status: ``done``, ``interrupted``, ``error`` or ``aborted``.
-        state: The state when the run ended (the typed view for a class schema).
+        state: The final state (the typed view for a class schema), when
+            ``done``; ``None`` otherwise, as in the reference (read a paused,
+            failed or aborted thread with :func:`~ilmek.thread_state`).
         pending: The open pauses, when ``interrupted``.
         errors: ``(node, exception)`` pairs, when ``error``.
         abort_reason: Why the run stopped, when ``aborted``.

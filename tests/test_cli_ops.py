@@ -236,7 +236,9 @@ try:
     result = run(
         load_graph(reference), {}, thread_id=thread_id, checkpointer=checkpointer, recursion_limit=10**6
     )
-    ending = {"status": result.status, "reason": result.abort_reason, "n": result.state["n"]}
+    # An aborted run's result carries no state (as in the reference): read the thread's.
+    latest = checkpointer.get(thread_id)
+    ending = {"status": result.status, "reason": result.abort_reason, "n": latest.channels["n"]}
     print(json.dumps(ending), flush=True)
 finally:
     checkpointer.close()

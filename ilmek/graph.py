@@ -152,6 +152,7 @@ class GraphBuilder:
     _nodes: list[NodeSpec] = attrs.field(factory=list, alias="_nodes")
     _edges: list[EdgeSpec] = attrs.field(factory=list, alias="_edges")
     _routers: list[RouterSpec] = attrs.field(factory=list, alias="_routers")
+    _declared: list[EdgeSpec | RouterSpec] = attrs.field(factory=list, alias="_declared")
 
     def channel(self, name: str, channel: Channel) -> GraphBuilder:
         """Declare a channel.
@@ -227,6 +228,7 @@ class GraphBuilder:
                 )
             guard = Callback.of(when)
         self._edges.append(EdgeSpec(source=source, target=target, guard=guard, predicate=predicate))
+        self._declared.append(self._edges[-1])
         return self
 
     def router(
@@ -249,6 +251,7 @@ class GraphBuilder:
         self._routers.append(
             RouterSpec(source=source, route=Callback.of(fn), destinations=_destinations(destinations))
         )
+        self._declared.append(self._routers[-1])
         return self
 
     def compile(self) -> CompiledGraph:
@@ -291,6 +294,7 @@ class GraphBuilder:
             nodes=nodes,
             edges=tuple(self._edges),
             routers=tuple(self._routers),
+            declared=tuple(self._declared),
             named=self.named,
         )
         reachable = compiled.reachable()
@@ -349,6 +353,10 @@ def _router_tuple(routers: Iterable[RouterSpec]) -> tuple[RouterSpec, ...]:
     return tuple(routers)
 
 
+def _connection_tuple(connections: Iterable[EdgeSpec | RouterSpec]) -> tuple[EdgeSpec | RouterSpec, ...]:
+    return tuple(connections)
+
+
 @attrs.frozen(kw_only=True)
 class CompiledGraph:
     """A validated, frozen graph: what ``run`` and friends execute.
@@ -368,11 +376,16 @@ class CompiledGraph:
     nodes: Mapping[str, NodeSpec] = attrs.field(converter=_read_only_nodes)
     edges: tuple[EdgeSpec, ...] = attrs.field(converter=_edge_tuple)
     routers: tuple[RouterSpec, ...] = attrs.field(converter=_router_tuple)
+    #: Edges and routers in the order they were declared (drawings keep it);
+    #: empty means every edge, then every router.
+    declared: tuple[EdgeSpec | RouterSpec, ...] = attrs.field(default=(), converter=_connection_tuple)
     named: bool = True
     _order: Mapping[str, int] = attrs.field(init=False, alias="_order")
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "_order", MappingProxyType({name: i for i, name in enumerate(self.nodes)}))
+        if not self.declared:
+            object.__setattr__(self, "declared", (*self.edges, *self.routers))
 
     @property
     def channels(self) -> Mapping[str, Channel]:

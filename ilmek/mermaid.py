@@ -19,7 +19,7 @@ from typing import Any, Final
 import attrs
 
 from .errors import GraphError
-from .graph import END, START, CompiledGraph
+from .graph import END, START, CompiledGraph, RouterSpec
 from .predicates import Predicate, describe
 
 __all__ = ["DIRECTIONS", "to_mermaid"]
@@ -97,14 +97,18 @@ class _Line:
 
 def _from_graph(graph: CompiledGraph) -> tuple[str | None, list[str], list[_Line]]:
     lines: list[_Line] = []
-    for edge in graph.edges:
-        if edge.predicate is not None:
-            lines.append(_Line("predicate", edge.source, (edge.target,), describe(edge.predicate)))
-        elif edge.guard is not None:
-            lines.append(_Line("guard", edge.source, (edge.target,), "guard"))
+    # In declaration order, edges and routers interleaved, as the reference draws them.
+    for connection in graph.declared:
+        if isinstance(connection, RouterSpec):
+            lines.append(_Line("router", connection.source, connection.destinations))
+        elif connection.predicate is not None:
+            lines.append(
+                _Line("predicate", connection.source, (connection.target,), describe(connection.predicate))
+            )
+        elif connection.guard is not None:
+            lines.append(_Line("guard", connection.source, (connection.target,), "guard"))
         else:
-            lines.append(_Line("static", edge.source, (edge.target,)))
-    lines.extend(_Line("router", router.source, router.destinations) for router in graph.routers)
+            lines.append(_Line("static", connection.source, (connection.target,)))
     for name, spec in graph.nodes.items():
         if spec.destinations:
             lines.append(_Line("goto", name, spec.destinations, "goto"))

@@ -191,13 +191,25 @@ def test_web_help_names_the_default_port_and_the_default_is_that_port(
     shown = " ".join(capsys.readouterr().out.split())
     assert "--port PORT the port (default: 8765; 0 picks a free one)" in shown
     SqliteCheckpointer(tmp_path / "shop.db").close()
+    environment = {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": str(REPO_ROOT)}
     with socket.socket() as taken:
-        # Held here, so the command cannot serve on it (and hang): it must say it tried 8765.
+        # Held here, so the command cannot serve on it: it must say it tried 8765.
         with contextlib.suppress(OSError):  # someone else has it: the command cannot get it either
             taken.bind(("127.0.0.1", 8765))
             taken.listen()
-        assert 1 == main(["web", "--db", str(tmp_path / "shop.db")])
-    assert "cannot listen on '127.0.0.1' port 8765" in capsys.readouterr().err
+        try:
+            started = subprocess.run(
+                [sys.executable, "-m", "ilmek", "web", "--db", str(tmp_path / "shop.db")],
+                cwd=REPO_ROOT,
+                env=environment,
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
+        except subprocess.TimeoutExpired as still_serving:
+            pytest.fail(f"ilmek web served somewhere other than 8765: {still_serving.stdout!r}")
+    assert 1 == started.returncode
+    assert started.stderr.startswith("ilmek: cannot listen on '127.0.0.1' port 8765")
 
 
 @pytest.mark.parametrize("actions", [[], ["--allow-actions"]], ids=["read-only", "actions"])

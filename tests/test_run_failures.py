@@ -8,6 +8,7 @@ stored, the thread's status and error, and that the thread can go on.
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Callable
 from typing import Any
 
@@ -129,6 +130,39 @@ def test_interrupt_inside_a_step_fails_the_node_with_a_graph_error(
     assert ("ilmek.errors.GraphError", "ask") == (info.error.type, info.error.node)
     with pytest.raises(ResumeError, match="is not interrupted"):
         resume(asks_inside_a_step(calls, nested), "yes", thread_id="t", checkpointer=checkpointer)
+
+
+def test_interrupt_from_a_thread_the_steps_function_waits_on_is_refused_too(
+    checkpointer: Checkpointer,
+) -> None:
+    """The step's function asks through a worker thread it starts and waits for: still inside the step.
+
+    Were the pause allowed, the step would be recorded only after the answer and its
+    effect would run again on resume: the very harm the refusal exists to prevent.
+    """
+    calls = Calls()
+
+    def ask(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        def charge() -> Any:
+            calls.hit("charge")
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                return pool.submit(ctx.interrupt, {"question": "charge?"}).result()
+
+        return {"log": [ctx.step("charge", charge)]}
+
+    g = (
+        graph("asks", {"log": channel.append()})
+        .node("ask", ask)
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+    )
+    result = run(g, {}, thread_id="t", checkpointer=checkpointer)
+    outcome = (result.status, [(node, type(error)) for node, error in result.errors])
+    if result.status == "interrupted":
+        # Show the harm in the failure: answered, the step's effect runs a second time.
+        resume(g, "yes", thread_id="t", checkpointer=checkpointer)
+    assert (("error", [("ask", GraphError)]), {"charge": 1}) == (outcome, dict(calls))
 
 
 def test_the_refusal_ends_with_the_step_a_later_interrupt_pauses(checkpointer: Checkpointer) -> None:

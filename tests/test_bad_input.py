@@ -28,7 +28,11 @@ from ilmek import (
     graph,
     history,
     resume,
+    resume_keyed,
+    resume_keyed_stream,
+    resume_stream,
     run,
+    stream,
     thread_state,
 )
 from ilmek.checkpoint.base import Checkpointer
@@ -348,6 +352,38 @@ def test_hostile_arguments_get_an_invalid_argument_error(any_checkpointer: Check
     """Out-of-range, wrong-typed and NUL-bearing arguments: InvalidArgumentError, on every backend."""
     with pytest.raises(InvalidArgumentError):
         BAD_ARGUMENTS[case](any_checkpointer)
+
+
+WITHOUT_A_CHECKPOINTER: dict[str, Callable[[Any], Any]] = {
+    "run": lambda g: run(g, {"log": ["x"]}, thread_id="t"),
+    "stream": lambda g: stream(g, {"log": ["x"]}, thread_id="t"),
+    "resume": lambda g: resume(g, "yes", thread_id="t"),
+    "resume_keyed": lambda g: resume_keyed(g, {"talk:interrupt#0": "yes"}, thread_id="t"),
+    "resume_stream": lambda g: resume_stream(g, "yes", thread_id="t"),
+    "resume_keyed_stream": lambda g: resume_keyed_stream(g, {"talk:interrupt#0": "yes"}, thread_id="t"),
+}
+
+
+@pytest.mark.parametrize("entry", sorted(WITHOUT_A_CHECKPOINTER))
+def test_a_thread_id_without_a_checkpointer_is_refused_before_anything_runs(entry: str) -> None:
+    """thread_id= and no checkpointer: InvalidArgumentError (a ValueError) from the call itself.
+
+    A stream raises when called, not when first read: nothing is yielded, no node runs.
+    """
+    ran: list[str] = []
+
+    def talk(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        ran.append("talk")
+        return {"log": [ctx.interrupt("again?")]}
+
+    g = graph("chat", {"log": channel.append()}).node("talk", talk).edge(START, "talk").compile()
+    with pytest.raises(InvalidArgumentError) as caught:
+        WITHOUT_A_CHECKPOINTER[entry](g)
+    assert InvalidArgumentError is type(caught.value)
+    assert isinstance(caught.value, ValueError)
+    assert str(caught.value).startswith("thread_id='t' was given without a checkpointer")
+    assert "Pass checkpointer=" in str(caught.value)
+    assert [] == ran
 
 
 class Sneaky(str):

@@ -10,9 +10,11 @@ Every command must answer with its output or one ``ilmek: ...`` line, exit
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import random
 import sqlite3
+import subprocess
 from typing import Any
 
 import pytest
@@ -296,6 +298,134 @@ def test_an_empty_ilmek_db_reads_as_unset(
     status, _, err = cli(capsys, "threads")
     assert 1 == status
     assert err.startswith(f"ilmek: no database at {home / '.ilmek' / 'checkpoints.db'}")
+
+
+# --- escape sequences in the store's own path ------------------------------------------------------
+
+SHOWN_EVIL = "\\x1b]0;pwned\\x07\\x1b[2J\\u202e\\x9b"
+"""EVIL as a message shows it: every control escaped, nothing dropped."""
+
+PATH_COMMANDS: dict[str, list[str]] = {
+    "threads": ["threads"],
+    "history": ["history", "t"],
+    "show": ["show", "t"],
+    "delete": ["delete", "t", "--yes"],
+    "prune": ["prune", "t", "--keep-last", "1"],
+    "gc": ["gc", "--older-than", "1d"],
+    "recover": ["recover", "ilmek.demo:build_checkout_graph"],
+    "cancel": ["cancel", "t"],
+    "demo": ["demo"],
+    "migrate": ["migrate"],
+    "web": ["web", "--port", "0"],
+}
+
+
+def evil_store_path(kind: str, tmp_path: pathlib.Path) -> str:
+    """A --db value carrying EVIL: missing, a text file, a folder, a later schema's store, an empty store."""
+    folder = tmp_path / "stores"
+    folder.mkdir()
+    path = folder / f"{kind} {EVIL}.db"
+    if kind == "text-file":
+        path.write_text("not a database\n" * 100)
+    elif kind == "folder":
+        path.mkdir()
+    elif kind in ("later-schema", "empty-store"):
+        SqliteCheckpointer(path).close()
+        if kind == "later-schema":
+            connection = sqlite3.connect(path, isolation_level=None)
+            connection.execute("UPDATE ilmek_meta SET value = '99' WHERE key = 'schema_version'")
+            connection.close()
+    return str(path)
+
+
+def expected_for(kind: str, command: str, shown: str) -> tuple[int, str]:
+    """The exit status and the start of stderr (or stdout, on success) for a path of ``kind``."""
+    if kind == "missing":
+        if command in ("demo", "migrate"):
+            return 0, "creating order" if command == "demo" else "ilmek_* tables up to date"
+        return 1, f"ilmek: no database at {shown} (nothing has been stored there yet)"
+    if kind == "text-file":
+        return 1, f"ilmek: cannot open {shown}: file is not a database"
+    if kind == "folder":
+        return 1, f"ilmek: cannot open {shown}: unable to open database file"
+    if kind == "later-schema":
+        return 1, "ilmek: the ilmek_* tables are at schema version 99, this ilmek uses version 2"
+    missing_thread = {
+        "history": f"ilmek: thread 't' has no checkpoints in {shown}",
+        "show": f"ilmek: thread 't' has no checkpoints in {shown}",
+        "delete": f"ilmek: thread 't' does not exist in {shown}",
+        "prune": f"ilmek: thread 't' does not exist in {shown}",
+        "cancel": f"ilmek: thread 't' does not exist in {shown}",
+    }
+    if command in missing_thread:
+        return 1, missing_thread[command]
+    return 0, {
+        "threads": "no threads",
+        "gc": "deleted 0 threads",
+        "recover": "no stalled threads",
+        "demo": "creating order",
+        "migrate": "ilmek_* tables up to date",
+    }[command]
+
+
+PATH_CASES = [
+    (kind, command)
+    for kind in ("missing", "text-file", "folder", "later-schema", "empty-store")
+    for command in sorted(PATH_COMMANDS)
+    # A store that opens would be served until Ctrl-C (tests/test_web_serve.py covers serving).
+    if not (kind == "empty-store" and command == "web")
+]
+
+
+@pytest.mark.parametrize(("kind", "command"), PATH_CASES)
+def test_escape_sequences_in_the_db_path_never_reach_the_terminal(
+    capfd: pytest.CaptureFixture[str], tmp_path: pathlib.Path, kind: str, command: str
+) -> None:
+    """A --db path holding a title-setter, a screen clear, an RLO and a C1 CSI: every message escapes it.
+
+    Captured at the file descriptors, so nothing written around Python's streams escapes the check;
+    where a message names the path, it names it whole, escaped.
+    """
+    database = evil_store_path(kind, tmp_path)
+    shown = database.replace(EVIL, SHOWN_EVIL)
+    status, out, err = cli(capfd, "--db", database, *PATH_COMMANDS[command])
+    assert_clean(status, out, err)
+    expected_status, expected_start = expected_for(kind, command, shown)
+    assert expected_status == status, out + err
+    assert (err if status else out).startswith(expected_start)
+
+
+def test_the_demo_hint_quotes_an_escape_laden_db_path_as_a_runnable_word(
+    capfd: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    """The demo's `answer with:` hint repeats --db as a $'...' word that bash turns back into the path."""
+    database = evil_store_path("missing", tmp_path)
+    status, out, err = cli(capfd, "--db", database, "demo")
+    assert_clean(status, out, err)
+    [hint] = [line for line in out.splitlines() if line.startswith("answer with: ")]
+    word = hint.split(" --db ", 1)[1].split(" --answer ", 1)[0]
+    assert word.startswith("$'")
+    echoed = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, check=True)
+    assert os.fsencode(database) == echoed.stdout
+
+
+@pytest.mark.parametrize("where", ["ILMEK_DB", "migrate DATABASE"])
+def test_escape_sequences_in_a_store_path_given_otherwise_are_escaped_too(
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: pathlib.Path,
+    where: str,
+) -> None:
+    """The store named by $ILMEK_DB, or as migrate's argument: the same escaping as --db."""
+    database = evil_store_path("text-file", tmp_path)
+    if where == "ILMEK_DB":
+        monkeypatch.setenv("ILMEK_DB", database)
+        status, out, err = cli(capfd, "threads")
+    else:
+        status, out, err = cli(capfd, "migrate", database)
+    assert_clean(status, out, err)
+    assert 1 == status
+    assert err.startswith(f"ilmek: cannot open {database.replace(EVIL, SHOWN_EVIL)}: file is not a database")
 
 
 # --- every command, a battery of odd arguments ------------------------------------------------

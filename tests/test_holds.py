@@ -445,6 +445,51 @@ def test_a_run_beyond_the_pools_size_says_how_to_size_it(postgres_dsn: str) -> N
         pool.closeall()
 
 
+@pytest.mark.postgres
+def test_a_run_beyond_a_psycopg_pools_size_says_how_to_size_it(postgres_dsn: str) -> None:
+    """psycopg_pool max_size=1, timeout=0.3: the second run gets an ilmek StorageError, not PoolTimeout.
+
+    The message says to size the pool (naming max_size), the driver's error is only its cause,
+    the second thread is not written, and the pool serves it once the first run gave its connection back.
+    """
+    import psycopg
+    import psycopg_pool
+
+    pool = psycopg_pool.ConnectionPool(postgres_dsn, min_size=1, max_size=1, timeout=0.3, open=True)
+    first_in, release = threading.Event(), threading.Event()
+
+    def hold_on(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        first_in.set()
+        release.wait(20)
+        return {"log": ["first"]}
+
+    slow = graph("slow", {"log": channel.append()}).node("n", hold_on).edge(START, "n").compile()
+    try:
+        checkpointer = PostgresCheckpointer(pool)
+        first: list[Any] = []
+        runner = threading.Thread(target=lambda: first.append(_run_catching(slow, "first", checkpointer)))
+        runner.start()
+        assert first_in.wait(20)
+        try:
+            with pytest.raises(StorageError) as caught:
+                run(slow, {}, thread_id="second", checkpointer=checkpointer)
+        finally:
+            release.set()
+            runner.join()
+        failure = caught.value
+        assert "ilmek.errors" == type(failure).__module__
+        assert not isinstance(failure, psycopg.Error)
+        assert isinstance(failure.__cause__, psycopg_pool.PoolTimeout)
+        assert "size the pool" in str(failure)
+        assert "psycopg_pool max_size" in str(failure)
+        assert "done" == first[0].status
+        assert checkpointer.get_thread("second") is None
+        # Nothing leaked: the pool's one connection serves the next run.
+        assert "done" == run(slow, {}, thread_id="second", checkpointer=checkpointer).status
+    finally:
+        pool.close()
+
+
 # --- one checkpointer object per hold ----------------------------------------------------------------
 
 

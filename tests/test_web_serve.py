@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import pathlib
@@ -21,6 +22,7 @@ import pytest
 import ilmek
 from ilmek import InMemoryCheckpointer, SqliteCheckpointer
 from ilmek.cli import main
+from tests.cli_support import run_module
 from tests.web_support import THREADS, populate, serving
 
 pytestmark = pytest.mark.timeout(60)
@@ -173,6 +175,72 @@ def test_ilmek_web_serves_the_store_and_stops_cleanly_on_ctrl_c(tmp_path: pathli
         status, body = fetch(url + "thread?id=" + THREADS["waiting"])
         assert 200 == status
         assert 'name="choice.0"' in body
+    finally:
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=10)
+    assert 0 == process.returncode
+    assert "stopped" in out
+    assert "Traceback" not in err
+
+
+def test_web_help_names_the_default_port_and_the_default_is_that_port(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--help says the port defaults to 8765; started with no --port, ilmek web does try 8765."""
+    assert 0 == main(["web", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "--port PORT the port (default: 8765; 0 picks a free one)" in shown
+    SqliteCheckpointer(tmp_path / "shop.db").close()
+    environment = {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": str(REPO_ROOT)}
+    with socket.socket() as taken:
+        # Held here, so the command cannot serve on it: it must say it tried 8765.
+        with contextlib.suppress(OSError):  # someone else has it: the command cannot get it either
+            taken.bind(("127.0.0.1", 8765))
+            taken.listen()
+        try:
+            started = subprocess.run(
+                [sys.executable, "-m", "ilmek", "web", "--db", str(tmp_path / "shop.db")],
+                cwd=REPO_ROOT,
+                env=environment,
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
+        except subprocess.TimeoutExpired as still_serving:
+            pytest.fail(f"ilmek web served somewhere other than 8765: {still_serving.stdout!r}")
+    assert 1 == started.returncode
+    assert started.stderr.startswith("ilmek: cannot listen on '127.0.0.1' port 8765")
+
+
+@pytest.mark.parametrize("actions", [[], ["--allow-actions"]], ids=["read-only", "actions"])
+def test_the_readmes_web_command_serves_the_demos_paused_thread(
+    tmp_path: pathlib.Path, actions: list[str]
+) -> None:
+    """`ilmek demo`, then `ilmek web --graph ilmek.demo:build_checkout_graph` on the same default file.
+
+    Both real processes, with no --db (the default file in HOME, as the README runs them):
+    the inbox lists the demo's paused thread with its question, and its page draws.
+    """
+    demo = run_module(tmp_path, "demo")
+    assert 0 == demo.returncode, demo.stderr
+    assert "Charge 249.9?" in demo.stdout
+    assert (tmp_path / ".ilmek" / "checkpoints.db").is_file()
+    process, first = start_web(
+        "--graph", "ilmek.demo:build_checkout_graph", *actions, "--port", "0", home=tmp_path
+    )
+    try:
+        assert first.startswith("ilmek web console on http://127.0.0.1:"), first
+        mode = "actions on" if actions else "read-only"
+        assert f"({mode}; graphs: checkout)" in first
+        url = first.split(" on ", 1)[1].split(" ", 1)[0]
+        status, inbox = fetch(url)
+        assert 200 == status
+        assert 'href="/thread?id=demo"' in inbox
+        assert "Charge 249.9?" in inbox
+        status, page = fetch(url + "thread?id=demo")
+        assert 200 == status
+        assert "Charge 249.9?" in page
+        assert "<svg" in page
     finally:
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=10)

@@ -18,6 +18,7 @@ from ilmek import (
     START,
     Checkpointer,
     CompiledGraph,
+    InvalidArgumentError,
     Result,
     ResumeError,
     ThreadBusyError,
@@ -223,14 +224,19 @@ def test_resume_without_a_checkpointer_is_refused_and_runs_nothing() -> None:
     """resume.edge · "resume without a checkpointer is refused, it does not run the graph fresh".
 
     Python SPEC §4 (issue #8): a ``thread_id`` with no checkpointer is a mistake in
-    the call, raised before any node runs; the reference raises ``ResumeError``.
+    the call, raised before any node runs: ``InvalidArgumentError`` (also a
+    ``ValueError``), where the reference raises ``ResumeError``.
     """
     calls = Calls()
     g = linear(lambda state: calls.hit("work"))
 
-    with pytest.raises((ResumeError, ValueError)):
+    with pytest.raises(
+        InvalidArgumentError, match=r"^thread_id='t-none' was given without a checkpointer"
+    ) as caught:
         resume(g, "yes", thread_id="t-none")
 
+    assert InvalidArgumentError is type(caught.value)
+    assert isinstance(caught.value, ValueError)
     assert {} == dict(calls)
 
 

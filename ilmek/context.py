@@ -224,10 +224,15 @@ class NodeContext(PlanContext):
         self._emit = emit
         self._verify = verify
         self._can_pause = can_pause
+        self._body_thread: int | None = None
         self.strict = strict
         self.log = logging.LoggerAdapter(
             _LOG, {"thread_id": self.thread_id, "run_id": self.run_id, "node": node}
         )
+
+    def _begin_attempt(self) -> None:
+        """The engine is about to call the node's body on this thread."""
+        self._body_thread = threading.get_ident()
 
     @property
     def journal(self) -> Mapping[str, JournalEntry]:
@@ -285,6 +290,14 @@ class NodeContext(PlanContext):
             GraphError: called inside a step's function.
             ResumeError: the run has no checkpointer, so nobody could answer.
         """
+        if self._body_thread is not None and threading.get_ident() != self._body_thread:
+            raise GraphError(
+                f"node {self.node!r} called ctx.interrupt() from a thread other than the one running "
+                f"the node (thread {self.thread_id!r}): only the node itself can pause, since a pause "
+                "asked from a step's own threads would let that step's effect run again on resume. "
+                "Ask from the node, then hand the answer to your threads",
+                node=self.node,
+            )
         if self._journal.in_step:
             raise GraphError(
                 f"node {self.node!r} called ctx.interrupt() inside the function of a ctx.step() "

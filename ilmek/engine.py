@@ -997,6 +997,7 @@ class _Run:
         attempt = 1
         while True:
             task_run.journal.begin_attempt()
+            ctx._begin_attempt()
             try:
                 value = task_run.spec.body(state, ctx)
                 self._check_replay(task_run)

@@ -31,6 +31,7 @@ from ilmek import (
     run,
     serde,
     stream,
+    thread_state,
 )
 from ilmek.events import Event, NodeError, NodeStart, RunEnd
 from tests.helpers import Calls
@@ -47,7 +48,7 @@ def run_by(how: str, g: CompiledGraph, input: Any, thread_id: str, checkpointer:
     assert isinstance(end, RunEnd)
     return Result(
         status=end.status,  # type: ignore[arg-type]
-        state=end.state,
+        state=end.state if end.status == "done" else None,  # as run() reports it
         pending=end.pending,
         errors=end.errors,
         thread_id=thread_id,
@@ -291,7 +292,8 @@ def test_a_step_returning_an_unstorable_value_fails_the_run_and_stores_nothing(
     assert [("work", SerializationError)] == node_errors(failed.events)
     # The step that finished is stored; the refused one is not, and the channel saw nothing.
     assert ["first#0"] == journal_keys(checkpointer, "t", "work")
-    assert {"log": []} == failed.state
+    assert failed.state is None  # the state of a failed run is the thread's
+    assert {"log": []} == thread_state(g, checkpointer, "t")
     latest = checkpointer.get("t")
     assert latest is not None
     assert ["work"] == [task.node for task in latest.next]

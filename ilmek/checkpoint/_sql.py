@@ -31,6 +31,7 @@ import builtins
 import contextlib
 import datetime as _dt
 import logging
+import math
 import re
 import threading
 import time
@@ -307,9 +308,19 @@ def _epoch(moment: _dt.datetime) -> float:
     return moment.timestamp()
 
 
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+
+
 def _moment(epoch: Any, *, thread_id: str, table: str) -> _dt.datetime:
+    """A stored time as an aware datetime, rounded *down* to the microsecond.
+
+    Stored times have digits below the microsecond. Rounding to the nearest
+    one could report a time later than the stored one, and that time handed
+    back as a bound (``updated_before=info.updated_at``) would then count the
+    thread as before it: rounded down, a reported time is never later.
+    """
     try:
-        return _dt.datetime.fromtimestamp(float(epoch), _dt.UTC)
+        return _EPOCH + _dt.timedelta(microseconds=math.floor(float(epoch) * 1_000_000))
     except (TypeError, ValueError, OverflowError, OSError) as exc:
         raise _records.corrupt(
             f"a stored time ({epoch!r}) is impossible", thread_id=thread_id, table=table

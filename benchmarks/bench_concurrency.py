@@ -33,7 +33,9 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from _common import (
+    MESSAGE_BYTES,
     NEVER_ENDING,
+    BareWriter,
     Target,
     add_target_options,
     message,
@@ -117,8 +119,12 @@ class Bench:
             finally:
                 events.close()  # a run stopped mid-way gives its thread back
 
-    def round(self, workers: int, seconds: float) -> Round:
-        """Run ``workers`` workers for ``seconds``; the supersteps they committed meanwhile."""
+    def round(self, workers: int, seconds: float, bare: BareWriter | None = None) -> Round:
+        """Run ``workers`` workers for ``seconds``; the supersteps they committed meanwhile.
+
+        With ``bare``, each worker instead inserts and commits the same
+        payload through it, as fast as it can: the hardware's own ceiling.
+        """
         stop = threading.Event()
         counts = [0] * workers
         failures: list[BaseException] = []
@@ -127,7 +133,12 @@ class Bench:
         def worker(slot: int) -> None:
             try:
                 ready.wait()
-                self._drive(f"workers-{workers}-{slot}", stop, counts, slot)
+                if bare is None:
+                    self._drive(f"workers-{workers}-{slot}", stop, counts, slot)
+                else:
+                    while not stop.is_set():
+                        bare.write()
+                        counts[slot] += 1
             except BaseException as error:  # reported by the main thread
                 failures.append(error)
                 stop.set()
@@ -195,20 +206,31 @@ def main(argv: Sequence[str] | None = None) -> None:
             ],
         )
         checkpointer = target.make_checkpointer(concurrent_runs=many)
+        # The floor runs through the same pool (Postgres: a pool is safe to
+        # share); SQLite's bare writer is one connection, for one thread.
+        bare = target.bare_writer(message("assistant", 0)) if target.name == "postgres" else None
         try:
             bench = Bench(target, checkpointer, run_graph(options.supersteps))
-            configurations = [1, many]
-            for workers in configurations:
-                bench.round(workers, min(options.seconds, 1.0))  # warm-up: connections, caches, threads
-            measured: dict[int, list[Round]] = {workers: [] for workers in configurations}
+            configurations: list[tuple[int, BareWriter | None]] = [(1, None), (many, None)]
+            if bare is not None:
+                configurations.append((many, bare))
+            for workers, writer in configurations:
+                bench.round(workers, min(options.seconds, 1.0), writer)  # warm-up: connections, caches
+            measured: dict[tuple[int, bool], list[Round]] = {
+                (w, b is not None): [] for w, b in configurations
+            }
             for number in range(options.rounds):
                 order = configurations if number % 2 == 0 else configurations[::-1]
-                for workers in order:
-                    measured[workers].append(bench.round(workers, options.seconds))
+                for workers, writer in order:
+                    measured[workers, writer is not None].append(
+                        bench.round(workers, options.seconds, writer)
+                    )
         finally:
+            if bare is not None:
+                bare.close()
             checkpointer.close()
 
-    one, all_ = summarize(measured[1]), summarize(measured[many])
+    one, all_ = summarize(measured[1, False]), summarize(measured[many, False])
     rows = []
     for workers, summary in ((1, one), (many, all_)):
         rate = summary["rate"]
@@ -239,13 +261,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     # Rounds ran in pairs, one of each configuration back to back: the ratio
     # of each pair cancels most of the drift of a busy machine.
-    pairs = [ratio(b.rate, a.rate) for a, b in zip(measured[1], measured[many], strict=True)]
+    pairs = [ratio(b.rate, a.rate) for a, b in zip(measured[1, False], measured[many, False], strict=True)]
     print_table(
         f"speed-up, {many} workers / 1 (ideal {many}.0)",
         ["median of round pairs", "lowest pair", "highest pair", "ratio of medians"],
         [[statistics.median(pairs), min(pairs), max(pairs), ratio(all_["rate"] or 0.0, one["rate"] or 0.0)]],
     )
     print_ceilings(target, one, all_, many)
+    if (many, True) in measured:
+        floor = summarize(measured[many, True])
+        floor_rate = floor["rate"] or 0.0
+        print_table(
+            f"against the floor: {many} workers each inserting and committing a {MESSAGE_BYTES}-byte row "
+            "through the same pool, as fast as they can",
+            ["workers", "bare inserts/s", f"ilmek supersteps/s, {many} workers", "share of the floor"],
+            [[many, floor_rate, all_["rate"] or 0.0, ratio(all_["rate"] or 0.0, floor_rate)]],
+        )
 
 
 def print_ceilings(

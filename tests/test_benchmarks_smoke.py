@@ -238,10 +238,19 @@ def test_floor_on_postgres_prints_times_ratios_and_round_trips(benchmark_dsn: st
 
 @pytest.mark.postgres
 def test_concurrency_on_postgres_prints_rates_and_the_speed_up(benchmark_dsn: str) -> None:
-    """bench_concurrency.py (Postgres, its default): 1 and N workers through one pool."""
+    """bench_concurrency.py (Postgres, its default): 1 and N workers through one pool, and N bare writers."""
     output = run_script("bench_concurrency.py", *CONCURRENCY_TINY, "--dsn", benchmark_dsn)
 
-    assert_headers(output, (*CONCURRENCY_HEADERS, "PostgreSQL", "server CPU ms/superstep"))
+    assert_headers(
+        output,
+        (
+            *CONCURRENCY_HEADERS,
+            "PostgreSQL",
+            "server CPU ms/superstep",
+            "against the floor",
+            "share of the floor",
+        ),
+    )
 
 
 @pytest.mark.postgres

@@ -844,8 +844,9 @@ class _Run:
     def _runs_inline(self, runs: Sequence[_Task]) -> bool:
         """Whether this superstep's one task runs on the driving thread.
 
-        Only for collected runs, and only when the hold's storage may be
-        used from any thread: the keeper renews the hold while the driver is
+        Only when the run allows it (``may_run_inline``: run() or resume(),
+        not inside a Django atomic block), and only when the hold's storage
+        may be used from any thread: the keeper renews the hold while the driver is
         busy with the node, and steps recorded from threads the node starts
         are written from those threads (nobody is free to serve them). A
         Ctrl-C in such a node stops the program, as on the driving thread.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from ...dbapi import Adapter, ErrorKind, LockedConnection, Pin
@@ -121,8 +121,27 @@ class PoolAdapter(PostgresAdapter):
     """A pool of the caller's: connections are borrowed, given back, and never closed by ilmek."""
 
     def take(self) -> Any:
-        """Borrow a connection (``getconn``), rolling back what someone left open on it."""
+        """Borrow a connection, rolling back what someone left open on it.
+
+        Work left open on a pooled connection is not ours to keep, nor to
+        commit. A connection that cannot even roll back goes back as broken.
+        """
+        connection = self.borrow()
+        try:
+            if self.status(connection) != _STATUS_IDLE:
+                self.roll_back(connection)
+        except BaseException:
+            self.give_back(connection, broken=True)
+            raise
+        return connection
+
+    def borrow(self) -> Any:
+        """Get a connection from the pool (``getconn``), as it is."""
         raise NotImplementedError
+
+    def roll_back(self, connection: Any) -> None:
+        """Roll back the transaction open on a borrowed connection."""
+        connection.rollback()
 
     def give_back(self, connection: Any, *, broken: bool) -> None:
         """Return a connection (``putconn``); a broken one is closed so the pool replaces it."""
@@ -160,9 +179,3 @@ class PoolAdapter(PostgresAdapter):
     def transaction_open(self, connection: Any) -> bool:
         # A borrowed connection carries no transaction of the caller's.
         return False
-
-
-def rollback_left_open(adapter: PostgresAdapter, connection: Any, rollback: Callable[[], None]) -> None:
-    """A pooled connection returned mid-transaction: that work is not ours to keep, nor to commit."""
-    if adapter.status(connection) != _STATUS_IDLE:
-        rollback()

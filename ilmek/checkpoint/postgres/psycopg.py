@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from ...errors import InvalidArgumentError
-from .common import PoolAdapter, PostgresAdapter, SingleConnectionAdapter, rollback_left_open
+from .common import PoolAdapter, PostgresAdapter, SingleConnectionAdapter
 
 __all__ = ["adapt"]
 
@@ -47,14 +47,8 @@ class PsycopgPool(_PsycopgCursors, PoolAdapter):
         super().__init__()
         self._pool = pool
 
-    def take(self) -> Any:
-        connection = self._pool.getconn()
-        try:
-            rollback_left_open(self, connection, connection.rollback)
-        except BaseException:
-            self.give_back(connection, broken=True)
-            raise
-        return connection
+    def borrow(self) -> Any:
+        return self._pool.getconn()
 
     def give_back(self, connection: Any, *, broken: bool) -> None:
         if broken:

@@ -12,7 +12,7 @@ import contextlib
 import sys
 from typing import Any
 
-from .common import PoolAdapter, PostgresAdapter, SingleConnectionAdapter, rollback_left_open
+from .common import PoolAdapter, PostgresAdapter, SingleConnectionAdapter
 
 __all__ = ["adapt"]
 
@@ -43,14 +43,8 @@ class Psycopg2Pool(_Psycopg2Cursors, PoolAdapter):
         super().__init__()
         self._pool = pool
 
-    def take(self) -> Any:
-        connection = self._pool.getconn()
-        try:
-            rollback_left_open(self, connection, connection.rollback)
-        except BaseException:
-            self.give_back(connection, broken=True)
-            raise
-        return connection
+    def borrow(self) -> Any:
+        return self._pool.getconn()
 
     def give_back(self, connection: Any, *, broken: bool) -> None:
         with contextlib.suppress(Exception):

@@ -62,16 +62,11 @@ class EngineAdapter(PoolAdapter):
         self._engine = engine
         self.paramstyle = engine.dialect.paramstyle
 
-    def take(self) -> Any:
-        proxy = self._engine.raw_connection()
-        connection = _EngineConnection(proxy)
-        try:
-            if connection.tools.status(connection.driver) != 0:
-                proxy.rollback()
-        except BaseException:
-            self.give_back(connection, broken=True)
-            raise
-        return connection
+    def borrow(self) -> Any:
+        return _EngineConnection(self._engine.raw_connection())
+
+    def roll_back(self, connection: Any) -> None:
+        connection.proxy.rollback()
 
     def give_back(self, connection: Any, *, broken: bool) -> None:
         if broken:

@@ -320,7 +320,13 @@ def _moment(epoch: Any, *, thread_id: str, table: str) -> _dt.datetime:
     thread as before it: rounded down, a reported time is never later.
     """
     try:
-        return _EPOCH + _dt.timedelta(microseconds=math.floor(float(epoch) * 1_000_000))
+        stored = float(epoch)
+        moment = _EPOCH + _dt.timedelta(microseconds=math.floor(stored * 1_000_000))
+        if moment.timestamp() > stored:
+            # The product rounded up across a microsecond: the moment as a
+            # bound (converted back with timestamp()) would be after the time.
+            moment -= _dt.timedelta(microseconds=1)
+        return moment
     except (TypeError, ValueError, OverflowError, OSError) as exc:
         raise _records.corrupt(
             f"a stored time ({epoch!r}) is impossible", thread_id=thread_id, table=table
@@ -760,9 +766,7 @@ class SqlCheckpointer(Checkpointer):
             now=time.time(),
         )
         if not rows:
-            raise hold.mark_lost(
-                "its hold row is gone: the thread was deleted, or its lease lapsed and another run took it"
-            )
+            raise hold.mark_lost(_HOLD_GONE)
         reason = rows[0][0]
         return reason if isinstance(reason, str) else None
 
@@ -788,9 +792,7 @@ class SqlCheckpointer(Checkpointer):
             hold=hold,
         )
         if not held:
-            raise hold.mark_lost(
-                "its hold row is gone: the thread was deleted, or its lease lapsed and another run took it"
-            )
+            raise hold.mark_lost(_HOLD_GONE)
 
     def _release(self, hold: SqlHold) -> None:
         self._run(
@@ -1873,6 +1875,9 @@ _DELETE_THREADS = (
     "DELETE FROM {p}_threads WHERE thread_id IN ({in})",
 )
 """A batch of threads' rows, table by table (the same tables as ``_DELETIONS``)."""
+
+_HOLD_GONE = "its hold row is gone: the thread was deleted, or its lease lapsed and another run took it"
+"""Why a run's hold is lost when a fenced write or a check finds its row no longer the run's."""
 
 _NOT_CHECKED = object()
 """The cancel reason of a commit that did not check the hold in its first statement."""

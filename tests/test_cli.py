@@ -659,7 +659,7 @@ def test_every_command_works_on_a_postgres_url(capsys: pytest.CaptureFixture[str
     assert "CREATE TABLE IF NOT EXISTS shop_journals" in out
     status, out, err = cli(capsys, *prefix, "migrate")
     assert (0, "") == (status, err)
-    assert f"schema version {SqliteCheckpointer.SCHEMA_VERSION}" in out
+    assert f"schema version {PostgresCheckpointer.SCHEMA_VERSION}" in out
 
     with PostgresCheckpointer.connect(postgres_dsn, table_prefix="shop") as store:
         pause_id, _, _ = forked_order(store, "pg-order")

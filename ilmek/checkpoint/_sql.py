@@ -192,6 +192,18 @@ _SQL: dict[str, str] = {
         "UPDATE {p}_threads SET status = :status, updated_at = :now "
         "WHERE thread_id = :thread_id AND (status <> :status OR updated_at < :now - 1.0)"
     ),
+    # A plain superstep in one call (where WRITES_IN_ONE_STATEMENT: the
+    # function is part of the schema). Every argument is cast, so the call
+    # means the same through every driver, whatever types it sends.
+    "superstep": (
+        "SELECT busy, moved, reason, appended, stored, blob_ids FROM {p}_superstep(CAST(:thread_id AS text), "
+        "CAST(:owner AS text), CAST(:expected AS text), CAST(:checkpoint_id AS text), CAST(:status AS text), "
+        "CAST(:step AS bigint), CAST(:now AS double precision), {ji_items}, {ji_blobs}, "
+        "CAST(:parent_id AS text), CAST(:plan_id AS text), CAST(:ts AS double precision), {ji_manifest}, "
+        "{ji_next}, {ji_pending}, {ji_task_journals}, {ji_journal_chain}, {ji_metadata}, "
+        "CAST(:release AS boolean), CAST(:take AS boolean), CAST(:lock_key AS bigint), "
+        "CAST(:ttl AS double precision))"
+    ),
     "start_thread": (
         "INSERT INTO {p}_threads (thread_id, created_at, updated_at, status, step, checkpoint_id, "
         "metadata) VALUES (:thread_id, :now, :now, :status, :step, :checkpoint_id, {ji_empty}) "
@@ -470,6 +482,8 @@ class SqlCheckpointer(Checkpointer):
             "entry",
             "entries",
             "error",
+            "items",
+            "blobs",
         )
         fields: dict[str, str] = {"p": p, "now": cls.NOW, "holder": cls.HOLDER, "lock_share": cls.LOCK_SHARE}
         fields["newer"] = (
@@ -519,6 +533,10 @@ class SqlCheckpointer(Checkpointer):
         conditions narrowed the rows in SQL.
         """
         return None
+
+    def advisory_key(self, thread_id: str) -> int:
+        """The key :meth:`advisory_lock` locks for a thread (0 where there are none)."""
+        return 0
 
     def advisory_lock(self, session: Session, thread_id: str, *, wait: bool) -> bool:
         """Serialize holding and deleting one thread within a transaction (where the database can).
@@ -872,7 +890,6 @@ class SqlCheckpointer(Checkpointer):
         one_statement = [
             self.WRITES_IN_ONE_STATEMENT
             and isinstance(hold, SqlHold)
-            and not taking
             and isinstance(expect_latest, str)
             and encoded is not None
             and not drops
@@ -885,7 +902,17 @@ class SqlCheckpointer(Checkpointer):
                 assert isinstance(expect_latest, str)
                 assert encoded is not None
                 done = self._commit_in_one_statement(
-                    session, hold, checkpoint, fields, status, expect_latest, encoded, now, release_hold
+                    session,
+                    hold,
+                    checkpoint,
+                    fields,
+                    status,
+                    expect_latest,
+                    encoded,
+                    now,
+                    release_hold=release_hold,
+                    taking=taking,
+                    started=started,
                 )
                 if done:
                     return
@@ -1021,120 +1048,86 @@ class SqlCheckpointer(Checkpointer):
         expect_latest: str,
         changes: Sequence[EncodedChange],
         now: float,
+        *,
         release_hold: bool,
+        taking: bool,
+        started: float,
     ) -> bool:
-        """A superstep's writes as one statement; False (nothing written) when it does not apply.
+        """A superstep's writes as one call of the database's superstep function.
 
-        The thread's pointer moves only while the run holds it and the
-        thread is where the run left it; every other write hangs on that
-        move. Raises ``_LongWay`` (rolling back) when a list turned out to
-        have grown past this checkpoint's view of it (a fork).
+        Returns False when it does not apply (the same transaction then takes
+        the long way). The thread's pointer moves only while the run holds it
+        and the thread is where the run left it; every other write hangs on
+        that move. With ``taking`` (the run's first write) the call takes the
+        hold first, or raises ThreadBusyError having written nothing. Raises
+        ``_LongWay`` (rolling back) when a list turned out to have grown past
+        this checkpoint's view of it (a fork).
         """
         thread_id = checkpoint.thread_id
         parent = self._manifests.get((thread_id, checkpoint.parent_id)) if checkpoint.parent_id else None
-        if parent is None or hold.renewal_due():
+        if parent is None or (not taking and hold.renewal_due()):
             return False
         manifest: dict[str, ChannelRef] = dict(parent)
-        parts: builtins.list[str] = []
-        results: builtins.list[str] = []
-        params: dict[str, Any] = {
-            "thread_id": thread_id,
-            "owner": hold.token,
-            "expected": expect_latest,
-            "checkpoint_id": checkpoint.id,
-            "status": status,
-            "step": checkpoint.step,
-            "now": now,
-        }
-        appended: builtins.list[tuple[int, int]] = []  # (how many items, result column)
-        blobs: builtins.list[tuple[str, int]] = []  # (channel, result column)
-        for n, change in enumerate(changes):
-            ref = manifest.get(change.channel)
-            params[f"c{n}"] = change.channel
+        items: builtins.list[str] = []
+        blobs: builtins.list[str] = []
+        blob_channels: builtins.list[str] = []
+        for change in changes:
             if change.items is None:
                 assert change.value is not None
-                params[f"v{n}"] = change.value
-                parts.append(
-                    f"b{n} AS (INSERT INTO {{p}}_blobs (thread_id, channel, value) "
-                    f"SELECT :thread_id, :c{n}, {self.JSON_IN.format(f':v{n}')} FROM moved RETURNING blob_id)"
-                )
-                blobs.append((change.channel, len(results)))
-                results.append(f"(SELECT blob_id FROM b{n})")
+                blobs.append(f"[{_records.dump_plain(change.channel)},{change.value}]")
+                blob_channels.append(change.channel)
                 continue
+            ref = manifest.get(change.channel)
             if not isinstance(ref, LogRef):
                 return False  # a new list, or one stored whole until now
-            if not change.items:
-                continue
-            rows = ", ".join(
-                f"(CAST(:x{n}_{k} AS BIGINT), {self.JSON_IN.format(f':t{n}_{k}')})"
-                for k in range(len(change.items))
-            )
-            for k, text in enumerate(change.items):
-                params[f"x{n}_{k}"] = ref.length + k
-                params[f"t{n}_{k}"] = text
-            params[f"l{n}"] = ref.log_id
-            parts.append(
-                f"i{n} AS (INSERT INTO {{p}}_items (log_id, idx, value) "
-                f"SELECT CAST(:l{n} AS BIGINT), v.idx, v.value FROM moved, (VALUES {rows}) AS v (idx, value) "
-                f"WHERE EXISTS (SELECT 1 FROM {{p}}_logs WHERE log_id = :l{n} AND thread_id = :thread_id) "
-                "ON CONFLICT (log_id, idx) DO NOTHING RETURNING 1)"
-            )
-            appended.append((len(change.items), len(results)))
-            results.append(f"(SELECT count(*) FROM i{n})")
+            # Each item is already JSON text: the call's array is spliced, not re-encoded.
+            items.extend(f"[{ref.log_id},{ref.length + k},{text}]" for k, text in enumerate(change.items))
             manifest[change.channel] = LogRef(ref.log_id, ref.length + len(change.items))
-        plain = manifest_to_plain({name: ref for name, ref in manifest.items() if name not in dict(blobs)})
-        params["manifest"] = _records.dump_plain(plain)
-        stored_manifest = self.JSON_IN.format(":manifest")
-        for channel, column in blobs:
-            key = f"m{column}"
-            params[key] = channel
-            stored_manifest = (
-                f"{stored_manifest} || jsonb_build_object(CAST(:{key} AS text), "
-                f"jsonb_build_array('b', {results[column]}))"
-            )
-        params.update(
+        plain = manifest_to_plain({name: ref for name, ref in manifest.items() if name not in blob_channels})
+        [row] = session.query(
+            self._sql("superstep"),
+            thread_id=thread_id,
+            owner=hold.token,
+            expected=expect_latest,
+            checkpoint_id=checkpoint.id,
+            status=status,
+            step=checkpoint.step,
+            now=now,
+            items=f"[{','.join(items)}]",
+            blobs=f"[{','.join(blobs)}]",
             parent_id=checkpoint.parent_id,
             plan_id=checkpoint.plan_id,
             ts=_epoch(checkpoint.ts),
+            manifest=_records.dump_plain(plain),
             next=fields["next_text"],
             pending=fields["pending_text"],
             task_journals=fields["journals_text"],
             journal_chain=fields["chain_text"],
             metadata=fields["metadata_text"],
+            release=release_hold,
+            take=taking,
+            lock_key=self.advisory_key(thread_id),
+            ttl=self.lease_seconds,
         )
-        parts.append(
-            "cp AS (INSERT INTO {p}_checkpoints (thread_id, checkpoint_id, parent_id, plan_id, step, ts, "
-            "manifest, next, pending, task_journals, journal_chain, metadata) SELECT :thread_id, "
-            f":checkpoint_id, :parent_id, :plan_id, :step, :ts, {stored_manifest}, {{ji_next}}, "
-            "{ji_pending}, {ji_task_journals}, {ji_journal_chain}, {ji_metadata} FROM moved "
-            "ON CONFLICT (thread_id, checkpoint_id) DO NOTHING RETURNING 1)"
-        )
-        checkpoint_column = len(results)
-        results.append("(SELECT count(*) FROM cp)")
-        if release_hold:
-            parts.append(
-                "released AS (DELETE FROM {p}_holds WHERE thread_id = :thread_id AND owner = :owner "
-                "AND EXISTS (SELECT 1 FROM moved))"
-            )
-        # The held move of the thread's pointer, its RETURNING named for the rest to use.
-        template = (
-            f"WITH moved AS ({_SQL['advance_held_thread']} AS reason), {', '.join(parts)} "
-            f"SELECT (SELECT count(*) FROM moved), (SELECT reason FROM moved), {', '.join(results)}"
-        )
-        [row] = session.query(self._statement(template), **params)
-        if not row[0]:
+        busy, moved, reason, appended, stored, blob_ids = row
+        if busy:
+            raise busy_error(thread_id)
+        if not moved:
             return False  # nothing was written: the long way says why
-        found = row[2:]
-        if any(found[column] != count for count, column in appended) or found[checkpoint_column] != 1:
+        if appended != len(items) or not stored:
             raise _LongWay
-        for channel, column in blobs:
-            manifest[channel] = BlobRef(int(found[column]))
-        reason = row[1] if isinstance(row[1], str) else None
+        ids = str(blob_ids).split(",") if blob_channels else []
+        for channel, blob_id in zip(blob_channels, ids, strict=True):
+            manifest[channel] = BlobRef(int(blob_id))
+        cancel_reason = reason if isinstance(reason, str) else None
 
         def remember() -> None:
             self._remember_manifest(thread_id, checkpoint.id, manifest)
             extend_cached_logs(self._cache, thread_id, parent, manifest, changes)
-            hold.saw_cancel(reason)
+            if taking:
+                self._taken(hold, started)
+            else:
+                hold.saw_cancel(cancel_reason)
 
         session.after_commit(remember)
         return True

@@ -32,6 +32,99 @@ from .errors import classify_postgres_error
 __all__ = ["PostgresCheckpointer", "adapter_for", "advisory_key", "classify_postgres_error"]
 
 _C = 'COLLATE "C"'
+_JOURNALS = (
+    "CREATE TABLE IF NOT EXISTS {p}_journals (entry_id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
+    f" thread_id TEXT {_C} NOT NULL, base_id TEXT {_C} NOT NULL, task_key TEXT {_C} NOT NULL,"
+    f" entry_key TEXT {_C} NOT NULL, entry JSONB NOT NULL)"
+)
+_JOURNAL_ENTRIES = (
+    "CREATE UNIQUE INDEX IF NOT EXISTS {p}_journals_entry"
+    " ON {p}_journals (thread_id, base_id, task_key, entry_key)"
+)
+# A plain superstep's writes, in one call: the server keeps the plans of the
+# statements inside a function for the session, where a statement sent as
+# text is planned again every time (most of its cost). The thread's pointer
+# moves only while the run holds the thread and the thread is where the run
+# left it; nothing else is written otherwise. A run's first write (p_take)
+# takes the hold first, or answers `busy` having written nothing. `appended` and `stored` tell
+# the caller whether every item and the checkpoint landed (else it rolls
+# back and takes the long way). Items arrive as [log_id, index, value]
+# triples and blobs as [channel, value] pairs, in JSON arrays.
+_SUPERSTEP_FUNCTION = """CREATE OR REPLACE FUNCTION {p}_superstep(
+    p_thread text, p_owner text, p_expected text, p_checkpoint text, p_status text, p_step bigint,
+    p_now double precision, p_items jsonb, p_blobs jsonb, p_parent text, p_plan text,
+    p_ts double precision, p_manifest jsonb, p_next jsonb, p_pending jsonb, p_task_journals jsonb,
+    p_journal_chain jsonb, p_metadata jsonb, p_release boolean, p_take boolean, p_lock_key bigint,
+    p_ttl double precision,
+    OUT busy boolean, OUT moved boolean, OUT reason text, OUT appended bigint, OUT stored boolean,
+    OUT blob_ids text)
+LANGUAGE plpgsql AS $body$
+DECLARE
+    v_blob record;
+    v_id bigint;
+    v_manifest jsonb := p_manifest;
+BEGIN
+    busy := false;
+    moved := false;
+    appended := 0;
+    stored := false;
+    blob_ids := '';
+    IF p_take THEN
+        -- The run's first write takes its hold (as SqlCheckpointer._take does).
+        IF NOT pg_try_advisory_xact_lock(p_lock_key) THEN
+            busy := true;
+            RETURN;
+        END IF;
+        INSERT INTO {p}_holds AS h (thread_id, owner, expires_at, acquired_at, holder, cancel_reason)
+        VALUES (p_thread, p_owner, {now} + p_ttl, {now}, {holder}, NULL)
+        ON CONFLICT (thread_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at,
+            holder = excluded.holder,
+            acquired_at = CASE WHEN h.owner = excluded.owner THEN h.acquired_at ELSE excluded.acquired_at END,
+            cancel_reason = CASE WHEN h.owner = excluded.owner THEN h.cancel_reason ELSE NULL END
+        WHERE h.owner = excluded.owner OR h.expires_at < {now} OR {gone_h};
+        IF NOT FOUND THEN
+            busy := true;
+            RETURN;
+        END IF;
+    END IF;
+    UPDATE {p}_threads AS t SET checkpoint_id = p_checkpoint, status = p_status, step = p_step,
+        error = NULL,
+        updated_at = CASE WHEN t.status <> p_status OR t.updated_at < p_now - 1.0 THEN p_now
+                     ELSE t.updated_at END
+    WHERE t.thread_id = p_thread AND t.checkpoint_id = p_expected
+        AND EXISTS (SELECT 1 FROM {p}_holds AS h WHERE h.thread_id = p_thread AND h.owner = p_owner
+                    FOR SHARE)
+    RETURNING (SELECT h.cancel_reason FROM {p}_holds AS h
+               WHERE h.thread_id = p_thread AND h.owner = p_owner) INTO reason;
+    moved := FOUND;
+    IF NOT moved THEN
+        RETURN;
+    END IF;
+    INSERT INTO {p}_items (log_id, idx, value)
+        SELECT CAST(e ->> 0 AS bigint), CAST(e ->> 1 AS bigint), e -> 2
+        FROM jsonb_array_elements(p_items) AS e
+        WHERE EXISTS (SELECT 1 FROM {p}_logs AS l
+                      WHERE l.log_id = CAST(e ->> 0 AS bigint) AND l.thread_id = p_thread)
+    ON CONFLICT (log_id, idx) DO NOTHING;
+    GET DIAGNOSTICS appended = ROW_COUNT;
+    FOR v_blob IN SELECT e ->> 0 AS channel, e -> 1 AS value FROM jsonb_array_elements(p_blobs) AS e
+    LOOP
+        INSERT INTO {p}_blobs (thread_id, channel, value) VALUES (p_thread, v_blob.channel, v_blob.value)
+        RETURNING blob_id INTO v_id;
+        v_manifest := v_manifest || jsonb_build_object(v_blob.channel, jsonb_build_array('b', v_id));
+        blob_ids := blob_ids || CASE WHEN blob_ids = '' THEN '' ELSE ',' END || v_id;
+    END LOOP;
+    INSERT INTO {p}_checkpoints (thread_id, checkpoint_id, parent_id, plan_id, step, ts, manifest, next,
+        pending, task_journals, journal_chain, metadata)
+    VALUES (p_thread, p_checkpoint, p_parent, p_plan, p_step, p_ts, v_manifest, p_next, p_pending,
+        p_task_journals, p_journal_chain, p_metadata)
+    ON CONFLICT (thread_id, checkpoint_id) DO NOTHING;
+    stored := FOUND;
+    IF p_release THEN
+        DELETE FROM {p}_holds AS h WHERE h.thread_id = p_thread AND h.owner = p_owner;
+    END IF;
+END
+$body$"""
 _SCHEMA: list[str] = [
     "CREATE TABLE IF NOT EXISTS {p}_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     f"CREATE TABLE IF NOT EXISTS {{p}}_threads (thread_id TEXT {_C} PRIMARY KEY,"
@@ -58,14 +151,12 @@ _SCHEMA: list[str] = [
     "CREATE INDEX IF NOT EXISTS {p}_logs_thread ON {p}_logs (thread_id)",
     "CREATE TABLE IF NOT EXISTS {p}_items (log_id BIGINT NOT NULL, idx BIGINT NOT NULL,"
     " value JSONB NOT NULL, PRIMARY KEY (log_id, idx))",
-    "CREATE TABLE IF NOT EXISTS {p}_journals (entry_id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
-    f" thread_id TEXT {_C} NOT NULL, base_id TEXT {_C} NOT NULL, task_key TEXT {_C} NOT NULL,"
-    f" entry_key TEXT {_C} NOT NULL, entry JSONB NOT NULL)",
-    "CREATE UNIQUE INDEX IF NOT EXISTS {p}_journals_entry"
-    " ON {p}_journals (thread_id, base_id, task_key, entry_key)",
+    _JOURNALS,
+    _JOURNAL_ENTRIES,
     f"CREATE TABLE IF NOT EXISTS {{p}}_holds (thread_id TEXT {_C} PRIMARY KEY,"
     " owner TEXT NOT NULL, expires_at DOUBLE PRECISION NOT NULL,"
     " acquired_at DOUBLE PRECISION NOT NULL DEFAULT 0, holder INTEGER, cancel_reason TEXT)",
+    _SUPERSTEP_FUNCTION,
 ]
 
 _UPGRADES: dict[int, list[Migration]] = {
@@ -79,11 +170,12 @@ _UPGRADES: dict[int, list[Migration]] = {
         "DROP INDEX IF EXISTS {p}_journals_thread",
         "ALTER TABLE {p}_journals RENAME TO {p}_journals_v1",
         "ALTER TABLE {p}_journals_v1 RENAME CONSTRAINT {p}_journals_pkey TO {p}_journals_v1_pkey",
-        _SCHEMA[-3],
-        _SCHEMA[-2],
+        _JOURNALS,
+        _JOURNAL_ENTRIES,
         copy_v1_journals,
         "DROP TABLE {p}_journals_v1",
     ],
+    2: [_SUPERSTEP_FUNCTION],
 }
 
 _TABLE_EXISTS = Statement("SELECT to_regclass(:name) IS NOT NULL")
@@ -164,6 +256,7 @@ class PostgresCheckpointer(SqlCheckpointer):
     FIND: ClassVar[str] = "strpos(lower(t.thread_id), :needle) > 0"
     LOCK_SHARE: ClassVar[str] = " FOR SHARE"
     WRITES_IN_ONE_STATEMENT: ClassVar[bool] = True
+    SCHEMA_VERSION: ClassVar[int] = 3
 
     def __init__(
         self,
@@ -209,10 +302,13 @@ class PostgresCheckpointer(SqlCheckpointer):
     def lock_for_migration(self, session: Session) -> None:
         session.execute(_XACT_LOCK, key=advisory_key(self.table_prefix, "\0migrate"))
 
+    def advisory_key(self, thread_id: str) -> int:
+        return advisory_key(self.table_prefix, thread_id)
+
     def advisory_lock(self, session: Session, thread_id: str, *, wait: bool) -> bool:
         # A transaction lock: inside the caller's transaction it lasts until
         # they commit, which is how a hold taken there keeps other runs out.
-        key = advisory_key(self.table_prefix, thread_id)
+        key = self.advisory_key(thread_id)
         if wait:
             session.execute(_XACT_LOCK, key=key)
             return True

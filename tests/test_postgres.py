@@ -58,9 +58,10 @@ from ilmek import (
     thread_state,
 )
 from ilmek.checkpoint.postgres import adapter_for, classify_postgres_error
+from ilmek.cli import main
 from ilmek.dbapi import Session, Statement
 from ilmek.types import JournalEntry, new_checkpoint_id, task_id_for
-from tests.pgcluster import PostgresServer
+from tests.pgcluster import PostgresServer, find_bindir
 from tests.pgworker import (
     CART,
     CHECKOUT_DONE,
@@ -447,6 +448,48 @@ def test_migrate_from_four_processes_at_once_succeeds_in_all(
     )
     with fresh_checkpointer(empty_dsn) as checkpointer:
         run_checkout(checkpointer, effects, "after-migrate")
+
+
+def test_migrate_brings_a_schema_2_store_with_a_paused_thread_to_3(empty_dsn: str, effects: Effects) -> None:
+    """Schema 3 adds the superstep function: a store at 2 is refused until migrated, then resumes."""
+    with fresh_checkpointer(empty_dsn) as checkpointer:
+        checkpointer.migrate()
+        checkout = checkout_graph(effects)
+        paused = run(checkout, CART, thread_id="from-2", checkpointer=checkpointer)
+        assert "interrupted" == paused.status
+    # What schema 2 was: the same tables, without the function.
+    query(empty_dsn, "DROP FUNCTION ilmek_superstep")
+    query(empty_dsn, "UPDATE ilmek_meta SET value = '2' WHERE key = 'schema_version'")
+    with fresh_checkpointer(empty_dsn) as checkpointer:
+        with pytest.raises(SchemaVersionError, match=r"version 2, this ilmek uses version 3: run migrate"):
+            resume(checkout, "yes", thread_id="from-2", checkpointer=checkpointer)
+        checkpointer.migrate()
+        assert [("3",)] == query(empty_dsn, "SELECT value FROM ilmek_meta WHERE key = 'schema_version'")
+        assert [(1,)] == query(empty_dsn, "SELECT count(*) FROM pg_proc WHERE proname = 'ilmek_superstep'")
+        finished = resume(checkout, "yes", thread_id="from-2", checkpointer=checkpointer)
+    assert ("done", CHECKOUT_DONE) == (finished.status, finished.state)
+    assert {"create_order": 1, "charge:yes": 1} == effects.counts()
+
+
+def test_the_printed_ddl_runs_in_psql_and_gives_a_schema_ready_to_use(
+    empty_dsn: str, effects: Effects, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ilmek ddl --dialect postgres` piped into psql (a function body spans lines) makes a usable store."""
+    bindir = find_bindir()
+    assert bindir is not None, "psql comes with the server the tests run"
+    assert 0 == main(["ddl", "--dialect", "postgres"])
+    printed = capsys.readouterr().out
+    subprocess.run(
+        [f"{bindir}/psql", "--no-psqlrc", "-v", "ON_ERROR_STOP=1", "-q", empty_dsn],
+        input=printed,
+        text=True,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    assert {f"ilmek_{name}" for name in ILMEK_TABLES} == tables(empty_dsn)
+    with fresh_checkpointer(empty_dsn) as checkpointer:
+        run_checkout(checkpointer, effects, "by-psql")
 
 
 DDL_WORDS = ("CREATE", "ALTER", "DROP", "INSERT", "UPDATE", "DELETE")

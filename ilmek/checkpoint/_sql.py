@@ -171,26 +171,24 @@ _SQL: dict[str, str] = {
     ),
     # The same move, fenced by the run's hold in the same statement (the hold
     # row is only read, and locked against a takeover until the commit); it
-    # returns a cancel request another process may have stored.
+    # returns a cancel request another process may have stored, and the
+    # thread's updated_at as it now stands.
     "advance_held_thread": (
         "UPDATE {p}_threads SET checkpoint_id = :checkpoint_id, status = :status, step = :step, "
         "error = NULL, updated_at = CASE WHEN status <> :status OR updated_at < :now - 1.0 THEN :now "
         "ELSE updated_at END WHERE thread_id = :thread_id AND checkpoint_id = :expected "
         "AND EXISTS (SELECT 1 FROM {p}_holds WHERE thread_id = :thread_id AND owner = :owner{lock_share}) "
-        "RETURNING (SELECT cancel_reason FROM {p}_holds WHERE thread_id = :thread_id AND owner = :owner)"
+        "RETURNING (SELECT cancel_reason FROM {p}_holds WHERE thread_id = :thread_id AND owner = :owner), "
+        "updated_at"
     ),
     # Where assigning an indexed column rewrites its index entries even when
-    # the value stays (SQLite), the held move leaves status and updated_at
-    # alone and a second statement sets them only when they change.
+    # the value stays (SQLite), a held move that keeps the status and
+    # updated_at the run last stamped leaves both alone.
     "advance_held_pointer": (
         "UPDATE {p}_threads SET checkpoint_id = :checkpoint_id, step = :step, error = NULL "
         "WHERE thread_id = :thread_id AND checkpoint_id = :expected "
         "AND EXISTS (SELECT 1 FROM {p}_holds WHERE thread_id = :thread_id AND owner = :owner{lock_share}) "
         "RETURNING (SELECT cancel_reason FROM {p}_holds WHERE thread_id = :thread_id AND owner = :owner)"
-    ),
-    "restamp_thread": (
-        "UPDATE {p}_threads SET status = :status, updated_at = :now "
-        "WHERE thread_id = :thread_id AND (status <> :status OR updated_at < :now - 1.0)"
     ),
     # A plain superstep in one call (where WRITES_IN_ONE_STATEMENT: the
     # function is part of the schema). Every argument is cast, so the call
@@ -386,6 +384,11 @@ class SqlHold(Hold):
         self.any_thread = any_thread
         self.takeover_at_once = takeover_at_once
         self.taken = taken
+        #: The thread's status and updated_at as this run's last commit left
+        #: them (None until a commit of this run set them): under the hold
+        #: nobody else changes them, so a move that keeps both needs not
+        #: assign them.
+        self.stamped: tuple[str, float] | None = None
 
     def take(self) -> None:
         with self.lock:
@@ -1187,7 +1190,14 @@ class SqlCheckpointer(Checkpointer):
         if expect_latest is None:
             moved = session.query(self._sql("start_thread"), **params)
         elif hold is not None:
-            if self.REWRITES_ASSIGNED_INDEXES:
+            stamped = hold.stamped if isinstance(hold, SqlHold) else None
+            if (
+                self.REWRITES_ASSIGNED_INDEXES
+                and stamped is not None
+                and stamped[0] == status
+                and not stamped[1] < now - 1.0
+            ):
+                # The statement below would keep both: leave their index entries alone.
                 moved = session.query(
                     self._sql("advance_held_pointer"),
                     expected=expect_latest,
@@ -1196,12 +1206,13 @@ class SqlCheckpointer(Checkpointer):
                     checkpoint_id=checkpoint.id,
                     step=checkpoint.step,
                 )
-                if moved:
-                    session.execute(self._sql("restamp_thread"), thread_id=thread_id, status=status, now=now)
             else:
                 moved = session.query(
                     self._sql("advance_held_thread"), expected=expect_latest, owner=hold.token, **params
                 )
+                if moved and isinstance(hold, SqlHold):
+                    stamp = (status, float(moved[0][1]))
+                    session.after_commit(lambda: setattr(hold, "stamped", stamp))
             reason = moved[0][0] if moved else None
         else:
             moved = session.query(self._sql("advance_thread"), expected=expect_latest, **params)

@@ -88,7 +88,7 @@ def corrupt(
 
 def dump_plain(plain: Any) -> str:
     """JSON text of data that is already JSON-able (tagged by :mod:`ilmek.serde`)."""
-    return json.dumps(plain, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return serde.dump_json(plain)
 
 
 def load_plain(
@@ -266,8 +266,26 @@ def decode_chain(stored: Any, *, thread_id: str | None, checkpoint_id: str | Non
 # --- a checkpoint's other parts ------------------------------------------------------
 
 
+# The texts of plans without sends: a loop plans the same nodes superstep
+# after superstep, so most plans are encoded once (a bounded number of them).
+_PLAN_TEXTS: dict[tuple[tuple[str, str], ...], str] = {}
+_PLAN_TEXTS_KEPT = 1024
+
+
 def encode_next(tasks: Sequence[ScheduledTask]) -> str:
     """The scheduled tasks as JSON text."""
+    if any(t.is_send or t.input is not None for t in tasks):
+        return _encode_tasks(tasks)
+    key = tuple((t.node, t.task_key) for t in tasks)
+    text = _PLAN_TEXTS.get(key)
+    if text is None:
+        text = _encode_tasks(tasks)
+        if len(_PLAN_TEXTS) < _PLAN_TEXTS_KEPT:
+            _PLAN_TEXTS[key] = text
+    return text
+
+
+def _encode_tasks(tasks: Sequence[ScheduledTask]) -> str:
     return dump_plain(
         [
             {

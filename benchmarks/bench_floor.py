@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 from collections.abc import Callable, Sequence
 
 from _common import (
@@ -173,6 +174,9 @@ def trace(target: Target, workloads: Workloads, operations: int) -> tuple[dict[s
     return traced, one_superstep
 
 
+_SUPERSTEP_CALL = re.compile(r"\bFROM\s+\w+_superstep\(")
+
+
 def count(statements: Sequence[str], operations: int) -> list[float]:
     """Statements, write and read transactions, commits and rollbacks, per operation.
 
@@ -199,11 +203,13 @@ def count(statements: Sequence[str], operations: int) -> list[float]:
             open_transaction = None
         elif open_transaction is not None and (
             verb in ("INSERT", "UPDATE", "DELETE")
-            # A data-modifying WITH query (Postgres): several writes in one statement.
+            # A data-modifying WITH query: several writes in one statement.
             or (
                 verb == "WITH"
                 and any(word in statement.upper() for word in ("INSERT ", "UPDATE ", "DELETE "))
             )
+            # A call of the superstep function ilmek installs on Postgres (it writes).
+            or _SUPERSTEP_CALL.search(statement) is not None
         ):
             open_transaction = True
     return [

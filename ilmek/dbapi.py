@@ -27,6 +27,7 @@ import abc
 import contextlib
 import itertools
 import logging
+import operator
 import random
 import re
 import threading
@@ -112,6 +113,19 @@ def render(sql: str, paramstyle: str) -> tuple[str, tuple[str, ...]]:
     return "".join(out), tuple(names)
 
 
+def _binder(paramstyle: str, names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], Any]:
+    """What turns a statement's named parameters into what the driver takes, made once per statement."""
+    if paramstyle in ("named", "pyformat"):
+        return lambda params: {name: params[name] for name in names}
+    if len(names) > 1:
+        pick = operator.itemgetter(*names)  # a tuple, in C
+        return lambda params: pick(params)
+    if names:
+        (only,) = names
+        return lambda params: (params[only],)
+    return lambda params: ()
+
+
 class Statement:
     """SQL written once in named style (``:name``), rendered per paramstyle and cached."""
 
@@ -119,7 +133,7 @@ class Statement:
 
     def __init__(self, sql: str) -> None:
         self.sql = sql
-        self._rendered: dict[str, tuple[str, tuple[str, ...]]] = {}
+        self._rendered: dict[str, tuple[str, Callable[[Mapping[str, Any]], Any]]] = {}
 
     def bind(self, paramstyle: str, params: Mapping[str, Any]) -> tuple[str, Any]:
         """The SQL text and the parameters as the driver wants them.
@@ -129,11 +143,10 @@ class Statement:
         """
         rendered = self._rendered.get(paramstyle)
         if rendered is None:
-            rendered = self._rendered[paramstyle] = render(self.sql, paramstyle)
-        text, names = rendered
-        if paramstyle in ("named", "pyformat"):
-            return text, {name: params[name] for name in names}
-        return text, tuple(params[name] for name in names)
+            text, names = render(self.sql, paramstyle)
+            rendered = self._rendered[paramstyle] = (text, _binder(paramstyle, names))
+        text, bind = rendered
+        return text, bind(params)
 
     def __repr__(self) -> str:
         return f"Statement({self.sql!r})"
@@ -330,32 +343,8 @@ class Adapter(abc.ABC):
             return self._savepoint(connection)
         return self._own_transaction(connection, write=write)
 
-    @contextlib.contextmanager
-    def _own_transaction(self, connection: Any, *, write: bool) -> Iterator[Session]:
-        if self.transaction_open(connection):
-            raise StorageError(
-                "the connection has a transaction open that ilmek did not start, and ilmek "
-                "commits only its own work: commit or roll it back first, or build the "
-                "checkpointer with join_transaction=True to write inside it (the writes then "
-                "land when you commit)"
-            )
-        self.begin(connection, write=write)
-        session = Session(self, connection)
-        try:
-            yield session
-        except BaseException:
-            self._rollback_quietly(connection)
-            raise
-        try:
-            self.commit(connection)
-        except BaseException:
-            # A COMMIT that failed (or whose answer was lost) must not leave the
-            # connection inside a transaction that a later call would take for
-            # somebody else's.
-            self._rollback_quietly(connection)
-            raise
-        self.connected_once = True
-        session.committed()
+    def _own_transaction(self, connection: Any, *, write: bool) -> contextlib.AbstractContextManager[Session]:
+        return _OwnTransaction(self, connection, write=write)
 
     @contextlib.contextmanager
     def _savepoint(self, connection: Any) -> Iterator[Session]:
@@ -379,18 +368,11 @@ class Adapter(abc.ABC):
             # usually why); the original error is the one worth raising.
             self.discard(connection)
 
-    @contextlib.contextmanager
-    def transaction(self, *, write: bool = True, pin: Pin | None = None) -> Iterator[Session]:
+    def transaction(
+        self, *, write: bool = True, pin: Pin | None = None
+    ) -> contextlib.AbstractContextManager[Session]:
         """One transaction (or savepoint) on a connection of the pin's, or a borrowed one."""
-        source = pin if pin is not None else _BorrowEachTime(self)
-        with _connecting(source.connection()) as connection:
-            try:
-                with self.transaction_scope(connection, write=write) as session:
-                    yield session
-            except Exception as error:
-                if self.classify(error) == "transient":
-                    source.discard(connection)
-                raise
+        return _Transaction(self, write=write, pin=pin)
 
     def run(
         self,
@@ -424,7 +406,7 @@ class Adapter(abc.ABC):
         while True:
             joined = self.joins
             try:
-                with self.transaction(write=write, pin=pin) as session:
+                with _Transaction(self, write=write, pin=pin) as session:
                     joined = session.joined
                     return work(session)
             except IlmekError:
@@ -467,26 +449,122 @@ CONNECTING = "ilmek_while_connecting"
 """The attribute set on an error raised while a connection was being obtained."""
 
 
-@contextlib.contextmanager
-def _connecting(source: contextlib.AbstractContextManager[Any]) -> Iterator[Any]:
-    """Enter ``source``, marking an error raised while connecting as such.
+class _Connecting:
+    """Enter a connection source, marking an error raised while connecting as such.
 
     Drivers do not always say whether an error came from logging in or from
     a connection in use; the difference decides whether a retry can help.
+    (A class, not a generator: it wraps every transaction.)
     """
-    try:
-        connection = source.__enter__()
-    except BaseException as error:
-        with contextlib.suppress(AttributeError, TypeError):
-            setattr(error, CONNECTING, True)
-        raise
-    try:
-        yield connection
-    except BaseException as error:
-        if not source.__exit__(type(error), error, error.__traceback__):
+
+    __slots__ = ("_source",)
+
+    def __init__(self, source: contextlib.AbstractContextManager[Any]) -> None:
+        self._source = source
+
+    def __enter__(self) -> Any:
+        try:
+            return self._source.__enter__()
+        except BaseException as error:
+            with contextlib.suppress(AttributeError, TypeError):
+                setattr(error, CONNECTING, True)
             raise
-    else:
-        source.__exit__(None, None, None)
+
+    def __exit__(self, *exc_info: Any) -> bool | None:
+        return self._source.__exit__(*exc_info)
+
+
+class _Transaction:
+    """What Adapter.transaction() gives: a connection from the source, a scope on it.
+
+    On the way out, a connection that failed transiently is discarded (the
+    next transaction gets another one) before it is given back. A class,
+    not nested generators: it wraps every read and write.
+    """
+
+    __slots__ = ("_adapter", "_borrowed", "_connection", "_scope", "_source", "_write")
+
+    def __init__(self, adapter: Adapter, *, write: bool, pin: Pin | None) -> None:
+        self._adapter = adapter
+        self._write = write
+        self._source: Pin = pin if pin is not None else _BorrowEachTime(adapter)
+
+    def __enter__(self) -> Session:
+        borrowed = _Connecting(self._source.connection())
+        connection = borrowed.__enter__()
+        self._borrowed, self._connection = borrowed, connection
+        try:
+            scope = self._adapter.transaction_scope(connection, write=self._write)
+            session = scope.__enter__()
+        except BaseException as error:
+            if not self._give_back(error):
+                raise
+            raise RuntimeError("a connection source swallowed an error as a transaction began") from error
+        self._scope = scope
+        return session
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, error: BaseException | None, traceback: Any
+    ) -> bool:
+        try:
+            suppressed = self._scope.__exit__(exc_type, error, traceback)
+        except BaseException as failure:  # the scope's own failure, a COMMIT's say
+            if not self._give_back(failure):
+                raise
+            return True
+        if error is None or suppressed:
+            self._borrowed.__exit__(None, None, None)
+            return bool(suppressed)
+        return self._give_back(error)
+
+    def _give_back(self, error: BaseException) -> bool:
+        """After ``error``: discard a connection that failed transiently, give it back.
+
+        Returns whether the source swallowed the error.
+        """
+        if isinstance(error, Exception) and self._adapter.classify(error) == "transient":
+            self._source.discard(self._connection)
+        return bool(self._borrowed.__exit__(type(error), error, error.__traceback__))
+
+
+class _OwnTransaction:
+    """A transaction ilmek begins and commits itself on a connection (see Adapter.transaction_scope)."""
+
+    __slots__ = ("_adapter", "_connection", "_session", "_write")
+
+    def __init__(self, adapter: Adapter, connection: Any, *, write: bool) -> None:
+        self._adapter = adapter
+        self._connection = connection
+        self._write = write
+
+    def __enter__(self) -> Session:
+        adapter, connection = self._adapter, self._connection
+        if adapter.transaction_open(connection):
+            raise StorageError(
+                "the connection has a transaction open that ilmek did not start, and ilmek "
+                "commits only its own work: commit or roll it back first, or build the "
+                "checkpointer with join_transaction=True to write inside it (the writes then "
+                "land when you commit)"
+            )
+        adapter.begin(connection, write=self._write)
+        self._session = Session(adapter, connection)
+        return self._session
+
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: Any) -> None:
+        adapter, connection = self._adapter, self._connection
+        if exc_type is not None:
+            adapter._rollback_quietly(connection)
+            return
+        try:
+            adapter.commit(connection)
+        except BaseException:
+            # A COMMIT that failed (or whose answer was lost) must not leave the
+            # connection inside a transaction that a later call would take for
+            # somebody else's.
+            adapter._rollback_quietly(connection)
+            raise
+        adapter.connected_once = True
+        self._session.committed()
 
 
 def while_connecting(error: BaseException) -> bool:

@@ -18,7 +18,6 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from ..dbapi import Adapter, ErrorKind, LockedConnection, Session, Statement
@@ -193,6 +192,21 @@ def _close_quietly(connection: sqlite3.Connection) -> None:
         connection.close()
 
 
+class _ThisThreads:
+    """Lends the calling thread's connection (a class: it wraps every transaction)."""
+
+    __slots__ = ("_connections",)
+
+    def __init__(self, connections: _PerThreadConnections) -> None:
+        self._connections = connections
+
+    def __enter__(self) -> sqlite3.Connection:
+        return self._connections.this_threads()
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+
 class _PerThreadConnections(_Connections):
     """A connection per thread to a file we opened, so readers never wait on each other.
 
@@ -207,8 +221,11 @@ class _PerThreadConnections(_Connections):
         self._lock = threading.Lock()
         self._closed = False
 
-    @contextlib.contextmanager
-    def borrow(self) -> Iterator[Any]:
+    def borrow(self) -> contextlib.AbstractContextManager[Any]:
+        return _ThisThreads(self)
+
+    def this_threads(self) -> sqlite3.Connection:
+        """The calling thread's connection, opened on first use."""
         holder: _ThreadConnection | None = getattr(self._local, "holder", None)
         if holder is None:
             with self._lock:
@@ -220,7 +237,7 @@ class _PerThreadConnections(_Connections):
             with self._lock:
                 self._live.add(holder)
             self._local.holder = holder
-        yield holder.connection
+        return holder.connection
 
     def close(self) -> None:
         with self._lock:

@@ -197,6 +197,15 @@ class Session:
             callback()
 
 
+def sqlstate(error: BaseException) -> str | None:
+    """The SQLSTATE of a driver's error (psycopg2, psycopg 3, or wrapped by SQLAlchemy), if it has one."""
+    for candidate in (error, getattr(error, "orig", None), error.__cause__):
+        code = getattr(candidate, "pgcode", None) or getattr(candidate, "sqlstate", None)
+        if isinstance(code, str) and code:
+            return code
+    return None
+
+
 def describe_error(error: BaseException) -> str:
     """A one-line description of a driver error with anything like a password removed."""
     lines = str(error).strip().splitlines()
@@ -335,6 +344,14 @@ class Adapter(abc.ABC):
 
     # --- transactions and retries, once for every driver --------------------------
 
+    def alone_scope(self, connection: Any) -> contextlib.AbstractContextManager[Session] | None:
+        """A scope in which one statement is its own transaction, or None where there is none.
+
+        The database commits the statement when it completes (it is atomic
+        by itself), which spares the round trips of a BEGIN and a COMMIT.
+        """
+        return None
+
     def transaction_scope(
         self, connection: Any, *, write: bool
     ) -> contextlib.AbstractContextManager[Session]:
@@ -383,6 +400,7 @@ class Adapter(abc.ABC):
         checkpoint_id: str | None = None,
         write: bool = True,
         pin: Pin | None = None,
+        alone: bool = False,
     ) -> T:
         """Run ``work`` in a transaction, retrying transient failures.
 
@@ -395,6 +413,9 @@ class Adapter(abc.ABC):
             checkpoint_id: The checkpoint being written, named in errors and logs.
             write: Whether the transaction writes.
             pin: The run's connection source, if the work is a run's.
+            alone: The work is one statement, which the adapter may run as
+                its own transaction (no BEGIN or COMMIT of ours) where it
+                can (see :meth:`alone_scope`).
 
         Raises:
             TransientStorageError: the database kept failing transiently.
@@ -406,7 +427,7 @@ class Adapter(abc.ABC):
         while True:
             joined = self.joins
             try:
-                with _Transaction(self, write=write, pin=pin) as session:
+                with _Transaction(self, write=write, pin=pin, alone=alone) as session:
                     joined = session.joined
                     return work(session)
             except IlmekError:
@@ -482,11 +503,12 @@ class _Transaction:
     not nested generators: it wraps every read and write.
     """
 
-    __slots__ = ("_adapter", "_borrowed", "_connection", "_scope", "_source", "_write")
+    __slots__ = ("_adapter", "_alone", "_borrowed", "_connection", "_scope", "_source", "_write")
 
-    def __init__(self, adapter: Adapter, *, write: bool, pin: Pin | None) -> None:
+    def __init__(self, adapter: Adapter, *, write: bool, pin: Pin | None, alone: bool = False) -> None:
         self._adapter = adapter
         self._write = write
+        self._alone = alone
         self._source: Pin = pin if pin is not None else _BorrowEachTime(adapter)
 
     def __enter__(self) -> Session:
@@ -494,7 +516,9 @@ class _Transaction:
         connection = borrowed.__enter__()
         self._borrowed, self._connection = borrowed, connection
         try:
-            scope = self._adapter.transaction_scope(connection, write=self._write)
+            scope = (self._adapter.alone_scope(connection) if self._alone else None) or (
+                self._adapter.transaction_scope(connection, write=self._write)
+            )
             session = scope.__enter__()
         except BaseException as error:
             if not self._give_back(error):

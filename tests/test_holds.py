@@ -332,6 +332,104 @@ def test_any_commit_whose_answer_is_lost_is_retried_without_harm(postgres_dsn: s
     assert {"create_order": 1, "charge": 1} == dict(calls)
 
 
+class LosingCallAnswers(psycopg2.extensions.connection):  # type: ignore[misc]
+    """A connection whose Nth call of the superstep function, made as a transaction of its own
+    (autocommit), lands but its answer is lost; it counts the calls it sees."""
+
+    countdown: int = 0
+    calls: int = 0
+    #: The autocommit mode the pool's owner chose for every connection.
+    chosen_autocommit: bool = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.autocommit = type(self).chosen_autocommit
+
+    def cursor(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["cursor_factory"] = _LosingCallCursor
+        return super().cursor(*args, **kwargs)
+
+
+class _LosingCallCursor(psycopg2.extensions.cursor):  # type: ignore[misc]
+    def execute(self, query: Any, params: Any = None) -> Any:
+        result = super().execute(query, params)
+        if "_superstep(" in str(query) and self.connection.autocommit:
+            owner = type(self.connection)
+            owner.calls += 1
+            owner.countdown -= 1
+            if owner.countdown == 0:
+                self.connection.close()
+                raise psycopg2.OperationalError("server closed the connection unexpectedly")
+        return result
+
+
+def _chat_with_losses(
+    dsn: str, thread_id: str, lost: int, *, autocommit: bool = False
+) -> tuple[list[Any], int, list[Any]]:
+    """Three turns of a chat, losing the answer of the ``lost``-th superstep call.
+
+    Returns the thread's list, how many checkpoints it has, and the
+    autocommit setting of each pooled connection afterwards.
+    """
+    LosingCallAnswers.chosen_autocommit = autocommit
+    pool = psycopg2.pool.ThreadedConnectionPool(1, 4, dsn, connection_factory=LosingCallAnswers)
+    g = (
+        graph("chat", {"log": channel.append()})
+        .node("reply", lambda state: {"log": [f"reply to {state['log'][-1]}"]})
+        .edge(START, "reply")
+        .edge("reply", END)
+        .compile()
+    )
+    try:
+        checkpointer = PostgresCheckpointer(pool)
+        checkpointer.migrate()
+        LosingCallAnswers.countdown, LosingCallAnswers.calls = lost, 0
+        for turn in ("one", "two", "three"):
+            done = run(g, {"log": [turn]}, thread_id=thread_id, checkpointer=checkpointer)
+            assert "done" == done.status
+        with checkpointer.hold(thread_id):  # the hold went back
+            pass
+        with PostgresCheckpointer.connect(dsn) as fresh:  # nothing cached
+            latest = fresh.get(thread_id)
+            checkpoints = len(fresh.list(thread_id))
+        assert latest is not None
+        lent = [pool.getconn() for _ in range(4)]
+        settings = [connection.autocommit for connection in lent]
+        for connection in lent:
+            pool.putconn(connection)
+    finally:
+        LosingCallAnswers.countdown = 0
+        pool.closeall()
+    return list(latest.channels["log"]), checkpoints, settings
+
+
+CHAT = ["one", "reply to one", "two", "reply to two", "three", "reply to three"]
+
+
+@pytest.mark.postgres
+def test_turns_on_a_thread_are_superstep_calls_of_their_own(postgres_dsn: str) -> None:
+    """The calls the next test loses happen, in autocommit: the first turn's superstep, then each
+    turn's input (which takes the hold) and its superstep (which gives it back), one call each."""
+    log, checkpoints, settings = _chat_with_losses(postgres_dsn, "clean", lost=0)
+    assert 5 == LosingCallAnswers.calls
+    assert (CHAT, 6) == (log, checkpoints)
+    assert [False] * 4 == settings
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("lost", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("autocommit", [False, True])
+def test_a_superstep_call_whose_answer_is_lost_is_retried_without_harm(
+    postgres_dsn: str, lost: int, autocommit: bool
+) -> None:
+    """The Nth superstep call lands (it is its own transaction) but its answer is lost: the retry
+    finds the call's own write, no item or checkpoint is written twice, the hold goes back, and
+    every pooled connection is in the autocommit mode its owner chose."""
+    log, checkpoints, settings = _chat_with_losses(postgres_dsn, "lossy", lost=lost, autocommit=autocommit)
+    assert (CHAT, 6) == (log, checkpoints)
+    assert [autocommit] * 4 == settings
+
+
 # --- deleting a thread while it runs -----------------------------------------------------------------
 
 

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 from .. import checks
-from ..dbapi import Adapter, Pin, Session, Statement
+from ..dbapi import Adapter, Pin, Session, Statement, sqlstate
 from ..errors import (
     CheckpointNotFoundError,
     ConcurrentUpdateError,
@@ -194,7 +194,7 @@ _SQL: dict[str, str] = {
     # function is part of the schema). Every argument is cast, so the call
     # means the same through every driver, whatever types it sends.
     "superstep": (
-        "SELECT busy, moved, reason, appended, stored, blob_ids FROM {p}_superstep(CAST(:thread_id AS text), "
+        "SELECT busy, reason, blob_ids FROM {p}_superstep(CAST(:thread_id AS text), "
         "CAST(:owner AS text), CAST(:expected AS text), CAST(:checkpoint_id AS text), CAST(:status AS text), "
         "CAST(:step AS bigint), CAST(:now AS double precision), {ji_items}, {ji_blobs}, "
         "CAST(:parent_id AS text), CAST(:plan_id AS text), CAST(:ts AS double precision), {ji_manifest}, "
@@ -665,11 +665,13 @@ class SqlCheckpointer(Checkpointer):
         write: bool = True,
         hold: Hold | None = None,
         takes_hold: bool = False,
+        alone: bool = False,
     ) -> Any:
         """Run ``work`` in a transaction, on the hold's connection when there is one.
 
         A write with a hold not taken yet takes it first, in a transaction of
-        its own, unless the work takes it itself (``takes_hold``).
+        its own, unless the work takes it itself (``takes_hold``). ``alone``:
+        the work is one statement, which may run as its own transaction.
         """
         self._ensure_schema()
         if isinstance(hold, SqlHold):
@@ -683,9 +685,10 @@ class SqlCheckpointer(Checkpointer):
                     checkpoint_id=checkpoint_id,
                     write=write,
                     pin=hold.pin,
+                    alone=alone,
                 )
         return self._adapter.run(
-            work, what=what, thread_id=thread_id, checkpoint_id=checkpoint_id, write=write
+            work, what=what, thread_id=thread_id, checkpoint_id=checkpoint_id, write=write, alone=alone
         )
 
     # --- holds -----------------------------------------------------------------------------
@@ -888,37 +891,48 @@ class SqlCheckpointer(Checkpointer):
 
         taking = isinstance(hold, SqlHold) and not hold.taken
         # A plain superstep (appends to known lists, new values, nothing else)
-        # goes in one statement where the database allows; a fork that
-        # already grew a list, or anything unexpected, takes the long way.
-        one_statement = [
+        # is one call of the database's superstep function where it has one;
+        # a fork that already grew a list, or anything unexpected, takes the
+        # long way.
+        if (
             self.WRITES_IN_ONE_STATEMENT
             and isinstance(hold, SqlHold)
             and isinstance(expect_latest, str)
             and encoded is not None
             and not drops
             and not recorded
-        ]
+        ):
+            call = self._superstep_call(
+                hold,
+                checkpoint,
+                fields,
+                status,
+                expect_latest,
+                encoded,
+                now,
+                release_hold=release_hold,
+                taking=taking,
+                started=started,
+            )
+            if call is not None:
+                try:
+                    self._run(
+                        call.run,
+                        what="commit a checkpoint",
+                        thread_id=thread_id,
+                        checkpoint_id=checkpoint.id,
+                        hold=hold,
+                        takes_hold=True,
+                        alone=True,
+                    )
+                except _LongWay:
+                    pass
+                else:
+                    if release_hold:
+                        hold.mark_released()
+                    return
 
         def work(session: Session) -> None:
-            if one_statement[0] and not session.joined:
-                assert isinstance(hold, SqlHold)
-                assert isinstance(expect_latest, str)
-                assert encoded is not None
-                done = self._commit_in_one_statement(
-                    session,
-                    hold,
-                    checkpoint,
-                    fields,
-                    status,
-                    expect_latest,
-                    encoded,
-                    now,
-                    release_hold=release_hold,
-                    taking=taking,
-                    started=started,
-                )
-                if done:
-                    return
             if taking:
                 # The run's first write takes its hold in the same transaction.
                 assert isinstance(hold, SqlHold)
@@ -1019,31 +1033,19 @@ class SqlCheckpointer(Checkpointer):
             session.after_commit(remember)
 
         with contextlib.suppress(_AlreadyStored):
-            try:
-                self._run(
-                    work,
-                    what="commit a checkpoint",
-                    thread_id=thread_id,
-                    checkpoint_id=checkpoint.id,
-                    hold=hold,
-                    takes_hold=True,
-                )
-            except _LongWay:
-                one_statement[0] = False
-                self._run(
-                    work,
-                    what="commit a checkpoint",
-                    thread_id=thread_id,
-                    checkpoint_id=checkpoint.id,
-                    hold=hold,
-                    takes_hold=True,
-                )
+            self._run(
+                work,
+                what="commit a checkpoint",
+                thread_id=thread_id,
+                checkpoint_id=checkpoint.id,
+                hold=hold,
+                takes_hold=True,
+            )
         if release_hold and hold is not None:
             hold.mark_released()
 
-    def _commit_in_one_statement(
+    def _superstep_call(
         self,
-        session: Session,
         hold: SqlHold,
         checkpoint: Checkpoint,
         fields: Mapping[str, str],
@@ -1055,21 +1057,17 @@ class SqlCheckpointer(Checkpointer):
         release_hold: bool,
         taking: bool,
         started: float,
-    ) -> bool:
-        """A superstep's writes as one call of the database's superstep function.
+    ) -> _SuperstepCall | None:
+        """A superstep's writes as one call of the superstep function, or None where it does not apply.
 
-        Returns False when it does not apply (the same transaction then takes
-        the long way). The thread's pointer moves only while the run holds it
-        and the thread is where the run left it; every other write hangs on
-        that move. With ``taking`` (the run's first write) the call takes the
-        hold first, or raises ThreadBusyError having written nothing. Raises
-        ``_LongWay`` (rolling back) when a list turned out to have grown past
-        this checkpoint's view of it (a fork).
+        It applies when this process knows the parent's manifest and every
+        list written to already has a log. Planned outside any transaction,
+        so the call can run alone (its own transaction, one round trip).
         """
         thread_id = checkpoint.thread_id
         parent = self._manifests.get((thread_id, checkpoint.parent_id)) if checkpoint.parent_id else None
         if parent is None or (not taking and hold.renewal_due()):
-            return False
+            return None
         manifest: dict[str, ChannelRef] = dict(parent)
         items: builtins.list[str] = []
         blobs: builtins.list[str] = []
@@ -1082,58 +1080,47 @@ class SqlCheckpointer(Checkpointer):
                 continue
             ref = manifest.get(change.channel)
             if not isinstance(ref, LogRef):
-                return False  # a new list, or one stored whole until now
+                return None  # a new list, or one stored whole until now
             # Each item is already JSON text: the call's array is spliced, not re-encoded.
             items.extend(f"[{ref.log_id},{ref.length + k},{text}]" for k, text in enumerate(change.items))
             manifest[change.channel] = LogRef(ref.log_id, ref.length + len(change.items))
         plain = manifest_to_plain({name: ref for name, ref in manifest.items() if name not in blob_channels})
-        [row] = session.query(
-            self._sql("superstep"),
-            thread_id=thread_id,
-            owner=hold.token,
-            expected=expect_latest,
-            checkpoint_id=checkpoint.id,
-            status=status,
-            step=checkpoint.step,
-            now=now,
-            items=f"[{','.join(items)}]",
-            blobs=f"[{','.join(blobs)}]",
-            parent_id=checkpoint.parent_id,
-            plan_id=checkpoint.plan_id,
-            ts=_epoch(checkpoint.ts),
-            manifest=_records.dump_plain(plain),
-            next=fields["next_text"],
-            pending=fields["pending_text"],
-            task_journals=fields["journals_text"],
-            journal_chain=fields["chain_text"],
-            metadata=fields["metadata_text"],
-            release=release_hold,
-            take=taking,
-            lock_key=self.advisory_key(thread_id),
-            ttl=self.lease_seconds,
-        )
-        busy, moved, reason, appended, stored, blob_ids = row
-        if busy:
-            raise busy_error(thread_id)
-        if not moved:
-            return False  # nothing was written: the long way says why
-        if appended != len(items) or not stored:
-            raise _LongWay
-        ids = str(blob_ids).split(",") if blob_channels else []
-        for channel, blob_id in zip(blob_channels, ids, strict=True):
-            manifest[channel] = BlobRef(int(blob_id))
-        cancel_reason = reason if isinstance(reason, str) else None
+        params = {
+            "thread_id": thread_id,
+            "owner": hold.token,
+            "expected": expect_latest,
+            "checkpoint_id": checkpoint.id,
+            "status": status,
+            "step": checkpoint.step,
+            "now": now,
+            "items": f"[{','.join(items)}]",
+            "blobs": f"[{','.join(blobs)}]",
+            "parent_id": checkpoint.parent_id,
+            "plan_id": checkpoint.plan_id,
+            "ts": _epoch(checkpoint.ts),
+            "manifest": _records.dump_plain(plain),
+            "next": fields["next_text"],
+            "pending": fields["pending_text"],
+            "task_journals": fields["journals_text"],
+            "journal_chain": fields["chain_text"],
+            "metadata": fields["metadata_text"],
+            "release": release_hold,
+            "take": taking,
+            "lock_key": self.advisory_key(thread_id),
+            "ttl": self.lease_seconds,
+        }
 
-        def remember() -> None:
+        def committed(blob_ids: builtins.list[int], reason: str | None) -> None:
+            for channel, blob_id in zip(blob_channels, blob_ids, strict=True):
+                manifest[channel] = BlobRef(blob_id)
             self._remember_manifest(thread_id, checkpoint.id, manifest)
             extend_cached_logs(self._cache, thread_id, parent, manifest, changes)
             if taking:
                 self._taken(hold, started)
             else:
-                hold.saw_cancel(cancel_reason)
+                hold.saw_cancel(reason)
 
-        session.after_commit(remember)
-        return True
+        return _SuperstepCall(self._sql("superstep"), params, len(blob_channels), committed)
 
     def _same_stored(
         self, session: Session, thread_id: str, checkpoint: Checkpoint, fields: Mapping[str, str]
@@ -1885,6 +1872,48 @@ _HOLD_GONE = "its hold row is gone: the thread was deleted, or its lease lapsed 
 
 _NOT_CHECKED = object()
 """The cancel reason of a commit that did not check the hold in its first statement."""
+
+
+LONG_WAY_SQLSTATE = "IL001"
+"""What the superstep function raises, rolling its statement back, when the long way must decide."""
+
+
+class _SuperstepCall:
+    """One planned call of the superstep function (see SqlCheckpointer._superstep_call)."""
+
+    def __init__(
+        self,
+        statement: Statement,
+        params: dict[str, Any],
+        blobs: int,
+        committed: Callable[[builtins.list[int], str | None], None],
+    ) -> None:
+        self._statement = statement
+        self._params = params
+        self._blobs = blobs
+        self._committed = committed
+
+    def run(self, session: Session) -> None:
+        """Make the call; raises ``_LongWay`` (nothing written) where the long way must decide.
+
+        ThreadBusyError when the run's first write finds the thread held.
+        """
+        if session.joined:
+            raise _LongWay  # inside the caller's transaction: the long way
+        try:
+            [row] = session.query(self._statement, **self._params)
+        except Exception as error:
+            if sqlstate(error) == LONG_WAY_SQLSTATE:
+                # The function rolled its statement back: the thread moved,
+                # the hold is gone, or a list grew past this checkpoint.
+                raise _LongWay from None
+            raise
+        busy, reason, blob_ids = row
+        if busy:
+            raise busy_error(self._params["thread_id"])
+        ids = [int(blob_id) for blob_id in str(blob_ids).split(",")] if self._blobs else []
+        cancel_reason = reason if isinstance(reason, str) else None
+        session.after_commit(lambda: self._committed(ids, cancel_reason))
 
 
 class _LongWay(Exception):

@@ -23,7 +23,7 @@ from ... import serde
 from ...dbapi import Adapter, Session, Statement, describe_error
 from ...errors import InvalidArgumentError, StorageError
 from ...redact import mask_secrets
-from .._sql import Migration, SqlCheckpointer, copy_v1_journals, validate_prefix
+from .._sql import LONG_WAY_SQLSTATE, Migration, SqlCheckpointer, copy_v1_journals, validate_prefix
 from ..django import DjangoAdapter, is_django_connection
 from . import generic, psycopg, psycopg2, sqlalchemy
 from .common import SingleConnectionAdapter
@@ -43,85 +43,88 @@ _JOURNAL_ENTRIES = (
 )
 # A plain superstep's writes, in one call: the server keeps the plans of the
 # statements inside a function for the session, where a statement sent as
-# text is planned again every time (most of its cost). The thread's pointer
-# moves only while the run holds the thread and the thread is where the run
-# left it; nothing else is written otherwise. A run's first write (p_take)
-# takes the hold first, or answers `busy` having written nothing. `appended` and `stored` tell
-# the caller whether every item and the checkpoint landed (else it rolls
-# back and takes the long way). Items arrive as [log_id, index, value]
-# triples and blobs as [channel, value] pairs, in JSON arrays.
-_SUPERSTEP_FUNCTION = """CREATE OR REPLACE FUNCTION {p}_superstep(
+# text is planned again every time (most of its cost), and the call can be
+# a transaction by itself. The thread's pointer moves only while the run
+# holds the thread and the thread is where the run left it. A run's first
+# write (p_take) takes the hold first, or answers `busy` having written
+# nothing. Whatever else keeps the call from landing whole (the thread moved
+# or its hold is gone, a list grew past this checkpoint, the checkpoint
+# exists) raises LONG_WAY_SQLSTATE, which rolls the call back: the caller
+# then takes the long way, which says why. Items arrive as
+# [log_id, index, value] triples and blobs as [channel, value] pairs, in
+# JSON arrays.
+_SUPERSTEP_FUNCTION = f"""CREATE OR REPLACE FUNCTION {{p}}_superstep(
     p_thread text, p_owner text, p_expected text, p_checkpoint text, p_status text, p_step bigint,
     p_now double precision, p_items jsonb, p_blobs jsonb, p_parent text, p_plan text,
     p_ts double precision, p_manifest jsonb, p_next jsonb, p_pending jsonb, p_task_journals jsonb,
     p_journal_chain jsonb, p_metadata jsonb, p_release boolean, p_take boolean, p_lock_key bigint,
     p_ttl double precision,
-    OUT busy boolean, OUT moved boolean, OUT reason text, OUT appended bigint, OUT stored boolean,
-    OUT blob_ids text)
+    OUT busy boolean, OUT reason text, OUT blob_ids text)
 LANGUAGE plpgsql AS $body$
 DECLARE
     v_blob record;
     v_id bigint;
+    v_count bigint;
     v_manifest jsonb := p_manifest;
 BEGIN
     busy := false;
-    moved := false;
-    appended := 0;
-    stored := false;
     blob_ids := '';
     IF p_take THEN
-        -- The run's first write takes its hold (as SqlCheckpointer._take does).
         IF NOT pg_try_advisory_xact_lock(p_lock_key) THEN
             busy := true;
             RETURN;
         END IF;
-        INSERT INTO {p}_holds AS h (thread_id, owner, expires_at, acquired_at, holder, cancel_reason)
-        VALUES (p_thread, p_owner, {now} + p_ttl, {now}, {holder}, NULL)
+        INSERT INTO {{p}}_holds AS h (thread_id, owner, expires_at, acquired_at, holder, cancel_reason)
+        VALUES (p_thread, p_owner, {{now}} + p_ttl, {{now}}, {{holder}}, NULL)
         ON CONFLICT (thread_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at,
             holder = excluded.holder,
             acquired_at = CASE WHEN h.owner = excluded.owner THEN h.acquired_at ELSE excluded.acquired_at END,
             cancel_reason = CASE WHEN h.owner = excluded.owner THEN h.cancel_reason ELSE NULL END
-        WHERE h.owner = excluded.owner OR h.expires_at < {now} OR {gone_h};
+        WHERE h.owner = excluded.owner OR h.expires_at < {{now}} OR {{gone_h}};
         IF NOT FOUND THEN
             busy := true;
             RETURN;
         END IF;
     END IF;
-    UPDATE {p}_threads AS t SET checkpoint_id = p_checkpoint, status = p_status, step = p_step,
+    UPDATE {{p}}_threads AS t SET checkpoint_id = p_checkpoint, status = p_status, step = p_step,
         error = NULL,
         updated_at = CASE WHEN t.status <> p_status OR t.updated_at < p_now - 1.0 THEN p_now
                      ELSE t.updated_at END
     WHERE t.thread_id = p_thread AND t.checkpoint_id = p_expected
-        AND EXISTS (SELECT 1 FROM {p}_holds AS h WHERE h.thread_id = p_thread AND h.owner = p_owner
+        AND EXISTS (SELECT 1 FROM {{p}}_holds AS h WHERE h.thread_id = p_thread AND h.owner = p_owner
                     FOR SHARE)
-    RETURNING (SELECT h.cancel_reason FROM {p}_holds AS h
+    RETURNING (SELECT h.cancel_reason FROM {{p}}_holds AS h
                WHERE h.thread_id = p_thread AND h.owner = p_owner) INTO reason;
-    moved := FOUND;
-    IF NOT moved THEN
-        RETURN;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'the thread moved, or the hold is gone' USING ERRCODE = '{LONG_WAY_SQLSTATE}';
     END IF;
-    INSERT INTO {p}_items (log_id, idx, value)
+    INSERT INTO {{p}}_items (log_id, idx, value)
         SELECT CAST(e ->> 0 AS bigint), CAST(e ->> 1 AS bigint), e -> 2
         FROM jsonb_array_elements(p_items) AS e
-        WHERE EXISTS (SELECT 1 FROM {p}_logs AS l
+        WHERE EXISTS (SELECT 1 FROM {{p}}_logs AS l
                       WHERE l.log_id = CAST(e ->> 0 AS bigint) AND l.thread_id = p_thread)
     ON CONFLICT (log_id, idx) DO NOTHING;
-    GET DIAGNOSTICS appended = ROW_COUNT;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    IF v_count <> jsonb_array_length(p_items) THEN
+        RAISE EXCEPTION 'a list grew past this checkpoint' USING ERRCODE = '{LONG_WAY_SQLSTATE}';
+    END IF;
     FOR v_blob IN SELECT e ->> 0 AS channel, e -> 1 AS value FROM jsonb_array_elements(p_blobs) AS e
     LOOP
-        INSERT INTO {p}_blobs (thread_id, channel, value) VALUES (p_thread, v_blob.channel, v_blob.value)
+        INSERT INTO {{p}}_blobs (thread_id, channel, value) VALUES (p_thread, v_blob.channel, v_blob.value)
         RETURNING blob_id INTO v_id;
         v_manifest := v_manifest || jsonb_build_object(v_blob.channel, jsonb_build_array('b', v_id));
         blob_ids := blob_ids || CASE WHEN blob_ids = '' THEN '' ELSE ',' END || v_id;
     END LOOP;
-    INSERT INTO {p}_checkpoints (thread_id, checkpoint_id, parent_id, plan_id, step, ts, manifest, next,
+    INSERT INTO {{p}}_checkpoints (thread_id, checkpoint_id, parent_id, plan_id, step, ts, manifest, next,
         pending, task_journals, journal_chain, metadata)
     VALUES (p_thread, p_checkpoint, p_parent, p_plan, p_step, p_ts, v_manifest, p_next, p_pending,
         p_task_journals, p_journal_chain, p_metadata)
     ON CONFLICT (thread_id, checkpoint_id) DO NOTHING;
-    stored := FOUND;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'the checkpoint exists' USING ERRCODE = '{LONG_WAY_SQLSTATE}';
+    END IF;
     IF p_release THEN
-        DELETE FROM {p}_holds AS h WHERE h.thread_id = p_thread AND h.owner = p_owner;
+        DELETE FROM {{p}}_holds AS h WHERE h.thread_id = p_thread AND h.owner = p_owner;
     END IF;
 END
 $body$"""

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from ...dbapi import Adapter, ErrorKind, LockedConnection, Pin
+from ...dbapi import Adapter, ErrorKind, LockedConnection, Pin, Session
 from .errors import classify_postgres_error, is_pool_exhausted
 
 __all__ = ["POOL_ADVICE", "PoolAdapter", "PoolPin", "PostgresAdapter", "SingleConnectionAdapter"]
@@ -51,6 +51,15 @@ class PostgresAdapter(Adapter):
     def transaction_open(self, connection: Any) -> bool:
         return self.status(connection) in _STATUS_OPEN
 
+    #: Whether the driver's connections can be switched to autocommit for
+    #: one statement and back, with no round trip (psycopg2 and psycopg 3).
+    switches_autocommit = False
+
+    def alone_scope(self, connection: Any) -> contextlib.AbstractContextManager[Session] | None:
+        if not self.switches_autocommit or self.joins or self.status(connection) != _STATUS_IDLE:
+            return None
+        return _Alone(self, connection)
+
     def begin(self, connection: Any, *, write: bool) -> None:
         if self.autocommit(connection):
             self.execute(connection, "BEGIN", None)
@@ -67,6 +76,39 @@ class PostgresAdapter(Adapter):
                 self.execute(connection, "ROLLBACK", None)
         else:
             connection.rollback()
+
+
+class _Alone:
+    """One statement as its own transaction: the connection in autocommit for its length.
+
+    The server commits the statement as it completes, before it answers, so
+    a statement that returned is durable and one that failed left nothing.
+    """
+
+    __slots__ = ("_adapter", "_connection", "_session", "_switched")
+
+    def __init__(self, adapter: PostgresAdapter, connection: Any) -> None:
+        self._adapter = adapter
+        self._connection = connection
+
+    def __enter__(self) -> Session:
+        self._switched = not self._connection.autocommit
+        if self._switched:
+            self._connection.autocommit = True
+        self._session = Session(self._adapter, self._connection)
+        return self._session
+
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: Any) -> None:
+        if self._switched:
+            if exc_type is None:
+                self._connection.autocommit = False
+            else:
+                # A broken connection cannot even be switched back; it is discarded.
+                with contextlib.suppress(Exception):
+                    self._connection.autocommit = False
+        if exc_type is None:
+            self._adapter.connected_once = True
+            self._session.committed()
 
 
 class SingleConnectionAdapter(PostgresAdapter):

@@ -22,6 +22,8 @@ __all__ = ["adapt"]
 class _PsycopgCursors:
     """Tuple rows, no server-side prepares, and transaction status, the psycopg 3 way."""
 
+    switches_autocommit = True
+
     def cursor(self, connection: Any) -> Any:
         rows = sys.modules["psycopg.rows"]
         return connection.cursor(row_factory=rows.tuple_row)

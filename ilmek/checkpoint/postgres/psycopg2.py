@@ -24,6 +24,8 @@ def _module(name: str) -> Any:
 class _Psycopg2Cursors:
     """Tuple rows and transaction status, the psycopg2 way."""
 
+    switches_autocommit = True
+
     def cursor(self, connection: Any) -> Any:
         extensions = sys.modules["psycopg2.extensions"]
         return connection.cursor(cursor_factory=extensions.cursor)

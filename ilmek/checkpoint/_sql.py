@@ -672,7 +672,14 @@ class SqlCheckpointer(Checkpointer):
         A write with a hold not taken yet takes it first, in a transaction of
         its own, unless the work takes it itself (``takes_hold``). ``alone``:
         the work is one statement, which may run as its own transaction.
+        Reads may too, statement by statement: what they read never changes
+        once written (checkpoints, their items and values) or is read whole
+        by one statement (a thread with its hold), and under READ COMMITTED,
+        Postgres's default, the statements of one transaction each see a
+        snapshot of their own anyway: a BEGIN and a COMMIT around them would
+        add two round trips and no consistency.
         """
+        alone = alone or not write
         self._ensure_schema()
         if isinstance(hold, SqlHold):
             if write and not hold.taken and not takes_hold:

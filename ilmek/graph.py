@@ -381,11 +381,28 @@ class CompiledGraph:
     declared: tuple[EdgeSpec | RouterSpec, ...] = attrs.field(default=(), converter=_connection_tuple)
     named: bool = True
     _order: Mapping[str, int] = attrs.field(init=False, alias="_order")
+    # Derived once, for planning every superstep: each source's edges and
+    # routers (in declaration order), and the task of each node planned by name.
+    _outgoing: Mapping[str, tuple[tuple[EdgeSpec, ...], tuple[RouterSpec, ...]]] = attrs.field(
+        init=False, alias="_outgoing", eq=False, repr=False
+    )
+    _planned: Mapping[str, ScheduledTask] = attrs.field(init=False, alias="_planned", eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "_order", MappingProxyType({name: i for i, name in enumerate(self.nodes)}))
         if not self.declared:
             object.__setattr__(self, "declared", (*self.edges, *self.routers))
+        sources = {edge.source for edge in self.edges} | {router.source for router in self.routers}
+        outgoing = {
+            source: (
+                tuple(edge for edge in self.edges if edge.source == source),
+                tuple(router for router in self.routers if router.source == source),
+            )
+            for source in sources
+        }
+        object.__setattr__(self, "_outgoing", MappingProxyType(outgoing))
+        planned = {name: ScheduledTask(node=name, task_key=name) for name in self.nodes}
+        object.__setattr__(self, "_planned", MappingProxyType(planned))
 
     @property
     def channels(self) -> Mapping[str, Channel]:
@@ -464,19 +481,18 @@ class CompiledGraph:
         if cmd is not None and cmd.goto is not None:
             self._collect(cmd.goto, f"the goto of node {source!r}", None, names, sends)
             return names, sends
-        for edge in self.edges:
-            taken = edge.source == source and (edge.guard is None or edge.guard(state, ctx))
-            if taken and edge.target != END:
+        edges, routers = self._outgoing.get(source, ((), ()))
+        for edge in edges:
+            if (edge.guard is None or edge.guard(state, ctx)) and edge.target != END:
                 names.add(edge.target)
-        for router in self.routers:
-            if router.source == source:
-                self._collect(
-                    router.route(state, ctx),
-                    f"the router on {source!r}",
-                    router.destinations,
-                    names,
-                    sends,
-                )
+        for router in routers:
+            self._collect(
+                router.route(state, ctx),
+                f"the router on {source!r}",
+                router.destinations,
+                names,
+                sends,
+            )
         return names, sends
 
     def schedule(self, names: set[str], sends: Sequence[Send]) -> tuple[ScheduledTask, ...]:
@@ -484,9 +500,7 @@ class CompiledGraph:
 
         The n-th send to a node becomes task ``node#n``.
         """
-        tasks = [
-            ScheduledTask(node=name, task_key=name) for name in sorted(names, key=self._order.__getitem__)
-        ]
+        tasks = [self._planned[name] for name in sorted(names, key=self._order.__getitem__)]
         counts: dict[str, int] = {}
         for item in sends:
             index = counts.get(item.node, 0)

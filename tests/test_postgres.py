@@ -1416,6 +1416,109 @@ def test_queries_use_indexes_at_one_hundred_thousand_threads(postgres_dsn: str) 
         print(f"  {label}: {seconds * 1000:.1f} ms")
 
 
+class CountingConnection(psycopg2.extensions.connection):  # type: ignore[misc]
+    """Records each statement with whether it ran in autocommit, and counts COMMIT calls."""
+
+    sent: list[tuple[str, bool]] = []  # noqa: RUF012 - one list for every connection of the pool
+    commits: int = 0
+
+    def cursor(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["cursor_factory"] = _CountingCursor
+        return super().cursor(*args, **kwargs)
+
+    def commit(self) -> None:
+        type(self).commits += 1
+        super().commit()
+
+
+class _CountingCursor(psycopg2.extensions.cursor):  # type: ignore[misc]
+    def execute(self, query: Any, params: Any = None) -> Any:
+        CountingConnection.sent.append((" ".join(str(query).split()[:2]), bool(self.connection.autocommit)))
+        return super().execute(query, params)
+
+
+def test_a_turn_is_three_round_trips_a_read_and_two_calls_each_its_own_transaction(postgres_dsn: str) -> None:
+    """A turn on a thread this process knows: one read, the input's call (taking the hold) and the
+    superstep's call (giving it back), each a statement in autocommit; no BEGIN, no COMMIT."""
+    pool = psycopg2.pool.ThreadedConnectionPool(1, 2, postgres_dsn, connection_factory=CountingConnection)
+    g = (
+        graph("turns", {"log": channel.append()})
+        .node("reply", lambda state: {"log": [f"reply to {state['log'][-1]}"]})
+        .edge(START, "reply")
+        .edge("reply", END)
+        .compile()
+    )
+    try:
+        checkpointer = PostgresCheckpointer(pool)
+        for turn in ("one", "two"):  # the thread's list is new, then read once
+            run(g, {"log": [turn]}, thread_id="turns", checkpointer=checkpointer)
+        CountingConnection.sent.clear()
+        CountingConnection.commits = 0
+        result = run(g, {"log": ["three"]}, thread_id="turns", checkpointer=checkpointer)
+    finally:
+        pool.closeall()
+    assert ["one", "reply to one", "two", "reply to two", "three", "reply to three"] == result.state["log"]
+    assert [("SELECT checkpoint_id,", True), ("SELECT busy,", True), ("SELECT busy,", True)] == (
+        CountingConnection.sent
+    )
+    assert 0 == CountingConnection.commits
+
+
+class KeepsSettingsToItself:
+    """A proxy for a psycopg2 connection whose attribute sets (``autocommit``) stay on the proxy."""
+
+    def __init__(self, connection: Any) -> None:
+        self.wrapped = connection
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # stands in for the connection, as wrapt's proxies do
+        return type(self.wrapped)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.wrapped, name)
+
+
+class ProxyLendingPool(psycopg2.pool.ThreadedConnectionPool):  # type: ignore[misc]
+    """Lends each connection through a :class:`KeepsSettingsToItself` proxy."""
+
+    def getconn(self, key: Any = None) -> Any:
+        return KeepsSettingsToItself(super().getconn(key))
+
+    def putconn(self, conn: Any = None, key: Any = None, close: bool = False) -> None:
+        super().putconn(conn.wrapped if isinstance(conn, KeepsSettingsToItself) else conn, key, close)
+
+
+def test_a_proxy_that_keeps_autocommit_to_itself_still_commits_every_call(postgres_dsn: str) -> None:
+    """The switch to autocommit never reaches the driver, which opens a transaction for the call:
+    ilmek commits it. Every turn is durable for another process, no transaction (or advisory
+    lock) stays open on a pooled connection, and the thread is free for the next run."""
+    pool = ProxyLendingPool(1, 2, postgres_dsn)
+    g = (
+        graph("proxied", {"log": channel.append()})
+        .node("reply", lambda state: {"log": [f"reply to {state['log'][-1]}"]})
+        .edge(START, "reply")
+        .edge("reply", END)
+        .compile()
+    )
+    try:
+        checkpointer = PostgresCheckpointer(pool)
+        for turn in ("one", "two", "three"):
+            assert "done" == run(g, {"log": [turn]}, thread_id="proxied", checkpointer=checkpointer).status
+        lent = [pool.getconn() for _ in range(2)]
+        statuses = [connection.get_transaction_status() for connection in lent]
+        for connection in lent:
+            pool.putconn(connection)
+    finally:
+        pool.closeall()
+    assert [TRANSACTION_STATUS_IDLE] * 2 == statuses
+    with fresh_checkpointer(postgres_dsn) as other:
+        assert ["one", "reply to one", "two", "reply to two", "three", "reply to three"] == (
+            thread_state(g, other, "proxied")["log"]
+        )
+        with other.hold("proxied"):
+            pass
+
+
 # --- 9. JSONB round trips -----------------------------------------------------------------------------
 
 IST = datetime.timezone(datetime.timedelta(hours=5, minutes=30))

@@ -99,16 +99,29 @@ class _Alone:
         return self._session
 
     def __exit__(self, exc_type: type[BaseException] | None, *rest: Any) -> None:
-        if self._switched:
-            if exc_type is None:
-                self._connection.autocommit = False
-            else:
-                # A broken connection cannot even be switched back; it is discarded.
-                with contextlib.suppress(Exception):
-                    self._connection.autocommit = False
+        adapter, connection = self._adapter, self._connection
         if exc_type is None:
-            self._adapter.connected_once = True
+            if adapter.status(connection) != _STATUS_IDLE:
+                # The switch did not reach the driver (a proxy that keeps
+                # attributes set on it to itself): the driver began a
+                # transaction, which must be committed like any of ours.
+                try:
+                    adapter.commit(connection)
+                except BaseException:
+                    adapter._rollback_quietly(connection)
+                    raise
+            if self._switched:
+                connection.autocommit = False
+            adapter.connected_once = True
             self._session.committed()
+            return
+        with contextlib.suppress(Exception):
+            if adapter.status(connection) != _STATUS_IDLE:
+                adapter._rollback_quietly(connection)
+        if self._switched:
+            # A broken connection cannot even be switched back; it is discarded.
+            with contextlib.suppress(Exception):
+                connection.autocommit = False
 
 
 class SingleConnectionAdapter(PostgresAdapter):

@@ -556,6 +556,13 @@ class _TracingConnection:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.wrapped, name)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Settings (autocommit...) reach the connection, as through wrapt's proxies.
+        if name in ("wrapped", "_record"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.wrapped, name, value)
+
     def in_transaction(self) -> bool:
         return int(self.wrapped.info.transaction_status) != _STATUS_IDLE
 
@@ -654,7 +661,8 @@ class PostgresTarget(Target):
     )
     trace_note = (
         "traced by wrapping the pool's connections; each statement (BEGIN, which psycopg2 sends by "
-        "itself, and COMMIT included) is one round trip to the server"
+        "itself, and COMMIT included) is one round trip to the server; one sent in autocommit is a "
+        "transaction of its own"
     )
 
     def __init__(

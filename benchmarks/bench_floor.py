@@ -177,12 +177,23 @@ def trace(target: Target, workloads: Workloads, operations: int) -> tuple[dict[s
 _SUPERSTEP_CALL = re.compile(r"\bFROM\s+\w+_superstep\(")
 
 
+def _writes(verb: str, statement: str) -> bool:
+    return (
+        verb in ("INSERT", "UPDATE", "DELETE")
+        # A data-modifying WITH query: several writes in one statement.
+        or (verb == "WITH" and any(word in statement.upper() for word in ("INSERT ", "UPDATE ", "DELETE ")))
+        # A call of the superstep function ilmek installs on Postgres (it writes).
+        or _SUPERSTEP_CALL.search(statement) is not None
+    )
+
+
 def count(statements: Sequence[str], operations: int) -> list[float]:
     """Statements, write and read transactions, commits and rollbacks, per operation.
 
     A transaction runs from a ``BEGIN`` to its ``COMMIT`` or ``ROLLBACK``; it
     writes if it began with ``BEGIN IMMEDIATE`` (SQLite's write lock) or
-    changed a row, and reads otherwise.
+    changed a row, and reads otherwise. A statement outside one is a
+    transaction of its own (autocommit), committed as it completes.
     """
     writes = reads = commits = rollbacks = 0
     open_transaction: bool | None = None  # None: outside a transaction; else whether it wrote
@@ -201,16 +212,13 @@ def count(statements: Sequence[str], operations: int) -> list[float]:
             elif open_transaction is not None:
                 reads += 1
             open_transaction = None
-        elif open_transaction is not None and (
-            verb in ("INSERT", "UPDATE", "DELETE")
-            # A data-modifying WITH query: several writes in one statement.
-            or (
-                verb == "WITH"
-                and any(word in statement.upper() for word in ("INSERT ", "UPDATE ", "DELETE "))
-            )
-            # A call of the superstep function ilmek installs on Postgres (it writes).
-            or _SUPERSTEP_CALL.search(statement) is not None
-        ):
+        elif open_transaction is None:
+            commits += 1
+            if _writes(verb, statement):
+                writes += 1
+            else:
+                reads += 1
+        elif _writes(verb, statement):
             open_transaction = True
     return [
         len(statements) / operations,

@@ -11,6 +11,7 @@ thread that is held, on a SQLite file and on Postgres.
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
 from typing import Any
@@ -286,6 +287,37 @@ def test_a_branch_that_appends_where_another_branch_already_grew_the_list_keeps_
         "three",
         "reply to three",
     ] == main.channels["log"]
+
+
+def test_a_new_list_served_from_this_process_reads_as_the_database_holds_it(store: Store) -> None:
+    """A run makes a list of values that JSON changes (a tuple, a set, a datetime...): the
+    process that wrote it serves the next run from memory the very values a checkpointer with
+    nothing cached reads back, and a node's later changes to its own copy leak into neither."""
+    when = datetime.datetime(2026, 12, 1, 5, 0, tzinfo=datetime.UTC)
+    kept: list[Any] = []
+
+    def first(state: dict[str, Any]) -> dict[str, Any]:
+        return {"log": [("a", 1), {"b": {2, 3}}, when, "plain"]}
+
+    def second(state: dict[str, Any]) -> dict[str, Any]:
+        kept.append(list(state["log"]))
+        return {}
+
+    g = (
+        graph("lists", {"log": channel.append(), "turn": channel.last_write(0)})
+        .node("write", lambda state: first(state) if state["turn"] == 1 else second(state))
+        .edge(START, "write")
+        .edge("write", END)
+        .compile()
+    )
+    checkpointer = store.open()
+    written = run(g, {"turn": 1}, thread_id="t", checkpointer=checkpointer)
+    written.state["log"][1]["b"].add(99)  # the caller's copy, changed after the run
+    run(g, {"turn": 2}, thread_id="t", checkpointer=checkpointer)
+    fresh = store.open().get("t", written.checkpoint_id)
+    assert fresh is not None
+    assert [[("a", 1), {"b": {2, 3}}, when, "plain"]] == kept
+    assert list(fresh.channels["log"]) == kept[0]
 
 
 def test_values_replaced_every_superstep_read_back_the_same_without_a_cache(store: Store) -> None:

@@ -444,7 +444,7 @@ def extend_cached_logs(
     """After a commit ilmek owns, grow the cached lists by the items it appended.
 
     The next read of the thread then finds them here instead of asking the
-    database for what this process just wrote. Items are decoded from their
+    database for what this process just wrote (a new list's too). Items are decoded from their
     stored text, so the cache never shares objects with the caller. Never
     call it for writes inside the caller's transaction.
     """
@@ -452,7 +452,14 @@ def extend_cached_logs(
         if change.items is None:
             continue
         before, after = parent_manifest.get(change.channel), manifest.get(change.channel)
-        if not (isinstance(before, LogRef) and isinstance(after, LogRef) and before.log_id == after.log_id):
+        if not isinstance(after, LogRef):
+            continue
+        if not (isinstance(before, LogRef) and before.log_id == after.log_id):
+            if after.length == len(change.items):
+                # A log made for this commit that holds exactly its items (a
+                # new list): the thread's next read finds them here.
+                items = _Items(serde.decode(text) for text in change.items)
+                cache.put(("l", thread_id, after.log_id), items, _approximate_size(items))
             continue
         key = ("l", thread_id, after.log_id)
         cached = cache.get(key)

@@ -1393,7 +1393,9 @@ class SqlCheckpointer(Checkpointer):
                 session.after_commit(lambda: hold.renewed(started, reason))
             return reason
 
-        self._run(work, what="record a step", thread_id=thread_id, hold=hold)
+        # Without a renewal it is one insert (and, only when it inserted
+        # nothing, a read of why), so it may be a transaction by itself.
+        self._run(work, what="record a step", thread_id=thread_id, hold=hold, alone=not renew)
 
     def record_answers(self, hold: Hold, base_id: str, answers: Mapping[str, Sequence[JournalEntry]]) -> None:
         encoded = [

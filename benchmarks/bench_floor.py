@@ -31,8 +31,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import re
+import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from _common import (
     MESSAGE_BYTES,
@@ -54,7 +57,10 @@ from _common import (
 )
 
 from ilmek import InMemoryCheckpointer, run, stream
+from ilmek.checkpoint._sql import SqlCheckpointer
 from ilmek.checkpoint.base import Checkpointer
+from ilmek.checkpoint.postgres import PostgresCheckpointer
+from ilmek.types import new_checkpoint_id
 
 
 class Operation:
@@ -91,6 +97,146 @@ class Operation:
         return total / len(self.timings)
 
 
+class IlmekSqlAlone:
+    """The SQL of ilmek's plain superstep sent from a bare loop: the database's share of a superstep.
+
+    The statements are the checkpointer's own texts, bound as it binds them,
+    on a thread of their own that a real run made: each round moves the
+    thread's pointer to a new checkpoint (fenced by a hold row), appends one
+    200-byte item to the thread's list and inserts the checkpoint row, with
+    the stored texts of a real checkpoint. On SQLite that is ``BEGIN
+    IMMEDIATE``, three statements and ``COMMIT``; on Postgres one call of the
+    superstep function in autocommit. None of ilmek's Python runs around it.
+    """
+
+    THREAD = "floor-sql"
+    OWNER = "bench-floor-owner"
+
+    def __init__(self, target: Target, checkpointer: SqlCheckpointer) -> None:
+        run(chat_graph(), {"messages": message("user", 0)}, thread_id=self.THREAD, checkpointer=checkpointer)
+        self._checkpointer = checkpointer
+        self._postgres = isinstance(checkpointer, PostgresCheckpointer)
+        self._paramstyle = "pyformat" if self._postgres else "qmark"
+        self._connection = target.sql_connection()
+        if self._postgres:
+            self._connection.autocommit = True
+        prefix = checkpointer.table_prefix
+        [(latest,)] = self._rows(
+            f"SELECT checkpoint_id FROM {prefix}_threads WHERE thread_id = %s", self.THREAD
+        )
+        [row] = self._rows(
+            f"SELECT step, next, pending, metadata FROM {prefix}_checkpoints "
+            "WHERE thread_id = %s AND checkpoint_id = %s",
+            self.THREAD,
+            latest,
+        )
+        self._step, self._next, self._pending, self._metadata = (
+            row[0],
+            *(text if isinstance(text, str) else json.dumps(text) for text in row[1:]),
+        )
+        [(self._log_id, self._length)] = self._rows(
+            f"SELECT l.log_id, (SELECT count(*) FROM {prefix}_items AS i WHERE i.log_id = l.log_id) "
+            f"FROM {prefix}_logs AS l WHERE l.thread_id = %s",
+            self.THREAD,
+        )
+        self._latest = latest
+        self._rows(
+            f"INSERT INTO {prefix}_holds (thread_id, owner, expires_at, acquired_at) "
+            "VALUES (%s, %s, 1e12, 0)",
+            self.THREAD,
+            self.OWNER,
+        )
+        if not self._postgres:
+            self._connection.commit()
+
+    def _rows(self, sql: str, *params: Any) -> list[Any]:
+        cursor = self._connection.cursor()
+        try:
+            cursor.execute(sql if self._postgres else sql.replace("%s", "?"), params)
+            return list(cursor.fetchall()) if cursor.description is not None else []
+        finally:
+            cursor.close()
+
+    def _send(self, name: str, **params: Any) -> None:
+        text, bound = self._checkpointer._sql(name).bind(self._paramstyle, params)
+        cursor = self._connection.cursor()
+        try:
+            cursor.execute(text, bound)
+            if cursor.description is not None:
+                cursor.fetchall()
+        finally:
+            cursor.close()
+
+    def batch(self, size: int) -> Timings:
+        timings = Timings()
+        for _ in range(size):
+            self._superstep()
+            timings.lap()
+        return timings
+
+    def _superstep(self) -> None:
+        new_id = new_checkpoint_id(after=self._latest)
+        self._step += 1
+        value = json.dumps(message("assistant", self._length))
+        manifest = json.dumps({"messages": ["l", self._log_id, self._length + 1]}, separators=(",", ":"))
+        common = {
+            "thread_id": self.THREAD,
+            "checkpoint_id": new_id,
+            "step": self._step,
+            "next": self._next,
+            "pending": self._pending,
+            "task_journals": "{}",
+            "journal_chain": "[]",
+            "metadata": self._metadata,
+        }
+        if self._postgres:
+            self._send(
+                "superstep",
+                owner=self.OWNER,
+                expected=self._latest,
+                status="unfinished",
+                now=time.time(),
+                items=f"[[{self._log_id},{self._length},{value}]]",
+                blobs="[]",
+                parent_id=self._latest,
+                plan_id=new_id,
+                ts=time.time(),
+                manifest=manifest,
+                release=False,
+                take=False,
+                lock_key=0,
+                ttl=5.0,
+                **common,
+            )
+        else:
+            self._connection.execute("BEGIN IMMEDIATE")
+            self._send(
+                "advance_held_pointer",
+                expected=self._latest,
+                owner=self.OWNER,
+                thread_id=self.THREAD,
+                checkpoint_id=new_id,
+                step=self._step,
+            )
+            self._send(
+                "append_item", thread_id=self.THREAD, log_id=self._log_id, idx=self._length, value=value
+            )
+            self._send(
+                "insert_checkpoint",
+                parent_id=self._latest,
+                plan_id=new_id,
+                ts=time.time(),
+                manifest=manifest,
+                **common,
+            )
+            self._connection.execute("COMMIT")
+        self._latest = new_id
+        self._length += 1
+
+    def close(self) -> None:
+        self._connection.close()
+
+
 class Workloads:
     """The running things each operation advances: a loop run, a chat thread, a bare table."""
 
@@ -111,6 +257,8 @@ class Workloads:
             )
         )
         self.run_loop = SuperstepRun(checkpointer, "floor-runs")
+        assert isinstance(checkpointer, SqlCheckpointer)
+        self.sql_alone = IlmekSqlAlone(target, checkpointer)
         self.bare = target.bare_writer(message("assistant", 0))
         self._turns = 0
 
@@ -135,6 +283,7 @@ class Workloads:
         self.loop.close()
         self.memory_loop.close()
         self.bare.close()
+        self.sql_alone.close()
 
 
 def trace(target: Target, workloads: Workloads, operations: int) -> tuple[dict[str, list[str]], list[str]]:
@@ -256,6 +405,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         try:
             operations = [
                 Operation("bare insert + commit", workloads.bare_batch, workloads.bare.measure_growth),
+                Operation("ilmek's SQL alone", workloads.sql_alone.batch, None),
                 Operation("ilmek superstep", workloads.run_loop.advance, target.measure_growth),
                 Operation("ilmek superstep, streamed", workloads.loop.advance, target.measure_growth),
                 Operation("ilmek turn (input + superstep)", workloads.turn_batch, target.measure_growth),

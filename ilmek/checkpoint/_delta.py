@@ -398,7 +398,8 @@ def _read_logs(
     for name, ref in refs.items():
         cached = cache.get(("l", thread_id, ref.log_id)) if cache is not None else None
         if cached is not None and len(cached) >= ref.length:
-            known[name] = list(cached[: ref.length])
+            # A slice of the cached list is a new plain list: the one copy a read needs.
+            known[name] = cached[: ref.length]
         else:
             known[name] = list(cached) if cached is not None else []
             need[name] = ref

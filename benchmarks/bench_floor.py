@@ -15,8 +15,8 @@ Side by side, in batches whose order rotates from round to round:
   every task on a worker thread so its events arrive live;
 * **turn**: ``run(g, {"messages": msg})`` on a chat thread (an input
   checkpoint, one superstep, and the run's hold taken and released);
-* **superstep, in memory**: the superstep on ``InMemoryCheckpointer``: the
-  engine's own cost, without a database.
+* **superstep, in memory**: the superstep as ``run()`` drives it, on
+  ``InMemoryCheckpointer``: the engine's own cost, without a database.
 
 Then the SQL each operation sends, and the statements of one superstep: on
 SQLite traced with ``sqlite3.Connection.set_trace_callback`` on every
@@ -251,11 +251,7 @@ class Workloads:
                 loop, first, thread_id="floor-loop", checkpointer=checkpointer, recursion_limit=NEVER_ENDING
             )
         )
-        self.memory_loop = SuperstepStream(
-            stream(
-                loop, first, thread_id="floor-loop", checkpointer=self.memory, recursion_limit=NEVER_ENDING
-            )
-        )
+        self.memory_loop = SuperstepRun(self.memory, "floor-runs")
         self.run_loop = SuperstepRun(checkpointer, "floor-runs")
         assert isinstance(checkpointer, SqlCheckpointer)
         self.sql_alone = IlmekSqlAlone(target, checkpointer)
@@ -281,7 +277,6 @@ class Workloads:
 
     def close(self) -> None:
         self.loop.close()
-        self.memory_loop.close()
         self.bare.close()
         self.sql_alone.close()
 

@@ -23,15 +23,21 @@ SQLite traced with ``sqlite3.Connection.set_trace_callback`` on every
 connection the checkpointer opened; on Postgres by wrapping the connections
 its pool lends (every statement there is a round trip to the server).
 
+``--profile N`` then profiles N supersteps as ``run()`` drives them
+(cProfile) and prints their own time by area of ilmek and by function.
+
 Usage: ``python benchmarks/bench_floor.py [--samples 50] [--batch 10]
-[--synchronous FULL|NORMAL] [--target sqlite|postgres] [--db FOLDER] [--dsn DSN]``
+[--synchronous FULL|NORMAL] [--target sqlite|postgres] [--db FOLDER] [--dsn DSN]
+[--profile N]``
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
 import json
+import pstats
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -379,8 +385,76 @@ def parse_options(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--batch", type=positive_int, default=10, help="operations of each kind per round (default 10)"
     )
+    parser.add_argument(
+        "--profile",
+        type=positive_int,
+        default=0,
+        metavar="N",
+        help="then profile N supersteps as run() drives them (cProfile), by area and by function",
+    )
     add_target_options(parser)
     return parser.parse_args(argv)
+
+
+# Where each part of ilmek sits, for the profile: (area, path fragments), first match wins.
+_AREAS = (
+    ("encoding (serde, stored texts)", ("ilmek/serde.py", "ilmek/checkpoint/_records.py")),
+    (
+        "driver adapter (dbapi, sqlite, postgres)",
+        ("ilmek/dbapi.py", "ilmek/checkpoint/sqlite.py", "postgres/"),
+    ),
+    ("checkpointer (write path, holds, caches)", ("ilmek/checkpoint/",)),
+    ("engine (run, context, graph, state, events)", ("ilmek/",)),
+    ("the benchmark's node", ("benchmarks/",)),
+)
+
+
+def _area(filename: str, function: str) -> str:
+    if filename == "~":  # a built-in: the driver's C calls, or Python's
+        driver = ("sqlite3", "psycopg", "cursor", "connection")
+        return "database calls (driver, server)" if any(d in function for d in driver) else "Python built-ins"
+    for area, fragments in _AREAS:
+        if any(fragment in filename for fragment in fragments):
+            return area
+    return "standard library"
+
+
+def profile(workloads: Workloads, supersteps: int) -> Callable[[], None]:
+    """Profile N run()-driven supersteps; return what prints their own time by area and by function."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    workloads.run_loop.advance(supersteps)
+    profiler.disable()
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    own: dict[str, float] = {}
+    functions: list[tuple[float, str]] = []
+    for (filename, line, function), (_, _, tottime, _, _) in stats.items():
+        area = _area(filename, function)
+        own[area] = own.get(area, 0.0) + tottime
+        where = function if filename == "~" else f"{function} ({filename.split('/work/')[-1]}:{line})"
+        functions.append((tottime, where))
+    total = sum(own.values()) or 1.0
+
+    def report() -> None:
+        print_table(
+            f"profile of {supersteps} supersteps as run() drives them (cProfile, own time; its "
+            "overhead weighs on small calls: read the shares)",
+            ["area", "ms/superstep", "share"],
+            [
+                [area, seconds * 1000 / supersteps, seconds / total]
+                for area, seconds in sorted(own.items(), key=lambda item: -item[1])
+            ],
+        )
+        print_table(
+            "the functions with the most own time",
+            ["function", "ms/superstep", "share"],
+            [
+                [name[:90], seconds * 1000 / supersteps, seconds / total]
+                for seconds, name in sorted(functions, reverse=True)[:15]
+            ],
+        )
+
+    return report
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -412,6 +486,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 for operation in operations[start:] + operations[:start]:
                     operation.round(options.batch, record=number > 0)
             traced, one_superstep = trace(target, workloads, options.batch)
+            report_profile = profile(workloads, options.profile) if options.profile else None
         finally:
             workloads.close()
             checkpointer.close()
@@ -444,6 +519,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             ["#", "statement"],
             [[index, _abridged(statement)] for index, statement in enumerate(one_superstep, 1)],
         )
+        if report_profile is not None:
+            report_profile()
 
 
 def _abridged(statement: str, width: int = 100) -> str:

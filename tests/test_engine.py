@@ -191,12 +191,16 @@ def test_reduce_follows_task_order_not_finishing_order(
     checkpointer: Checkpointer,
 ) -> None:
     """Scenario 4: the slow first-declared node's write still folds first."""
+    fast_ran = threading.Event()
 
     def slow(state: dict[str, Any]) -> dict[str, Any]:
+        # Finishes well after fast, however late a loaded machine starts fast's worker.
+        assert fast_ran.wait(10)
         time.sleep(0.2)
         return {"log": ["slow"], "last": "slow"}
 
     def fast(state: dict[str, Any]) -> dict[str, Any]:
+        fast_ran.set()
         return {"log": ["fast"], "last": "fast"}
 
     g = (

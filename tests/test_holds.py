@@ -430,6 +430,33 @@ def test_a_superstep_call_whose_answer_is_lost_is_retried_without_harm(
     assert [autocommit] * 4 == settings
 
 
+@pytest.mark.postgres
+def test_a_pause_call_whose_answer_is_lost_is_retried_without_harm(postgres_dsn: str) -> None:
+    """A checkout's pause is one call in autocommit (its step and its pause recorded in it) whose
+    answer is lost: the retry finds it, the resume charges once, and the hold goes back."""
+    lost = 1
+    LosingCallAnswers.chosen_autocommit = False
+    pool = psycopg2.pool.ThreadedConnectionPool(1, 4, postgres_dsn, connection_factory=LosingCallAnswers)
+    calls = Calls()
+    g = checkout_graph(calls)
+    try:
+        checkpointer = PostgresCheckpointer(pool)
+        LosingCallAnswers.countdown, LosingCallAnswers.calls = lost, 0
+        paused = run(g, {}, thread_id="lossy", checkpointer=checkpointer)
+        assert "interrupted" == paused.status
+        done = resume(g, "yes", thread_id="lossy", checkpointer=checkpointer)
+        assert ("done", ["yes"]) == (done.status, done.state["log"])
+        with checkpointer.hold("lossy"):
+            pass
+        made = LosingCallAnswers.calls
+    finally:
+        LosingCallAnswers.countdown = 0
+        pool.closeall()
+    # The pause's commit; the last superstep starts the thread's list, the long way.
+    assert 1 == made
+    assert {"create_order": 1, "charge": 1} == dict(calls)
+
+
 # --- deleting a thread while it runs -----------------------------------------------------------------
 
 

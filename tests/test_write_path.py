@@ -20,8 +20,9 @@ import pytest
 
 from ilmek import END, START, ResumeError, ThreadBusyError, channel, graph, resume, run, stream
 from ilmek.errors import CorruptCheckpointError
+from ilmek.types import task_id_for
 from tests.helpers import Calls
-from tests.stores import LEASE, Store, execute, store_fixture  # noqa: F401 - the store fixture
+from tests.stores import LEASE, Store, execute, rows_of, store_fixture  # noqa: F401 - the store fixture
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -318,6 +319,44 @@ def test_a_new_list_served_from_this_process_reads_as_the_database_holds_it(stor
     assert fresh is not None
     assert [[("a", 1), {"b": {2, 3}}, when, "plain"]] == kept
     assert list(fresh.channels["log"]) == kept[0]
+
+
+def test_supersteps_that_record_steps_leave_no_journal_rows_and_a_pause_keeps_its_own(store: Store) -> None:
+    """A loop whose node records a step every superstep (on Postgres each superstep's commit drops
+    the journal it spent, and a pause's commit records its entries, in the same call): no journal
+    row outlives its superstep but a pause's, and each step ran once."""
+    calls = Calls()
+
+    def work(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        n = len(state["log"])
+        ctx.step(f"effect {n}", calls.hit, f"effect {n}")
+        if n == 3:
+            ctx.interrupt({"q": "go on?"})
+        return {"log": [f"did {n}"]}
+
+    g = (
+        graph("stepping", {"log": channel.append()})
+        .node("work", work)
+        .edge(START, "work")
+        .router("work", lambda s: END if len(s["log"]) >= 6 else "work", destinations=["work", END])
+        .compile()
+    )
+    checkpointer = store.open()
+    paused = run(g, {"log": ["start"]}, thread_id="t", checkpointer=checkpointer)
+    assert "interrupted" == paused.status
+    done = resume(g, "yes", thread_id="t", checkpointer=checkpointer)
+    assert "done" == done.status
+    assert {f"effect {n}": 1 for n in range(1, 6)} == dict(calls)
+
+    history = checkpointer.list("t")
+    [pause] = [c for c in history if c.pending]
+    journals = store.open().get_journals([task_id_for("t", c.id, "work") for c in history])
+    # Only the paused superstep's (its step and pause, under its base) and the
+    # answer's (under the pause) stay, readable with the pause.
+    assert {task_id_for("t", pause.parent_id or "", "work"), task_id_for("t", pause.id, "work")} == {
+        task_id for task_id, entries in journals.items() if entries
+    }
+    assert 3 == rows_of(store, "t")["journals"]  # the step and the pause; the answer
 
 
 def test_values_replaced_every_superstep_read_back_the_same_without_a_cache(store: Store) -> None:

@@ -200,7 +200,7 @@ _SQL: dict[str, str] = {
         "CAST(:parent_id AS text), CAST(:plan_id AS text), CAST(:ts AS double precision), {ji_manifest}, "
         "{ji_next}, {ji_pending}, {ji_task_journals}, {ji_journal_chain}, {ji_metadata}, "
         "CAST(:release AS boolean), CAST(:take AS boolean), CAST(:lock_key AS bigint), "
-        "CAST(:ttl AS double precision))"
+        "CAST(:ttl AS double precision), {ji_drops}, {ji_entries})"
     ),
     "start_thread": (
         "INSERT INTO {p}_threads (thread_id, created_at, updated_at, status, step, checkpoint_id, "
@@ -487,6 +487,7 @@ class SqlCheckpointer(Checkpointer):
             "error",
             "items",
             "blobs",
+            "drops",
         )
         fields: dict[str, str] = {"p": p, "now": cls.NOW, "holder": cls.HOLDER, "lock_share": cls.LOCK_SHARE}
         fields["newer"] = (
@@ -906,8 +907,6 @@ class SqlCheckpointer(Checkpointer):
             and isinstance(hold, SqlHold)
             and isinstance(expect_latest, str)
             and encoded is not None
-            and not drops
-            and not recorded
         ):
             call = self._superstep_call(
                 hold,
@@ -920,6 +919,8 @@ class SqlCheckpointer(Checkpointer):
                 release_hold=release_hold,
                 taking=taking,
                 started=started,
+                drops=[(base_id, task_key) for _, base_id, task_key in drops],
+                recorded=recorded,
             )
             if call is not None:
                 try:
@@ -1064,6 +1065,8 @@ class SqlCheckpointer(Checkpointer):
         release_hold: bool,
         taking: bool,
         started: float,
+        drops: Sequence[tuple[str, str]] = (),
+        recorded: Sequence[tuple[str, str, str, str]] = (),
     ) -> _SuperstepCall | None:
         """A superstep's writes as one call of the superstep function, or None where it does not apply.
 
@@ -1115,6 +1118,14 @@ class SqlCheckpointer(Checkpointer):
             "take": taking,
             "lock_key": self.advisory_key(thread_id),
             "ttl": self.lease_seconds,
+            "drops": _records.dump_plain([list(drop) for drop in drops]),
+            # Each entry is already JSON text: spliced into the array, not re-encoded.
+            "entries": "[{}]".format(
+                ",".join(
+                    f"[{_records.dump_plain([base_id, task_key, entry_key])[1:-1]},{text}]"
+                    for base_id, task_key, entry_key, text in recorded
+                )
+            ),
         }
 
         def committed(blob_ids: builtins.list[int], reason: str | None) -> None:

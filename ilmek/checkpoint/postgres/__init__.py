@@ -51,14 +51,15 @@ _JOURNAL_ENTRIES = (
 # or its hold is gone, a list grew past this checkpoint, the checkpoint
 # exists) raises LONG_WAY_SQLSTATE, which rolls the call back: the caller
 # then takes the long way, which says why. Items arrive as
-# [log_id, index, value] triples and blobs as [channel, value] pairs, in
-# JSON arrays.
+# [log_id, index, value] triples, blobs as [channel, value] pairs, the
+# journals a superstep spent as [base_id, task_key] pairs and the entries it
+# records (a pause's) as [base_id, task_key, entry_key, entry], in JSON arrays.
 _SUPERSTEP_FUNCTION = f"""CREATE OR REPLACE FUNCTION {{p}}_superstep(
     p_thread text, p_owner text, p_expected text, p_checkpoint text, p_status text, p_step bigint,
     p_now double precision, p_items jsonb, p_blobs jsonb, p_parent text, p_plan text,
     p_ts double precision, p_manifest jsonb, p_next jsonb, p_pending jsonb, p_task_journals jsonb,
     p_journal_chain jsonb, p_metadata jsonb, p_release boolean, p_take boolean, p_lock_key bigint,
-    p_ttl double precision,
+    p_ttl double precision, p_drops jsonb, p_entries jsonb,
     OUT busy boolean, OUT reason text, OUT blob_ids text)
 LANGUAGE plpgsql AS $body$
 DECLARE
@@ -123,6 +124,12 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'the checkpoint exists' USING ERRCODE = '{LONG_WAY_SQLSTATE}';
     END IF;
+    DELETE FROM {{p}}_journals AS j
+    USING jsonb_array_elements(p_drops) AS d
+    WHERE j.thread_id = p_thread AND j.base_id = d ->> 0 AND j.task_key = d ->> 1;
+    INSERT INTO {{p}}_journals (thread_id, base_id, task_key, entry_key, entry)
+        SELECT p_thread, e ->> 0, e ->> 1, e ->> 2, e -> 3 FROM jsonb_array_elements(p_entries) AS e
+    ON CONFLICT (thread_id, base_id, task_key, entry_key) DO NOTHING;
     IF p_release THEN
         DELETE FROM {{p}}_holds AS h WHERE h.thread_id = p_thread AND h.owner = p_owner;
     END IF;

@@ -212,6 +212,8 @@ class IlmekSqlAlone:
                 take=False,
                 lock_key=0,
                 ttl=5.0,
+                drops="[]",
+                entries="[]",
                 **common,
             )
         else:

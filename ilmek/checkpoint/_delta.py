@@ -445,9 +445,10 @@ def extend_cached_logs(
     """After a commit ilmek owns, grow the cached lists by the items it appended.
 
     The next read of the thread then finds them here instead of asking the
-    database for what this process just wrote (a new list's too). Items are decoded from their
-    stored text, so the cache never shares objects with the caller. Never
-    call it for writes inside the caller's transaction.
+    database for what this process just wrote (a new list's items too).
+    Items are decoded from their stored text, so the cache never shares
+    objects with the caller. Never call it for writes inside the caller's
+    transaction.
     """
     for change in changes:
         if change.items is None:

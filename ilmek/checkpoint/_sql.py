@@ -190,8 +190,8 @@ _SQL: dict[str, str] = {
         "AND EXISTS (SELECT 1 FROM {p}_holds WHERE thread_id = :thread_id AND owner = :owner{lock_share}) "
         "RETURNING (SELECT cancel_reason FROM {p}_holds WHERE thread_id = :thread_id AND owner = :owner)"
     ),
-    # A plain superstep in one call (where WRITES_IN_ONE_STATEMENT: the
-    # function is part of the schema). Every argument is cast, so the call
+    # A superstep in one call (where WRITES_IN_ONE_STATEMENT: the function
+    # is part of the schema). Every argument is cast, so the call
     # means the same through every driver, whatever types it sends.
     "superstep": (
         "SELECT busy, reason, blob_ids FROM {p}_superstep(CAST(:thread_id AS text), "
@@ -443,8 +443,8 @@ class SqlCheckpointer(Checkpointer):
     #: entries even when the value does not change (SQLite does; Postgres
     #: keeps such an update in place).
     REWRITES_ASSIGNED_INDEXES: ClassVar[bool] = False
-    #: Whether one statement may hold several writes (data-modifying WITH
-    #: queries, Postgres): then a plain superstep is one round trip.
+    #: Whether the schema has a superstep function (Postgres): then a
+    #: superstep's writes are one call of it, one round trip.
     WRITES_IN_ONE_STATEMENT: ClassVar[bool] = False
     AUTO_MIGRATE: ClassVar[bool] = False
 
@@ -898,10 +898,11 @@ class SqlCheckpointer(Checkpointer):
         started = time.monotonic()
 
         taking = isinstance(hold, SqlHold) and not hold.taken
-        # A plain superstep (appends to known lists, new values, nothing else)
-        # is one call of the database's superstep function where it has one;
-        # a fork that already grew a list, or anything unexpected, takes the
-        # long way.
+        # A superstep that appends to lists this process knows and writes
+        # values (with the journals it spent or a pause's entries) is one call
+        # of the database's superstep function where it has one; a new list,
+        # a fork that already grew one, or anything unexpected takes the long
+        # way.
         if (
             self.WRITES_IN_ONE_STATEMENT
             and isinstance(hold, SqlHold)

@@ -41,7 +41,7 @@ _JOURNAL_ENTRIES = (
     "CREATE UNIQUE INDEX IF NOT EXISTS {p}_journals_entry"
     " ON {p}_journals (thread_id, base_id, task_key, entry_key)"
 )
-# A plain superstep's writes, in one call: the server keeps the plans of the
+# A superstep's writes, in one call: the server keeps the plans of the
 # statements inside a function for the session, where a statement sent as
 # text is planned again every time (most of its cost), and the call can be
 # a transaction by itself. The thread's pointer moves only while the run

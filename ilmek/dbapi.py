@@ -198,8 +198,13 @@ class Session:
 
 
 def sqlstate(error: BaseException) -> str | None:
-    """The SQLSTATE of a driver's error (psycopg2, psycopg 3, or wrapped by SQLAlchemy), if it has one."""
-    for candidate in (error, getattr(error, "orig", None), error.__cause__):
+    """The SQLSTATE a driver error carries (psycopg2's ``pgcode``, psycopg's ``sqlstate``), or its cause's.
+
+    Also an error SQLAlchemy wrapped (``orig``).
+    """
+    for candidate in (error, error.__cause__, getattr(error, "orig", None)):
+        if candidate is None:
+            continue
         code = getattr(candidate, "pgcode", None) or getattr(candidate, "sqlstate", None)
         if isinstance(code, str) and code:
             return code

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ...dbapi import ErrorKind, while_connecting
+from ...dbapi import ErrorKind, sqlstate, while_connecting
 
 __all__ = ["classify_postgres_error", "is_pool_exhausted", "sqlstate"]
 
@@ -21,17 +21,6 @@ __all__ = ["classify_postgres_error", "is_pool_exhausted", "sqlstate"]
 # server shutting down (admin or crash) or starting up, too many clients.
 _TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57P01", "57P02", "57P03", "53300"})
 _DRIVER_ROOTS = ("psycopg2", "psycopg", "psycopg_pool")
-
-
-def sqlstate(error: BaseException) -> str | None:
-    """The SQLSTATE a driver error carries (psycopg2's ``pgcode``, psycopg's ``sqlstate``)."""
-    for candidate in (error, error.__cause__, getattr(error, "orig", None)):
-        if candidate is None:
-            continue
-        code = getattr(candidate, "pgcode", None) or getattr(candidate, "sqlstate", None)
-        if isinstance(code, str) and code:
-            return code
-    return None
 
 
 def _classes(module: str, *names: str) -> tuple[type[BaseException], ...]:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
+from ilmek import END, START, channel, graph
+from ilmek.graph import CompiledGraph
+
 
 class Calls(Counter[str]):
     """Counts calls by name, thread-safely: what a journaled step really ran."""
@@ -16,3 +19,14 @@ class Calls(Counter[str]):
     def hit(self, name: str) -> None:
         with self._lock:
             self[name] += 1
+
+
+def reply_chat(name: str) -> CompiledGraph:
+    """``log`` (append) and one node that replies to its last entry: a turn is one superstep."""
+    return (
+        graph(name, {"log": channel.append()})
+        .node("reply", lambda state: {"log": [f"reply to {state['log'][-1]}"]})
+        .edge(START, "reply")
+        .edge("reply", END)
+        .compile()
+    )

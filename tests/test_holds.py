@@ -41,7 +41,7 @@ from ilmek import (
 from ilmek.checkpoint.base import Checkpointer
 from ilmek.checkpoint.postgres import PostgresCheckpointer
 from ilmek.checkpoint.sqlite import SqliteCheckpointer
-from tests.helpers import Calls
+from tests.helpers import Calls, reply_chat
 from tests.stores import LEASE, Store, rows_of, store_fixture  # noqa: F401 - the store fixture
 
 pytestmark = pytest.mark.timeout(90)
@@ -373,13 +373,7 @@ def _chat_with_losses(
     """
     LosingCallAnswers.chosen_autocommit = autocommit
     pool = psycopg2.pool.ThreadedConnectionPool(1, 4, dsn, connection_factory=LosingCallAnswers)
-    g = (
-        graph("chat", {"log": channel.append()})
-        .node("reply", lambda state: {"log": [f"reply to {state['log'][-1]}"]})
-        .edge(START, "reply")
-        .edge("reply", END)
-        .compile()
-    )
+    g = reply_chat("chat")
     try:
         checkpointer = PostgresCheckpointer(pool)
         checkpointer.migrate()

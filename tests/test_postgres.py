@@ -61,6 +61,7 @@ from ilmek.checkpoint.postgres import adapter_for, classify_postgres_error
 from ilmek.cli import main
 from ilmek.dbapi import Session, Statement
 from ilmek.types import JournalEntry, new_checkpoint_id, task_id_for
+from tests.helpers import reply_chat
 from tests.pgcluster import PostgresServer, find_bindir
 from tests.pgworker import (
     CART,
@@ -1442,13 +1443,7 @@ def test_a_turn_is_three_round_trips_a_read_and_two_calls_each_its_own_transacti
     call (taking the hold) and the superstep's call (giving it back), each a statement in
     autocommit; no BEGIN, no COMMIT."""
     pool = psycopg2.pool.ThreadedConnectionPool(1, 2, postgres_dsn, connection_factory=CountingConnection)
-    g = (
-        graph("turns", {"log": channel.append()})
-        .node("reply", lambda state: {"log": [f"reply to {state['log'][-1]}"]})
-        .edge(START, "reply")
-        .edge("reply", END)
-        .compile()
-    )
+    g = reply_chat("turns")
     try:
         checkpointer = PostgresCheckpointer(pool)
         # The first turn makes the thread and its list: the list's items stay known to this process.
@@ -1494,13 +1489,7 @@ def test_a_proxy_that_keeps_autocommit_to_itself_still_commits_every_call(postgr
     ilmek commits it. Every turn is durable for another process, no transaction (or advisory
     lock) stays open on a pooled connection, and the thread is free for the next run."""
     pool = ProxyLendingPool(1, 2, postgres_dsn)
-    g = (
-        graph("proxied", {"log": channel.append()})
-        .node("reply", lambda state: {"log": [f"reply to {state['log'][-1]}"]})
-        .edge(START, "reply")
-        .edge("reply", END)
-        .compile()
-    )
+    g = reply_chat("proxied")
     try:
         checkpointer = PostgresCheckpointer(pool)
         for turn in ("one", "two", "three"):

@@ -382,6 +382,19 @@ class Adapter(abc.ABC):
         self.execute(connection, f"RELEASE SAVEPOINT {name}", None)
         self.connected_once = True
 
+    def commit_own(self, connection: Any) -> None:
+        """Commit a transaction ilmek began, rolling it back if the COMMIT fails.
+
+        A COMMIT that failed (or whose answer was lost) must not leave the
+        connection inside a transaction that a later call would take for
+        somebody else's.
+        """
+        try:
+            self.commit(connection)
+        except BaseException:
+            self._rollback_quietly(connection)
+            raise
+
     def _rollback_quietly(self, connection: Any) -> None:
         try:
             self.rollback(connection)
@@ -584,14 +597,7 @@ class _OwnTransaction:
         if exc_type is not None:
             adapter._rollback_quietly(connection)
             return
-        try:
-            adapter.commit(connection)
-        except BaseException:
-            # A COMMIT that failed (or whose answer was lost) must not leave the
-            # connection inside a transaction that a later call would take for
-            # somebody else's.
-            adapter._rollback_quietly(connection)
-            raise
+        adapter.commit_own(connection)
         adapter.connected_once = True
         self._session.committed()
 

@@ -105,11 +105,7 @@ class _Alone:
                 # The switch did not reach the driver (a proxy that keeps
                 # attributes set on it to itself): the driver began a
                 # transaction, which must be committed like any of ours.
-                try:
-                    adapter.commit(connection)
-                except BaseException:
-                    adapter._rollback_quietly(connection)
-                    raise
+                adapter.commit_own(connection)
             if self._switched:
                 connection.autocommit = False
             adapter.connected_once = True

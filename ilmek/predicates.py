@@ -40,8 +40,8 @@ from __future__ import annotations
 import copy
 import json
 import math
+import sys
 from collections.abc import Mapping
-from decimal import Decimal
 from typing import Any
 
 from .channel import UNSET
@@ -79,8 +79,12 @@ def _read(state: Any, channel: str) -> Any:
 
 
 def _is_number(value: Any) -> bool:
-    # bool is an int in Python but never a number in JSON.
-    return isinstance(value, (int, float, Decimal)) and not isinstance(value, bool)
+    # bool is an int in Python but never a number in JSON. A Decimal exists only
+    # once its module is imported, so ilmek does not import it to ask.
+    if isinstance(value, (int, float)):
+        return not isinstance(value, bool)
+    decimal = sys.modules.get("decimal")
+    return decimal is not None and isinstance(value, decimal.Decimal)
 
 
 def _is_array(value: Any) -> bool:

@@ -98,7 +98,9 @@ Decisions worth knowing
 
 Security
 --------
-Decoding never imports a module, never looks anything up by name except in this
+Decoding never imports a module named by the data (the first decimal, UUID,
+bytes or zone it reads imports the standard library's ``decimal``, ``uuid``,
+``base64`` or ``zoneinfo``), never looks anything up by name except in this
 module's registry dict, and never uses pickle, eval or exec. Stored data that
 names a type this process has not registered, or carries an unknown tag, raises
 :class:`~ilmek.errors.SerializationError`; so does any malformed tag payload.
@@ -106,24 +108,30 @@ names a type this process has not registered, or carries an unknown tag, raises
 
 from __future__ import annotations
 
-import base64
-import dataclasses
 import datetime as _dt
-import decimal
 import enum
 import json
 import math
 import os
 import re
+import sys
 import threading
-import uuid
-import zoneinfo
 from collections.abc import Callable
-from typing import Any, Final, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
 
 import attrs
 
 from ilmek.errors import SerializationError
+
+if TYPE_CHECKING:
+    import decimal
+    import uuid
+    import zoneinfo
+
+# ``import ilmek`` imports none of base64, dataclasses, decimal, uuid and
+# zoneinfo (together 8 ms). A value of one of their types exists only once its
+# module is imported, so encoding looks for the module in ``sys.modules``
+# instead of importing it to ask; decoding such a value imports it then.
 
 __all__ = [
     "decode",
@@ -179,7 +187,6 @@ def _compact_json() -> Callable[[Any], str]:
 
 dump_json: Final = _compact_json()
 """Compact JSON text (non-ASCII kept, no NaN) of data that is already plain JSON."""
-_STRICT_DECIMAL: Final = decimal.Context(traps=[decimal.InvalidOperation])
 _MISSING: Final = object()
 
 _ClassT = TypeVar("_ClassT", bound=type[Any])
@@ -259,7 +266,9 @@ def _register(cls: _ClassT, name: str | None) -> _ClassT:
         is_enum = False
         for attribute in attrs.fields(cls):
             init_keywords[attribute.name] = attribute.alias if attribute.init else None
-    elif dataclasses.is_dataclass(cls):
+    elif _is_dataclass(cls):
+        import dataclasses
+
         is_enum = False
         for field in dataclasses.fields(cls):
             init_keywords[field.name] = field.name if field.init else None
@@ -422,6 +431,9 @@ def _walk(value: Any, depth: int) -> Any:
     spec = _specs_by_type.get(value_type)
     if spec is not None:
         return _walk_registered(value, spec, depth)
+    encoder = _late_encoder(value_type)
+    if encoder is not None:
+        return encoder(value, depth)
     raise _unsupported(value)
 
 
@@ -549,7 +561,14 @@ def _encode_set(value: set[Any] | frozenset[Any], depth: int) -> dict[str, Any]:
     return {_TAG: tag, "v": elements}
 
 
+def _is_dataclass(value: Any) -> bool:
+    dataclasses = sys.modules.get("dataclasses")
+    return dataclasses is not None and bool(dataclasses.is_dataclass(value))
+
+
 def _encode_bytes(value: bytes | bytearray, depth: int) -> dict[str, Any]:
+    import base64
+
     tag = "bytes" if type(value) is bytes else "bytearray"
     return {_TAG: tag, "v": base64.b64encode(value).decode("ascii")}
 
@@ -560,7 +579,8 @@ def _encode_clock(value: _dt.datetime | _dt.time, depth: int) -> dict[str, Any]:
         "v": value.isoformat(),
     }
     zone = value.tzinfo
-    if isinstance(zone, zoneinfo.ZoneInfo):
+    zoneinfo = sys.modules.get("zoneinfo")
+    if zoneinfo is not None and isinstance(zone, zoneinfo.ZoneInfo):
         key = zone.key
         if type(key) is str and _ZONE_KEY.match(key) is not None:
             result["zone"] = key
@@ -599,9 +619,35 @@ _ENCODERS: Final[dict[type[Any], Callable[[Any, int], Any]]] = {
     _dt.time: _encode_clock,
     _dt.date: _encode_date,
     _dt.timedelta: _encode_timedelta,
-    decimal.Decimal: _encode_decimal,
-    uuid.UUID: _encode_uuid,
 }
+
+_LATE_ENCODERS: Final[dict[tuple[str, str], Callable[[Any, int], Any]]] = {
+    ("decimal", "Decimal"): _encode_decimal,
+    ("uuid", "UUID"): _encode_uuid,
+}
+"""Encoders of types whose modules ilmek does not import, by module and name."""
+
+
+def _late_encoder(value_type: type[Any]) -> Callable[[Any, int], Any] | None:
+    """The encoder of ``value_type`` if it is one of ``_LATE_ENCODERS``' types.
+
+    Found the first time a value of the type is stored, and then kept in
+    ``_ENCODERS``. The class must be the module's own: a class that only
+    claims the module and name is not stored as one.
+    """
+    module_name, name = value_type.__module__, value_type.__qualname__
+    encoder = _LATE_ENCODERS.get((module_name, name))
+    module = sys.modules.get(module_name)
+    if encoder is None or module is None or getattr(module, name, None) is not value_type:
+        return None
+    _ENCODERS[value_type] = encoder
+    return encoder
+
+
+def _late_builtins() -> tuple[type[Any], ...]:
+    """The types of ``_LATE_ENCODERS`` whose modules are imported."""
+    found = (getattr(sys.modules.get(module_name), name, None) for module_name, name in _LATE_ENCODERS)
+    return tuple(value_type for value_type in found if isinstance(value_type, type))
 
 
 def _walk_registered(value: Any, spec: _ClassSpec, depth: int) -> dict[str, Any]:
@@ -636,14 +682,14 @@ _SUPPORTED_SUMMARY: Final = (
 )
 _EXACT_BUILTINS: Final = (
     dict, list, tuple, set, frozenset, str, bytes, bytearray, int, float,
-    _dt.datetime, _dt.date, _dt.time, _dt.timedelta, decimal.Decimal, uuid.UUID,
+    _dt.datetime, _dt.date, _dt.time, _dt.timedelta,
 )  # fmt: skip
 
 
 def _unsupported(value: Any) -> _Unsupported:
     value_type = type(value)
     type_name = _type_name(value_type)
-    if isinstance(value, enum.Enum) or attrs.has(value_type) or dataclasses.is_dataclass(value):
+    if isinstance(value, enum.Enum) or attrs.has(value_type) or _is_dataclass(value):
         registered_base = next((base for base in value_type.__mro__[1:] if base in _specs_by_type), None)
         if registered_base is not None:
             hint = (
@@ -659,7 +705,8 @@ def _unsupported(value: Any) -> _Unsupported:
                 "with @ilmek.serde.register) or store a plain value"
             )
     else:
-        base = next((base for base in _EXACT_BUILTINS if isinstance(value, base)), None)
+        exact = _EXACT_BUILTINS + _late_builtins()
+        base = next((base for base in exact if isinstance(value, base)), None)
         if base is not None:
             hint = (
                 f"it is a subclass of {_type_name(base)}, and only exact {_type_name(base)} "
@@ -963,6 +1010,8 @@ def _revive_int(obj: dict[str, Any]) -> int:
 
 
 def _revive_bytes(obj: dict[str, Any]) -> bytes:
+    import base64
+
     return base64.b64decode(_expect(obj["v"], str, "'v'"), validate=True)
 
 
@@ -1015,6 +1064,8 @@ def _load_zone(key: str) -> zoneinfo.ZoneInfo | None:
         return zone
     if len(key) > 128 or _ZONE_KEY.match(key) is None:
         return None
+    import zoneinfo
+
     # ZoneInfo falls back to the tzdata package, which means importing modules named
     # after the key; checking the files first keeps decoding import-free.
     if not any(os.path.isfile(os.path.join(directory, key)) for directory in zoneinfo.TZPATH):
@@ -1039,12 +1090,17 @@ def _revive_timedelta(obj: dict[str, Any]) -> _dt.timedelta:
 
 
 def _revive_decimal(obj: dict[str, Any]) -> decimal.Decimal:
+    import decimal
+
     # An explicit context so that a caller's context without the InvalidOperation
     # trap cannot turn garbage into NaN.
-    return decimal.Decimal(_expect(obj["v"], str, "'v'"), _STRICT_DECIMAL)
+    strict = decimal.Context(traps=[decimal.InvalidOperation])
+    return decimal.Decimal(_expect(obj["v"], str, "'v'"), strict)
 
 
 def _revive_uuid(obj: dict[str, Any]) -> uuid.UUID:
+    import uuid
+
     return uuid.UUID(_expect(obj["v"], str, "'v'"))
 
 

@@ -16,6 +16,7 @@ import json
 import math
 import re
 import socket
+import subprocess
 import sys
 import uuid
 import zoneinfo
@@ -1046,11 +1047,15 @@ def test_forged_type_inside_plain_data_is_refused(trap_module: tuple[str, Path])
 
 
 def test_unknown_zone_key_imports_nothing() -> None:
-    """A zone key missing from the system database does not fall back to importing tzdata."""
+    """A zone key missing from the system database does not fall back to importing tzdata.
+
+    The standard library's ``zoneinfo`` itself is the one import allowed: ilmek
+    loads it the first time a stored zone is read, whatever the key.
+    """
     text = forged("datetime", "2024-01-01T00:00:00+00:00", zone="Nowhere/Atlantis")
     with recording_imports() as imports:
         serde.decode(text)
-    assert [] == imports
+    assert [] == [name for name in imports if name != "zoneinfo"]
 
 
 def test_serde_source_uses_no_code_loading_facilities() -> None:
@@ -1102,3 +1107,59 @@ def test_decimal_garbage_is_refused_even_without_the_trap() -> None:
         context.traps[decimal.InvalidOperation] = False
         with pytest.raises(SerializationError):
             serde.decode(forged("decimal", "garbage"))
+
+
+# --------------------------------------------------------------------------- modules ilmek does not import
+
+
+LATE_ROUND_TRIP = """
+import sys
+import ilmek
+from ilmek import serde
+late = ("base64", "dataclasses", "decimal", "uuid", "zoneinfo")
+print(sorted(m for m in late if m in sys.modules))
+import dataclasses, datetime, decimal, uuid, zoneinfo
+
+@serde.register(name="late.Point")
+@dataclasses.dataclass
+class Point:
+    x: int
+
+value = {
+    "d": decimal.Decimal("1.10"),
+    "u": uuid.UUID(int=7),
+    "b": b"\\x00\\xff",
+    "t": datetime.datetime(2024, 5, 1, 12, tzinfo=zoneinfo.ZoneInfo("Europe/Istanbul")),
+    "p": Point(3),
+}
+text = serde.encode(value)
+back = serde.decode(text)
+print(back == value and type(back["d"]) is decimal.Decimal and back["t"].tzinfo.key == "Europe/Istanbul")
+"""
+
+
+def test_types_of_modules_imported_after_ilmek_round_trip() -> None:
+    """ilmek imports none of decimal, uuid, zoneinfo, dataclasses and base64, yet stores their values.
+
+    A program that imports them only after ``import ilmek`` gets the same
+    stored text and the same values back as one that had them first.
+    """
+    out = subprocess.run([sys.executable, "-c", LATE_ROUND_TRIP], capture_output=True, text=True, check=True)
+    assert ["[]", "True"] == out.stdout.split()
+
+
+def test_a_class_only_named_like_decimal_is_not_stored_as_one() -> None:
+    """A class claiming decimal.Decimal's module and name is refused, not stored as a Decimal."""
+    impostor = type("Decimal", (), {"__module__": "decimal", "__str__": lambda self: "rm -rf"})
+    with pytest.raises(SerializationError, match=r"cannot store a value of type decimal\.Decimal"):
+        serde.encode(impostor())
+
+
+def test_a_decimal_subclass_is_refused_with_the_subclass_hint() -> None:
+    """A Decimal subclass gets the exact-type hint, though decimal is not one of ilmek's imports."""
+
+    class Money(Decimal):
+        pass
+
+    with pytest.raises(SerializationError, match=r"subclass of decimal\.Decimal, and only exact"):
+        serde.encode(Money("1.5"))

@@ -10,7 +10,7 @@ journal, so ``step`` and ``interrupt`` refuse, and ``emit`` does nothing.
 
 from __future__ import annotations
 
-import logging
+import functools
 import threading
 import types
 from collections.abc import Callable, Mapping, Sequence
@@ -20,13 +20,13 @@ from .errors import GraphError, InterruptSignal, NondeterminismError, ResumeErro
 from .types import JournalEntry
 
 if TYPE_CHECKING:
+    import logging
+
     from .graph import CompiledGraph
 
 __all__ = ["NodeContext", "PlanContext", "TaskJournal"]
 
 T = TypeVar("T")
-
-_LOG = logging.getLogger("ilmek.node")
 
 
 class TaskJournal:
@@ -202,7 +202,6 @@ class NodeContext(PlanContext):
         cancel: The run's cancel event; pass it to long waits. It is also
             set when another process asks the run to stop.
         graph: The compiled graph.
-        log: A logger carrying thread, run and node.
     """
 
     def __init__(
@@ -226,9 +225,14 @@ class NodeContext(PlanContext):
         self._can_pause = can_pause
         self._body_thread: int | None = None
         self.strict = strict
-        self.log = logging.LoggerAdapter(
-            _LOG, {"thread_id": self.thread_id, "run_id": self.run_id, "node": node}
-        )
+
+    @functools.cached_property
+    def log(self) -> logging.LoggerAdapter[logging.Logger]:
+        """A logger carrying thread, run and node (``ilmek.node``), made on first use."""
+        import logging
+
+        context = {"thread_id": self.thread_id, "run_id": self.run_id, "node": self.node}
+        return logging.LoggerAdapter(logging.getLogger("ilmek.node"), context)
 
     def _begin_attempt(self) -> None:
         """The engine is about to call the node's body on this thread."""

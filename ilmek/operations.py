@@ -8,7 +8,6 @@ processes at once: each thread runs in one of them, the others find it held.
 from __future__ import annotations
 
 import functools
-import logging
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -18,11 +17,11 @@ from .checkpoint.base import Checkpointer
 from .engine import RunOptions, _collect_result, _Run, _Start
 from .errors import ConcurrentUpdateError, InvalidArgumentError, ThreadBusyError
 from .graph import CompiledGraph
+from .logs import logger
 from .types import Result, ThreadInfo
 
 __all__ = ["recover", "request_cancel", "stalled_threads"]
 
-_LOG = logging.getLogger("ilmek.operations")
 _PAGE = 200
 
 
@@ -128,7 +127,7 @@ def recover(
         if graph is None and len(registry) == 1 and name is None:
             graph = next(iter(registry.values()))
         if graph is None:
-            _LOG.info(
+            logger("ilmek.operations").info(
                 "not recovering thread %r: its graph %r was not given",
                 info.id,
                 name,
@@ -148,7 +147,7 @@ def recover(
         except (ThreadBusyError, ConcurrentUpdateError):
             # Another recoverer, or a run, has it or had it: it is in good hands.
             continue
-        _LOG.info(
+        logger("ilmek.operations").info(
             "recovered thread %r: %s",
             info.id,
             result.status,

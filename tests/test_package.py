@@ -42,6 +42,38 @@ def test_import_ilmek_loads_no_backend_and_not_sqlite3() -> None:
     assert [] == loaded_after("import ilmek", BACKEND_MODULES)
 
 
+STANDARD_MODULES_NOT_NEEDED = (
+    "base64",
+    "concurrent.futures",
+    "dataclasses",
+    "decimal",
+    "logging",
+    "random",
+    "uuid",
+    "zoneinfo",
+)
+"""Standard modules `import ilmek` leaves to first use (together about 15 ms of an import)."""
+
+
+def test_import_ilmek_leaves_standard_modules_to_first_use() -> None:
+    """`import ilmek` loads no standard module it needs only for some values, retries, pools or logs."""
+    assert [] == loaded_after("import ilmek", STANDARD_MODULES_NOT_NEEDED)
+
+
+def test_a_one_task_run_loads_no_thread_pool_and_no_logging() -> None:
+    """A run whose supersteps each have one task, in memory, needs no thread pool and logs nothing."""
+    code = (
+        "import ilmek\n"
+        "from ilmek import channel\n"
+        "g = ilmek.graph('g', {'n': channel.last_write(0)})\n"
+        "g = g.node('a', lambda s, ctx: {'n': s['n'] + 1}).edge(ilmek.START, 'a')\n"
+        "g = g.edge('a', ilmek.END).compile()\n"
+        "store = ilmek.InMemoryCheckpointer()\n"
+        "assert ilmek.run(g, {'n': 1}, thread_id='t', checkpointer=store).state == {'n': 2}"
+    )
+    assert [] == loaded_after(code, ("concurrent.futures", "logging"))
+
+
 def test_backends_are_bound_on_first_use() -> None:
     """ilmek binds its checkpointers when first asked for, each the class of its backend module."""
     lazy = ("InMemoryCheckpointer", "PostgresCheckpointer", "SqliteCheckpointer")

@@ -26,17 +26,16 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import logging
 import os
 import threading
 import time
 from collections.abc import Callable
 
 from ..errors import ThreadBusyError
+from ..logs import logger
 
 __all__ = ["Hold", "HoldLostError", "Keeper", "LocalHold", "busy_error", "new_token"]
 
-_LOG = logging.getLogger("ilmek.holds")
 
 #: Renew once this share of the lease has passed since the last renewal.
 RENEW_AT = 0.25
@@ -126,7 +125,7 @@ class Hold:
         """Remember that the hold is gone; return the error to raise."""
         if self._lost is None:
             self._lost = why
-            _LOG.warning(
+            logger("ilmek.holds").warning(
                 "lost the hold on thread %r: %s", self.thread_id, why, extra={"thread_id": self.thread_id}
             )
         return lost_error(self.thread_id, self._lost)
@@ -140,7 +139,7 @@ class Hold:
         """A committed write read the hold's row: act on a cancel request stored there."""
         if cancel_reason and self.cancel_reason is None:
             self.cancel_reason = cancel_reason
-            _LOG.info(
+            logger("ilmek.holds").info(
                 "cancel requested for thread %r: %s",
                 self.thread_id,
                 cancel_reason,
@@ -303,7 +302,8 @@ class Keeper:
             try:
                 hold.renew_if_due()
             except Exception as error:  # the run sees the loss at its next write
-                _LOG.debug("keeper could not renew the hold on %r: %s", hold.thread_id, error)
+                log = logger("ilmek.holds")
+                log.debug("keeper could not renew the hold on %r: %s", hold.thread_id, error)
             finally:
                 hold.lock.release()
         if not (hold.released or hold.lost):

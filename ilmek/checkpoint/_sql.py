@@ -202,6 +202,12 @@ _SQL: dict[str, str] = {
         "CAST(:release AS boolean), CAST(:take AS boolean), CAST(:lock_key AS bigint), "
         "CAST(:ttl AS double precision), {ji_drops}, {ji_entries})"
     ),
+    # A resume's answers in one call (where WRITES_IN_ONE_STATEMENT).
+    "answer": (
+        "SELECT busy, reason FROM {p}_answer(CAST(:thread_id AS text), CAST(:owner AS text), "
+        "CAST(:base_id AS text), CAST(:take AS boolean), CAST(:lock_key AS bigint), "
+        "CAST(:ttl AS double precision), {ji_entries})"
+    ),
     "start_thread": (
         "INSERT INTO {p}_threads (thread_id, created_at, updated_at, status, step, checkpoint_id, "
         "metadata) VALUES (:thread_id, :now, :now, :status, :step, :checkpoint_id, {ji_empty}) "
@@ -1068,7 +1074,7 @@ class SqlCheckpointer(Checkpointer):
         started: float,
         drops: Sequence[tuple[str, str]] = (),
         recorded: Sequence[tuple[str, str, str, str]] = (),
-    ) -> _SuperstepCall | None:
+    ) -> _FunctionCall | None:
         """A superstep's writes as one call of the superstep function, or None where it does not apply.
 
         It applies when this process knows the parent's manifest and every
@@ -1129,7 +1135,9 @@ class SqlCheckpointer(Checkpointer):
             ),
         }
 
-        def committed(blob_ids: builtins.list[int], reason: str | None) -> None:
+        def committed(row: tuple[Any, ...]) -> None:
+            _, reason, blob_text = row
+            blob_ids = [int(blob_id) for blob_id in str(blob_text).split(",")] if blob_channels else []
             for channel, blob_id in zip(blob_channels, blob_ids, strict=True):
                 manifest[channel] = BlobRef(blob_id)
             self._remember_manifest(thread_id, checkpoint.id, manifest)
@@ -1137,9 +1145,9 @@ class SqlCheckpointer(Checkpointer):
             if taking:
                 self._taken(hold, started)
             else:
-                hold.saw_cancel(reason)
+                hold.saw_cancel(reason if isinstance(reason, str) else None)
 
-        return _SuperstepCall(self._sql("superstep"), params, len(blob_channels), committed)
+        return _FunctionCall(self._sql("superstep"), params, committed)
 
     def _same_stored(
         self, session: Session, thread_id: str, checkpoint: Checkpoint, fields: Mapping[str, str]
@@ -1418,6 +1426,23 @@ class SqlCheckpointer(Checkpointer):
         thread_id = hold.thread_id
         started = time.monotonic()
         taking = isinstance(hold, SqlHold) and not hold.taken
+        if self.WRITES_IN_ONE_STATEMENT and isinstance(hold, SqlHold):
+            # One call of the database's answer function, or the long way
+            # below when the call finds anything unexpected.
+            call = self._answer_call(hold, base_id, encoded, taking=taking, started=started)
+            try:
+                self._run(
+                    call.run,
+                    what="record the answers",
+                    thread_id=thread_id,
+                    hold=hold,
+                    takes_hold=True,
+                    alone=True,
+                )
+            except _LongWay:
+                pass
+            else:
+                return
 
         def work(session: Session) -> None:
             if taking:
@@ -1445,6 +1470,43 @@ class SqlCheckpointer(Checkpointer):
                 )
 
         self._run(work, what="record the answers", thread_id=thread_id, hold=hold, takes_hold=True)
+
+    def _answer_call(
+        self,
+        hold: SqlHold,
+        base_id: str,
+        encoded: Sequence[tuple[str, str, str]],
+        *,
+        taking: bool,
+        started: float,
+    ) -> _FunctionCall:
+        """A resume's answers as one call of the answer function (see record_answers)."""
+        # One entry per key, the last one given, as the long way's upserts leave it.
+        entries = {(task_key, entry_key): text for task_key, entry_key, text in encoded}
+        params = {
+            "thread_id": hold.thread_id,
+            "owner": hold.token,
+            "base_id": base_id,
+            "take": taking,
+            "lock_key": self.advisory_key(hold.thread_id),
+            "ttl": self.lease_seconds,
+            # Each entry is already JSON text: spliced into the array, not re-encoded.
+            "entries": "[{}]".format(
+                ",".join(
+                    f"[{_records.dump_plain([task_key, entry_key])[1:-1]},{text}]"
+                    for (task_key, entry_key), text in entries.items()
+                )
+            ),
+        }
+
+        def committed(row: tuple[Any, ...]) -> None:
+            if taking:
+                self._taken(hold, started)
+            else:
+                reason = row[1]
+                hold.renewed(started, reason if isinstance(reason, str) else None)
+
+        return _FunctionCall(self._sql("answer"), params, committed)
 
     def record_failure(self, hold: Hold, error: ThreadError) -> None:
         text = _records.encode_thread_error(error)
@@ -1899,19 +1961,18 @@ LONG_WAY_SQLSTATE = "IL001"
 """What the superstep function raises, rolling its statement back, when the long way must decide."""
 
 
-class _SuperstepCall:
-    """One planned call of the superstep function (see SqlCheckpointer._superstep_call)."""
+class _FunctionCall:
+    """One planned call of a function of the schema: the superstep or the answers (Postgres).
+
+    The function's row starts with ``busy``; ``committed`` gets the whole row
+    once the call's transaction has committed.
+    """
 
     def __init__(
-        self,
-        statement: Statement,
-        params: dict[str, Any],
-        blobs: int,
-        committed: Callable[[builtins.list[int], str | None], None],
+        self, statement: Statement, params: dict[str, Any], committed: Callable[[tuple[Any, ...]], None]
     ) -> None:
         self._statement = statement
         self._params = params
-        self._blobs = blobs
         self._committed = committed
 
     def run(self, session: Session) -> None:
@@ -1929,12 +1990,9 @@ class _SuperstepCall:
                 # the hold is gone, or a list grew past this checkpoint.
                 raise _LongWay from None
             raise
-        busy, reason, blob_ids = row
-        if busy:
+        if row[0]:
             raise busy_error(self._params["thread_id"])
-        ids = [int(blob_id) for blob_id in str(blob_ids).split(",")] if self._blobs else []
-        cancel_reason = reason if isinstance(reason, str) else None
-        session.after_commit(lambda: self._committed(ids, cancel_reason))
+        session.after_commit(lambda: self._committed(tuple(row)))
 
 
 class _LongWay(Exception):

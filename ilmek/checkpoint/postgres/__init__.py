@@ -41,6 +41,26 @@ _JOURNAL_ENTRIES = (
     "CREATE UNIQUE INDEX IF NOT EXISTS {p}_journals_entry"
     " ON {p}_journals (thread_id, base_id, task_key, entry_key)"
 )
+# A run's first write (p_take), inside either function: take the hold, or
+# answer busy having written nothing.
+_TAKE_HOLD = """    IF p_take THEN
+        IF NOT pg_try_advisory_xact_lock(p_lock_key) THEN
+            busy := true;
+            RETURN;
+        END IF;
+        INSERT INTO {p}_holds AS h (thread_id, owner, expires_at, acquired_at, holder, cancel_reason)
+        VALUES (p_thread, p_owner, {now} + p_ttl, {now}, {holder}, NULL)
+        ON CONFLICT (thread_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at,
+            holder = excluded.holder,
+            acquired_at = CASE WHEN h.owner = excluded.owner THEN h.acquired_at ELSE excluded.acquired_at END,
+            cancel_reason = CASE WHEN h.owner = excluded.owner THEN h.cancel_reason ELSE NULL END
+        WHERE h.owner = excluded.owner OR h.expires_at < {now} OR {gone_h};
+        IF NOT FOUND THEN
+            busy := true;
+            RETURN;
+        END IF;
+    END IF;
+"""
 # A superstep's writes, in one call: the server keeps the plans of the
 # statements inside a function for the session, where a statement sent as
 # text is planned again every time (most of its cost), and the call can be
@@ -70,24 +90,7 @@ DECLARE
 BEGIN
     busy := false;
     blob_ids := '';
-    IF p_take THEN
-        IF NOT pg_try_advisory_xact_lock(p_lock_key) THEN
-            busy := true;
-            RETURN;
-        END IF;
-        INSERT INTO {{p}}_holds AS h (thread_id, owner, expires_at, acquired_at, holder, cancel_reason)
-        VALUES (p_thread, p_owner, {{now}} + p_ttl, {{now}}, {{holder}}, NULL)
-        ON CONFLICT (thread_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at,
-            holder = excluded.holder,
-            acquired_at = CASE WHEN h.owner = excluded.owner THEN h.acquired_at ELSE excluded.acquired_at END,
-            cancel_reason = CASE WHEN h.owner = excluded.owner THEN h.cancel_reason ELSE NULL END
-        WHERE h.owner = excluded.owner OR h.expires_at < {{now}} OR {{gone_h}};
-        IF NOT FOUND THEN
-            busy := true;
-            RETURN;
-        END IF;
-    END IF;
-    UPDATE {{p}}_threads AS t SET checkpoint_id = p_checkpoint, status = p_status, step = p_step,
+{_TAKE_HOLD}    UPDATE {{p}}_threads AS t SET checkpoint_id = p_checkpoint, status = p_status, step = p_step,
         error = NULL,
         updated_at = CASE WHEN t.status <> p_status OR t.updated_at < p_now - 1.0 THEN p_now
                      ELSE t.updated_at END
@@ -135,6 +138,36 @@ BEGIN
     END IF;
 END
 $body$"""
+# A resume's answers, in one call. Its first write (p_take) takes the hold,
+# and the pause it answers must still be the thread's latest checkpoint; a
+# run that holds the thread renews its lease and reads a cancel request.
+# Anything else (the thread moved, the hold is gone) raises
+# LONG_WAY_SQLSTATE, and the long way says why. Entries arrive as
+# [task_key, entry_key, entry] in a JSON array, at most one per key.
+_ANSWER_FUNCTION = f"""CREATE OR REPLACE FUNCTION {{p}}_answer(
+    p_thread text, p_owner text, p_base text, p_take boolean, p_lock_key bigint, p_ttl double precision,
+    p_entries jsonb, OUT busy boolean, OUT reason text)
+LANGUAGE plpgsql AS $body$
+BEGIN
+    busy := false;
+{_TAKE_HOLD}    IF p_take THEN
+        PERFORM 1 FROM {{p}}_threads AS t WHERE t.thread_id = p_thread AND t.checkpoint_id = p_base;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'the thread moved' USING ERRCODE = '{LONG_WAY_SQLSTATE}';
+        END IF;
+    ELSE
+        UPDATE {{p}}_holds AS h SET expires_at = {{now}} + p_ttl, holder = {{holder}}
+        WHERE h.thread_id = p_thread AND h.owner = p_owner
+        RETURNING h.cancel_reason INTO reason;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'the hold is gone' USING ERRCODE = '{LONG_WAY_SQLSTATE}';
+        END IF;
+    END IF;
+    INSERT INTO {{p}}_journals (thread_id, base_id, task_key, entry_key, entry)
+        SELECT p_thread, p_base, e ->> 0, e ->> 1, e -> 2 FROM jsonb_array_elements(p_entries) AS e
+    ON CONFLICT (thread_id, base_id, task_key, entry_key) DO UPDATE SET entry = excluded.entry;
+END
+$body$"""
 _SCHEMA: list[str] = [
     "CREATE TABLE IF NOT EXISTS {p}_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     f"CREATE TABLE IF NOT EXISTS {{p}}_threads (thread_id TEXT {_C} PRIMARY KEY,"
@@ -167,6 +200,7 @@ _SCHEMA: list[str] = [
     " owner TEXT NOT NULL, expires_at DOUBLE PRECISION NOT NULL,"
     " acquired_at DOUBLE PRECISION NOT NULL DEFAULT 0, holder INTEGER, cancel_reason TEXT)",
     _SUPERSTEP_FUNCTION,
+    _ANSWER_FUNCTION,
 ]
 
 _UPGRADES: dict[int, list[Migration]] = {
@@ -185,7 +219,7 @@ _UPGRADES: dict[int, list[Migration]] = {
         copy_v1_journals,
         "DROP TABLE {p}_journals_v1",
     ],
-    2: [_SUPERSTEP_FUNCTION],
+    2: [_SUPERSTEP_FUNCTION, _ANSWER_FUNCTION],
 }
 
 _TABLE_EXISTS = Statement("SELECT to_regclass(:name) IS NOT NULL")

@@ -333,11 +333,13 @@ def test_any_commit_whose_answer_is_lost_is_retried_without_harm(postgres_dsn: s
 
 
 class LosingCallAnswers(psycopg2.extensions.connection):  # type: ignore[misc]
-    """A connection whose Nth call of the superstep function, made as a transaction of its own
-    (autocommit), lands but its answer is lost; it counts the calls it sees."""
+    """A connection whose Nth call of a schema function (``functions``: the superstep's by
+    default), made as a transaction of its own (autocommit), lands but its answer is lost; it
+    counts the calls it sees."""
 
     countdown: int = 0
     calls: int = 0
+    functions: tuple[str, ...] = ("_superstep(",)
     #: The autocommit mode the pool's owner chose for every connection.
     chosen_autocommit: bool = False
 
@@ -353,7 +355,8 @@ class LosingCallAnswers(psycopg2.extensions.connection):  # type: ignore[misc]
 class _LosingCallCursor(psycopg2.extensions.cursor):  # type: ignore[misc]
     def execute(self, query: Any, params: Any = None) -> Any:
         result = super().execute(query, params)
-        if "_superstep(" in str(query) and self.connection.autocommit:
+        owner = type(self.connection)
+        if any(function in str(query) for function in owner.functions) and self.connection.autocommit:
             owner = type(self.connection)
             owner.calls += 1
             owner.countdown -= 1
@@ -449,6 +452,41 @@ def test_a_pause_call_whose_answer_is_lost_is_retried_without_harm(postgres_dsn:
     # The pause's commit; the last superstep starts the thread's list, the long way.
     assert 1 == made
     assert {"create_order": 1, "charge": 1} == dict(calls)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("autocommit", [False, True])
+def test_an_answer_call_whose_answer_is_lost_is_retried_without_harm(
+    postgres_dsn: str, autocommit: bool
+) -> None:
+    """A resume's answers are one call in autocommit that takes the hold; its answer is lost. The
+    retry (the same token) finds its own hold and entry, the resume charges once with the answer
+    given, the hold goes back, and the pooled connections keep their owner's autocommit mode."""
+    LosingCallAnswers.chosen_autocommit = autocommit
+    pool = psycopg2.pool.ThreadedConnectionPool(1, 4, postgres_dsn, connection_factory=LosingCallAnswers)
+    calls = Calls()
+    g = checkout_graph(calls)
+    try:
+        checkpointer = PostgresCheckpointer(pool)
+        assert "interrupted" == run(g, {}, thread_id="lossy-answer", checkpointer=checkpointer).status
+        LosingCallAnswers.functions = ("_answer(",)
+        LosingCallAnswers.countdown, LosingCallAnswers.calls = 1, 0
+        done = resume(g, "yes", thread_id="lossy-answer", checkpointer=checkpointer)
+        made = LosingCallAnswers.calls
+        assert ("done", ["yes"]) == (done.status, done.state["log"])
+        with checkpointer.hold("lossy-answer"):
+            pass
+        lent = [pool.getconn() for _ in range(4)]
+        settings = [connection.autocommit for connection in lent]
+        for connection in lent:
+            pool.putconn(connection)
+    finally:
+        LosingCallAnswers.countdown = 0
+        LosingCallAnswers.functions = ("_superstep(",)
+        pool.closeall()
+    assert 2 == made  # the lost call and its retry
+    assert {"create_order": 1, "charge": 1} == dict(calls)
+    assert [autocommit] * 4 == settings
 
 
 # --- deleting a thread while it runs -----------------------------------------------------------------

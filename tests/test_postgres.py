@@ -1460,6 +1460,40 @@ def test_a_turn_is_three_round_trips_a_read_and_two_calls_each_its_own_transacti
     assert 0 == CountingConnection.commits
 
 
+def test_a_resume_records_its_answers_in_one_call(postgres_dsn: str) -> None:
+    """A resume: the latest checkpoint and the pause's journals read, the answers one call (taking
+    the hold), the journals read again, the superstep one call; all in autocommit, no COMMIT."""
+    pool = psycopg2.pool.ThreadedConnectionPool(1, 2, postgres_dsn, connection_factory=CountingConnection)
+    charges: list[str] = []
+
+    def checkout(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        receipt = ctx.step("charge", lambda: charges.append("charged") or len(charges))
+        answer = ctx.interrupt("Charge?")
+        return {"log": [f"{receipt}: {answer}"]}
+
+    g = graph("answers", {"log": channel.append()}).node("checkout", checkout)
+    g = g.edge(START, "checkout").edge("checkout", END).compile()
+    try:
+        checkpointer = PostgresCheckpointer(pool)
+        assert (
+            "interrupted" == run(g, {"log": ["order"]}, thread_id="answers", checkpointer=checkpointer).status
+        )
+        CountingConnection.sent.clear()
+        CountingConnection.commits = 0
+        done = resume(g, "yes", thread_id="answers", checkpointer=checkpointer)
+    finally:
+        pool.closeall()
+    assert (["order", "1: yes"], ["charged"]) == (done.state["log"], charges)
+    assert [
+        ("SELECT checkpoint_id,", True),
+        ("SELECT base_id,", True),
+        ("SELECT busy,", True),
+        ("SELECT base_id,", True),
+        ("SELECT busy,", True),
+    ] == CountingConnection.sent
+    assert 0 == CountingConnection.commits
+
+
 class KeepsSettingsToItself:
     """A proxy for a psycopg2 connection whose attribute sets (``autocommit``) stay on the proxy."""
 

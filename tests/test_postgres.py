@@ -1460,6 +1460,35 @@ def test_a_turn_is_three_round_trips_a_read_and_two_calls_each_its_own_transacti
     assert 0 == CountingConnection.commits
 
 
+def test_a_new_threads_first_run_is_a_read_and_one_call_per_checkpoint(postgres_dsn: str) -> None:
+    """A run on a new thread: the read that finds no thread, one call that makes the thread, its
+    list and its first checkpoint (taking the hold), one call per superstep; all in autocommit.
+    Another process then reads the same state, list items included."""
+    pool = psycopg2.pool.ThreadedConnectionPool(1, 2, postgres_dsn, connection_factory=CountingConnection)
+    g = reply_chat("fresh")
+    try:
+        checkpointer = PostgresCheckpointer(pool)
+        run(g, {"log": ["warm"]}, thread_id="fresh-warm-up", checkpointer=checkpointer)  # the schema check
+        CountingConnection.sent.clear()
+        CountingConnection.commits = 0
+        result = run(g, {"log": ["one", "two"]}, thread_id="fresh", checkpointer=checkpointer)
+    finally:
+        pool.closeall()
+    assert ["one", "two", "reply to two"] == result.state["log"]
+    assert [("SELECT checkpoint_id,", True), ("SELECT busy,", True), ("SELECT busy,", True)] == (
+        CountingConnection.sent
+    )
+    assert 0 == CountingConnection.commits
+    with PostgresCheckpointer.connect(postgres_dsn) as fresh:
+        stored = fresh.get("fresh")
+        assert stored is not None
+        assert ["one", "two", "reply to two"] == list(stored.channels["log"])
+        assert 2 == len(fresh.list("fresh"))
+        info = fresh.get_thread("fresh")
+        assert info is not None
+        assert "done" == info.status
+
+
 def test_a_resume_records_its_answers_in_one_call(postgres_dsn: str) -> None:
     """A resume: the latest checkpoint and the pause's journals read, the answers one call (taking
     the hold), the journals read again, the superstep one call; all in autocommit, no COMMIT."""

@@ -194,13 +194,13 @@ _SQL: dict[str, str] = {
     # is part of the schema). Every argument is cast, so the call
     # means the same through every driver, whatever types it sends.
     "superstep": (
-        "SELECT busy, reason, blob_ids FROM {p}_superstep(CAST(:thread_id AS text), "
+        "SELECT busy, reason, blob_ids, log_ids FROM {p}_superstep(CAST(:thread_id AS text), "
         "CAST(:owner AS text), CAST(:expected AS text), CAST(:checkpoint_id AS text), CAST(:status AS text), "
         "CAST(:step AS bigint), CAST(:now AS double precision), {ji_items}, {ji_blobs}, "
         "CAST(:parent_id AS text), CAST(:plan_id AS text), CAST(:ts AS double precision), {ji_manifest}, "
         "{ji_next}, {ji_pending}, {ji_task_journals}, {ji_journal_chain}, {ji_metadata}, "
         "CAST(:release AS boolean), CAST(:take AS boolean), CAST(:lock_key AS bigint), "
-        "CAST(:ttl AS double precision), {ji_drops}, {ji_entries})"
+        "CAST(:ttl AS double precision), {ji_drops}, {ji_entries}, {ji_new_logs})"
     ),
     # A resume's answers in one call (where WRITES_IN_ONE_STATEMENT).
     "answer": (
@@ -494,6 +494,7 @@ class SqlCheckpointer(Checkpointer):
             "items",
             "blobs",
             "drops",
+            "new_logs",
         )
         fields: dict[str, str] = {"p": p, "now": cls.NOW, "holder": cls.HOLDER, "lock_share": cls.LOCK_SHARE}
         fields["newer"] = (
@@ -904,15 +905,16 @@ class SqlCheckpointer(Checkpointer):
         started = time.monotonic()
 
         taking = isinstance(hold, SqlHold) and not hold.taken
-        # A superstep that appends to lists this process knows and writes
-        # values (with the journals it spent or a pause's entries) is one call
-        # of the database's superstep function where it has one; a new list,
-        # a fork that already grew one, or anything unexpected takes the long
-        # way.
+        # A superstep that appends to lists this process knows, starts new
+        # ones and writes values (with the journals it spent or a pause's
+        # entries), or a new thread's first checkpoint, is one call of the
+        # database's superstep function where it has one; a fork that already
+        # grew a list, a list stored whole, or anything unexpected takes the
+        # long way.
         if (
             self.WRITES_IN_ONE_STATEMENT
             and isinstance(hold, SqlHold)
-            and isinstance(expect_latest, str)
+            and (isinstance(expect_latest, str) or (expect_latest is None and taking))
             and encoded is not None
         ):
             call = self._superstep_call(
@@ -1065,7 +1067,7 @@ class SqlCheckpointer(Checkpointer):
         checkpoint: Checkpoint,
         fields: Mapping[str, str],
         status: str,
-        expect_latest: str,
+        expect_latest: str | None,
         changes: Sequence[EncodedChange],
         now: float,
         *,
@@ -1077,18 +1079,27 @@ class SqlCheckpointer(Checkpointer):
     ) -> _FunctionCall | None:
         """A superstep's writes as one call of the superstep function, or None where it does not apply.
 
-        It applies when this process knows the parent's manifest and every
-        list written to already has a log. Planned outside any transaction,
-        so the call can run alone (its own transaction, one round trip).
+        It applies to a new thread's first checkpoint (no parent, no expected
+        latest), and where this process knows the parent's manifest and no
+        list written to is stored whole. Planned outside any transaction, so
+        the call can run alone (its own transaction, one round trip).
         """
         thread_id = checkpoint.thread_id
-        parent = self._manifests.get((thread_id, checkpoint.parent_id)) if checkpoint.parent_id else None
+        parent: Mapping[str, ChannelRef] | None
+        if checkpoint.parent_id is None and expect_latest is None:
+            parent = {}
+        elif checkpoint.parent_id is None or expect_latest is None:
+            return None
+        else:
+            parent = self._manifests.get((thread_id, checkpoint.parent_id))
         if parent is None or (not taking and hold.renewal_due()):
             return None
         manifest: dict[str, ChannelRef] = dict(parent)
         items: builtins.list[str] = []
         blobs: builtins.list[str] = []
         blob_channels: builtins.list[str] = []
+        new_logs: builtins.list[str] = []
+        new_channels: builtins.list[tuple[str, int]] = []
         for change in changes:
             if change.items is None:
                 assert change.value is not None
@@ -1096,11 +1107,16 @@ class SqlCheckpointer(Checkpointer):
                 blob_channels.append(change.channel)
                 continue
             ref = manifest.get(change.channel)
+            # Each item is already JSON text: the call's arrays are spliced, not re-encoded.
+            if ref is None:
+                new_logs.append(f"[{_records.dump_plain(change.channel)},[{','.join(change.items)}]]")
+                new_channels.append((change.channel, len(change.items)))
+                continue
             if not isinstance(ref, LogRef):
-                return None  # a new list, or one stored whole until now
-            # Each item is already JSON text: the call's array is spliced, not re-encoded.
+                return None  # a list stored whole until now
             items.extend(f"[{ref.log_id},{ref.length + k},{text}]" for k, text in enumerate(change.items))
             manifest[change.channel] = LogRef(ref.log_id, ref.length + len(change.items))
+        # The function adds the blobs' and the new lists' references itself.
         plain = manifest_to_plain({name: ref for name, ref in manifest.items() if name not in blob_channels})
         params = {
             "thread_id": thread_id,
@@ -1126,6 +1142,7 @@ class SqlCheckpointer(Checkpointer):
             "lock_key": self.advisory_key(thread_id),
             "ttl": self.lease_seconds,
             "drops": _records.dump_plain([list(drop) for drop in drops]),
+            "new_logs": f"[{','.join(new_logs)}]",
             # Each entry is already JSON text: spliced into the array, not re-encoded.
             "entries": "[{}]".format(
                 ",".join(
@@ -1136,10 +1153,13 @@ class SqlCheckpointer(Checkpointer):
         }
 
         def committed(row: tuple[Any, ...]) -> None:
-            _, reason, blob_text = row
+            _, reason, blob_text, log_text = row
             blob_ids = [int(blob_id) for blob_id in str(blob_text).split(",")] if blob_channels else []
             for channel, blob_id in zip(blob_channels, blob_ids, strict=True):
                 manifest[channel] = BlobRef(blob_id)
+            log_ids = [int(log_id) for log_id in str(log_text).split(",")] if new_channels else []
+            for (channel, length), log_id in zip(new_channels, log_ids, strict=True):
+                manifest[channel] = LogRef(log_id, length)
             self._remember_manifest(thread_id, checkpoint.id, manifest)
             extend_cached_logs(self._cache, thread_id, parent, manifest, changes)
             if taking:

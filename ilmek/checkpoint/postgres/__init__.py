@@ -72,36 +72,50 @@ _TAKE_HOLD = """    IF p_take THEN
 # exists) raises LONG_WAY_SQLSTATE, which rolls the call back: the caller
 # then takes the long way, which says why. Items arrive as
 # [log_id, index, value] triples, blobs as [channel, value] pairs, the
-# journals a superstep spent as [base_id, task_key] pairs and the entries it
-# records (a pause's) as [base_id, task_key, entry_key, entry], in JSON arrays.
+# journals a superstep spent as [base_id, task_key] pairs, the entries it
+# records (a pause's) as [base_id, task_key, entry_key, entry] and the lists
+# it starts as [channel, [value, ...]], in JSON arrays. Without p_expected it
+# writes a new thread's first checkpoint (under the hold it takes).
 _SUPERSTEP_FUNCTION = f"""CREATE OR REPLACE FUNCTION {{p}}_superstep(
     p_thread text, p_owner text, p_expected text, p_checkpoint text, p_status text, p_step bigint,
     p_now double precision, p_items jsonb, p_blobs jsonb, p_parent text, p_plan text,
     p_ts double precision, p_manifest jsonb, p_next jsonb, p_pending jsonb, p_task_journals jsonb,
     p_journal_chain jsonb, p_metadata jsonb, p_release boolean, p_take boolean, p_lock_key bigint,
-    p_ttl double precision, p_drops jsonb, p_entries jsonb,
-    OUT busy boolean, OUT reason text, OUT blob_ids text)
+    p_ttl double precision, p_drops jsonb, p_entries jsonb, p_new_logs jsonb,
+    OUT busy boolean, OUT reason text, OUT blob_ids text, OUT log_ids text)
 LANGUAGE plpgsql AS $body$
 DECLARE
     v_blob record;
+    v_log record;
     v_id bigint;
     v_count bigint;
     v_manifest jsonb := p_manifest;
 BEGIN
     busy := false;
     blob_ids := '';
-{_TAKE_HOLD}    UPDATE {{p}}_threads AS t SET checkpoint_id = p_checkpoint, status = p_status, step = p_step,
-        error = NULL,
-        updated_at = CASE WHEN t.status <> p_status OR t.updated_at < p_now - 1.0 THEN p_now
-                     ELSE t.updated_at END
-    WHERE t.thread_id = p_thread AND t.checkpoint_id = p_expected
-        AND EXISTS (SELECT 1 FROM {{p}}_holds AS h WHERE h.thread_id = p_thread AND h.owner = p_owner
-                    FOR SHARE)
-    RETURNING (SELECT h.cancel_reason FROM {{p}}_holds AS h
-               WHERE h.thread_id = p_thread AND h.owner = p_owner) INTO reason;
+    log_ids := '';
+{_TAKE_HOLD}    IF p_expected IS NULL THEN
+        -- A new thread's first checkpoint, under the hold this call took.
+        INSERT INTO {{p}}_threads AS t (thread_id, created_at, updated_at, status, step, checkpoint_id,
+            metadata)
+        VALUES (p_thread, p_now, p_now, p_status, p_step, p_checkpoint, '{{{{}}}}'::jsonb)
+        ON CONFLICT (thread_id) DO UPDATE SET checkpoint_id = excluded.checkpoint_id,
+            status = excluded.status, step = excluded.step, updated_at = excluded.updated_at, error = NULL
+        WHERE t.checkpoint_id IS NULL;
+    ELSE
+        UPDATE {{p}}_threads AS t SET checkpoint_id = p_checkpoint, status = p_status, step = p_step,
+            error = NULL,
+            updated_at = CASE WHEN t.status <> p_status OR t.updated_at < p_now - 1.0 THEN p_now
+                         ELSE t.updated_at END
+        WHERE t.thread_id = p_thread AND t.checkpoint_id = p_expected
+            AND EXISTS (SELECT 1 FROM {{p}}_holds AS h WHERE h.thread_id = p_thread AND h.owner = p_owner
+                        FOR SHARE);
+    END IF;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'the thread moved, or the hold is gone' USING ERRCODE = '{LONG_WAY_SQLSTATE}';
     END IF;
+    SELECT h.cancel_reason INTO reason FROM {{p}}_holds AS h
+    WHERE h.thread_id = p_thread AND h.owner = p_owner;
     INSERT INTO {{p}}_items (log_id, idx, value)
         SELECT CAST(e ->> 0 AS bigint), CAST(e ->> 1 AS bigint), e -> 2
         FROM jsonb_array_elements(p_items) AS e
@@ -112,6 +126,18 @@ BEGIN
     IF v_count <> jsonb_array_length(p_items) THEN
         RAISE EXCEPTION 'a list grew past this checkpoint' USING ERRCODE = '{LONG_WAY_SQLSTATE}';
     END IF;
+    FOR v_log IN SELECT e ->> 0 AS channel, e -> 1 AS items FROM jsonb_array_elements(p_new_logs) AS e
+    LOOP
+        INSERT INTO {{p}}_logs (thread_id, channel, parent_id, base, length)
+        VALUES (p_thread, v_log.channel, NULL, 0, jsonb_array_length(v_log.items))
+        RETURNING log_id INTO v_id;
+        INSERT INTO {{p}}_items (log_id, idx, value)
+            SELECT v_id, i.idx - 1, i.value
+            FROM jsonb_array_elements(v_log.items) WITH ORDINALITY AS i(value, idx);
+        v_manifest := v_manifest || jsonb_build_object(v_log.channel,
+            jsonb_build_array('l', v_id, jsonb_array_length(v_log.items)));
+        log_ids := log_ids || CASE WHEN log_ids = '' THEN '' ELSE ',' END || v_id;
+    END LOOP;
     FOR v_blob IN SELECT e ->> 0 AS channel, e -> 1 AS value FROM jsonb_array_elements(p_blobs) AS e
     LOOP
         INSERT INTO {{p}}_blobs (thread_id, channel, value) VALUES (p_thread, v_blob.channel, v_blob.value)

@@ -214,6 +214,7 @@ class IlmekSqlAlone:
                 ttl=5.0,
                 drops="[]",
                 entries="[]",
+                new_logs="[]",
                 **common,
             )
         else:

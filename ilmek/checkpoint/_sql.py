@@ -1978,7 +1978,8 @@ _NOT_CHECKED = object()
 
 
 LONG_WAY_SQLSTATE = "IL001"
-"""What the superstep function raises, rolling its statement back, when the long way must decide."""
+"""What the schema's functions (superstep, answer) raise, rolling their call back, when the long way
+must decide."""
 
 
 class _FunctionCall:

@@ -35,7 +35,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 from .. import checks
@@ -1143,22 +1143,16 @@ class SqlCheckpointer(Checkpointer):
             "ttl": self.lease_seconds,
             "drops": _records.dump_plain([list(drop) for drop in drops]),
             "new_logs": f"[{','.join(new_logs)}]",
-            # Each entry is already JSON text: spliced into the array, not re-encoded.
-            "entries": "[{}]".format(
-                ",".join(
-                    f"[{_records.dump_plain([base_id, task_key, entry_key])[1:-1]},{text}]"
-                    for base_id, task_key, entry_key, text in recorded
-                )
+            "entries": _entry_rows(
+                ((base_id, task_key, entry_key), text) for base_id, task_key, entry_key, text in recorded
             ),
         }
 
         def committed(row: tuple[Any, ...]) -> None:
             _, reason, blob_text, log_text = row
-            blob_ids = [int(blob_id) for blob_id in str(blob_text).split(",")] if blob_channels else []
-            for channel, blob_id in zip(blob_channels, blob_ids, strict=True):
+            for channel, blob_id in zip(blob_channels, _id_list(blob_text), strict=True):
                 manifest[channel] = BlobRef(blob_id)
-            log_ids = [int(log_id) for log_id in str(log_text).split(",")] if new_channels else []
-            for (channel, length), log_id in zip(new_channels, log_ids, strict=True):
+            for (channel, length), log_id in zip(new_channels, _id_list(log_text), strict=True):
                 manifest[channel] = LogRef(log_id, length)
             self._remember_manifest(thread_id, checkpoint.id, manifest)
             extend_cached_logs(self._cache, thread_id, parent, manifest, changes)
@@ -1510,13 +1504,7 @@ class SqlCheckpointer(Checkpointer):
             "take": taking,
             "lock_key": self.advisory_key(hold.thread_id),
             "ttl": self.lease_seconds,
-            # Each entry is already JSON text: spliced into the array, not re-encoded.
-            "entries": "[{}]".format(
-                ",".join(
-                    f"[{_records.dump_plain([task_key, entry_key])[1:-1]},{text}]"
-                    for (task_key, entry_key), text in entries.items()
-                )
-            ),
+            "entries": _entry_rows(entries.items()),
         }
 
         def committed(row: tuple[Any, ...]) -> None:
@@ -2014,6 +2002,19 @@ class _FunctionCall:
         if row[0]:
             raise busy_error(self._params["thread_id"])
         session.after_commit(lambda: self._committed(tuple(row)))
+
+
+def _entry_rows(rows: Iterable[tuple[Sequence[str], str]]) -> str:
+    """A JSON array of journal rows for a schema function: each row's key parts, then its entry.
+
+    Each entry is already JSON text: spliced into the array, not re-encoded.
+    """
+    return "[{}]".format(",".join(f"[{_records.dump_plain(list(keys))[1:-1]},{text}]" for keys, text in rows))
+
+
+def _id_list(text: Any) -> builtins.list[int]:
+    """The ids a schema function returned as comma-separated text (``''``: none)."""
+    return [int(part) for part in str(text).split(",") if part]
 
 
 class _LongWay(Exception):

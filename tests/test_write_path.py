@@ -422,3 +422,78 @@ def test_a_resume_whose_read_of_the_pause_went_stale_answers_nothing_and_charges
     latest = store.open().get("t")
     assert latest is not None
     assert ["yes"] == latest.channels["log"]
+
+
+def stale_journals_resume(store: Store, calls: Calls, *, act_first: bool) -> tuple[Any, Any, str]:
+    """A paused approval graph whose second checkpointer's first read of the pause's journals goes
+    stale: right after it, the first resume answers "yes" (and, with ``act_first``, charges) and
+    fails without moving the thread. Returns the graph, the second checkpointer and the pause's id."""
+    failing = threading.Event()
+
+    def approve(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        answer = ctx.interrupt({"q": "charge?"})
+        if failing.is_set() and not act_first:
+            raise RuntimeError("the first resume's process died before the charge")
+        ctx.step("charge", calls.hit, f"charge {answer}")
+        if failing.is_set():
+            raise RuntimeError("the first resume's process died after the charge")
+        return {"log": [answer]}
+
+    g = graph("approve", {"log": channel.append()}).node("approve", approve).edge(START, "approve").compile()
+    first_cp, second_cp = store.open(), store.open()
+    paused = run(g, {"log": []}, thread_id="t", checkpointer=first_cp)
+    assert "interrupted" == paused.status
+    plain_load_journals = second_cp.load_journals
+    reads = 0
+
+    def read_then_let_the_first_resume_answer_and_fail(*args: Any, **kwargs: Any) -> Any:
+        nonlocal reads
+        found = plain_load_journals(*args, **kwargs)
+        reads += 1
+        if reads == 1:
+            failing.set()
+            assert "error" == resume(g, "yes", thread_id="t", checkpointer=first_cp).status
+            failing.clear()
+        return found
+
+    second_cp.load_journals = read_then_let_the_first_resume_answer_and_fail  # type: ignore[method-assign]
+    assert paused.checkpoint_id is not None
+    return g, second_cp, paused.checkpoint_id
+
+
+@pytest.mark.parametrize("act_first", [True, False], ids=["charged", "answered only"])
+def test_a_resume_whose_read_of_the_journals_went_stale_never_overwrites_another_answer(
+    store: Store, act_first: bool
+) -> None:
+    """A second resume reads the pause and its journals; before it records its answer, the first
+    resume answers "yes" (and charges, or not) and fails without moving the thread. The second
+    must not replace "yes" with "no", under a charge made for "yes" or not: it reads again under
+    the hold and refuses as already answered; the charge ran at most once."""
+    calls = Calls()
+    g, second_cp, pause_id = stale_journals_resume(store, calls, act_first=act_first)
+
+    with pytest.raises(ResumeError, match="already answered with 'yes'") as refused:
+        resume(g, "no", thread_id="t", checkpointer=second_cp)
+
+    assert repr("t") in str(refused.value)
+    assert ({"charge yes": 1} if act_first else {}) == dict(calls)
+    reader = store.open()
+    assert pause_id == reader.get("t").id  # type: ignore[union-attr]
+    # The answer that stands finishes the thread, charging only if it was not charged yet.
+    assert "done" == resume(g, "yes", thread_id="t", checkpointer=reader).status
+    assert {"charge yes": 1} == dict(calls)
+
+
+def test_a_resume_whose_read_went_stale_with_the_same_answer_finishes_without_charging_again(
+    store: Store,
+) -> None:
+    """As above, but the second resume answers "yes" too: it reads again under the hold, finds its
+    own answer and the charge recorded, and finishes without charging again."""
+    calls = Calls()
+    g, second_cp, _ = stale_journals_resume(store, calls, act_first=True)
+
+    finished = resume(g, "yes", thread_id="t", checkpointer=second_cp)
+
+    assert "done" == finished.status
+    assert ["yes"] == finished.state["log"]
+    assert {"charge yes": 1} == dict(calls)

@@ -262,6 +262,11 @@ _SQL: dict[str, str] = {
         "VALUES (:thread_id, :base_id, :task_key, :entry_key, {ji_entry}) "
         "ON CONFLICT (thread_id, base_id, task_key, entry_key) DO UPDATE SET entry = excluded.entry"
     ),
+    # What is recorded from one base checkpoint: a pause's answers and the steps after them.
+    "base_entries": (
+        "SELECT task_key, entry_key, {jo_entry} FROM {p}_journals "
+        "WHERE thread_id = :thread_id AND base_id = :base_id"
+    ),
     "drop_task_entries": (
         "DELETE FROM {p}_journals WHERE thread_id = :thread_id AND base_id = :base_id "
         "AND task_key = :task_key"
@@ -1469,6 +1474,12 @@ class SqlCheckpointer(Checkpointer):
                 found = rows[0][0] if rows else None
                 if found != base_id:
                     raise concurrent_update_error(thread_id, base_id, found)
+                # Nor may anything have been recorded from it since: another
+                # resume's answer, or a step that acted on it. The run judged
+                # its answers by what it read; under the hold it reads again.
+                recorded = session.query(self._sql("base_entries"), thread_id=thread_id, base_id=base_id)
+                if not _only_these(recorded, encoded):
+                    raise answered_meanwhile_error(thread_id, base_id)
                 session.after_commit(lambda: self._taken(hold, started))
             else:
                 reason = self._fence(session, hold)
@@ -2010,6 +2021,35 @@ def _entry_rows(rows: Iterable[tuple[Sequence[str], str]]) -> str:
     Each entry is already JSON text: spliced into the array, not re-encoded.
     """
     return "[{}]".format(",".join(f"[{_records.dump_plain(list(keys))[1:-1]},{text}]" for keys, text in rows))
+
+
+def _only_these(recorded: Iterable[Sequence[Any]], encoded: Sequence[tuple[str, str, str]]) -> bool:
+    """Whether the rows recorded from a pause are, at most, the answers about to be written.
+
+    ``recorded`` holds (task key, entry key, entry) rows as read; ``encoded``
+    the answers as (task key, entry key, entry text). A retried write meets
+    its own answers; anything else (another answer, a step's record) means
+    another resume got there first.
+    """
+    mine = {(task_key, entry_key): text for task_key, entry_key, text in encoded}
+    for task_key, entry_key, stored in recorded:
+        text = mine.get((task_key, entry_key))
+        if text is None or not _records.json_equal(
+            _records.load_plain(stored, table="journals"), _records.load_plain(text)
+        ):
+            return False
+    return True
+
+
+def answered_meanwhile_error(thread_id: str, base_id: str) -> ConcurrentUpdateError:
+    """The error for answers whose pause another resume answered, or acted on, after this one read it."""
+    return ConcurrentUpdateError(
+        f"pause checkpoint {base_id!r} of thread {thread_id!r} was answered or acted on by another "
+        "resume after this one read it; nothing was written. Read the thread again and resume "
+        "with the answer it holds",
+        thread_id=thread_id,
+        checkpoint_id=base_id,
+    )
 
 
 def _id_list(text: Any) -> builtins.list[int]:

@@ -165,7 +165,9 @@ BEGIN
 END
 $body$"""
 # A resume's answers, in one call. Its first write (p_take) takes the hold,
-# and the pause it answers must still be the thread's latest checkpoint; a
+# and the pause it answers must still be the thread's latest checkpoint,
+# with nothing recorded from it but these same answers (the resume judged
+# its answers by a read made without the hold); a
 # run that holds the thread renews its lease and reads a cancel request.
 # Anything else (the thread moved, the hold is gone) raises
 # LONG_WAY_SQLSTATE, and the long way says why. Entries arrive as
@@ -180,6 +182,13 @@ BEGIN
         PERFORM 1 FROM {{p}}_threads AS t WHERE t.thread_id = p_thread AND t.checkpoint_id = p_base;
         IF NOT FOUND THEN
             RAISE EXCEPTION 'the thread moved' USING ERRCODE = '{LONG_WAY_SQLSTATE}';
+        END IF;
+        PERFORM 1 FROM {{p}}_journals AS j
+        WHERE j.thread_id = p_thread AND j.base_id = p_base
+            AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_entries) AS e
+                            WHERE e ->> 0 = j.task_key AND e ->> 1 = j.entry_key AND e -> 2 = j.entry);
+        IF FOUND THEN
+            RAISE EXCEPTION 'the pause was answered or acted on' USING ERRCODE = '{LONG_WAY_SQLSTATE}';
         END IF;
     ELSE
         UPDATE {{p}}_holds AS h SET expires_at = {{now}} + p_ttl, holder = {{holder}}

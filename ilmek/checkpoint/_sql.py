@@ -1478,7 +1478,7 @@ class SqlCheckpointer(Checkpointer):
                 # resume's answer, or a step that acted on it. The run judged
                 # its answers by what it read; under the hold it reads again.
                 recorded = session.query(self._sql("base_entries"), thread_id=thread_id, base_id=base_id)
-                if not _only_these(recorded, encoded):
+                if not _only_these(recorded, encoded, thread_id=thread_id, base_id=base_id):
                     raise answered_meanwhile_error(thread_id, base_id)
                 session.after_commit(lambda: self._taken(hold, started))
             else:
@@ -2023,7 +2023,13 @@ def _entry_rows(rows: Iterable[tuple[Sequence[str], str]]) -> str:
     return "[{}]".format(",".join(f"[{_records.dump_plain(list(keys))[1:-1]},{text}]" for keys, text in rows))
 
 
-def _only_these(recorded: Iterable[Sequence[Any]], encoded: Sequence[tuple[str, str, str]]) -> bool:
+def _only_these(
+    recorded: Iterable[Sequence[Any]],
+    encoded: Sequence[tuple[str, str, str]],
+    *,
+    thread_id: str,
+    base_id: str,
+) -> bool:
     """Whether the rows recorded from a pause are, at most, the answers about to be written.
 
     ``recorded`` holds (task key, entry key, entry) rows as read; ``encoded``
@@ -2035,7 +2041,8 @@ def _only_these(recorded: Iterable[Sequence[Any]], encoded: Sequence[tuple[str, 
     for task_key, entry_key, stored in recorded:
         text = mine.get((task_key, entry_key))
         if text is None or not _records.json_equal(
-            _records.load_plain(stored, table="journals"), _records.load_plain(text)
+            _records.load_plain(stored, thread_id=thread_id, checkpoint_id=base_id, table="journals"),
+            _records.load_plain(text),
         ):
             return False
     return True

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from . import checks, serde
-from .checkpoint.base import Checkpointer
+from .checkpoint.base import Checkpointer, journal_view
 from .checkpoint.holds import Hold, HoldLostError
 from .context import NodeContext, PlanContext, TaskJournal
 from .control import Command
@@ -321,6 +321,10 @@ class _Run:
         # Checkpoints this run committed without inherited journals: nothing
         # can be recorded for their tasks yet, so there is nothing to read.
         self._fresh: set[str] = set()
+        # The journals of a pause this run just answered, as the answers'
+        # write left them (base id, task key to entries): its first superstep
+        # need not read them again.
+        self._answered: tuple[str, dict[str, tuple[JournalEntry, ...]]] | None = None
 
     # --- the stream -------------------------------------------------------------
 
@@ -661,7 +665,7 @@ class _Run:
 
     def _record_answers(self, base: Checkpoint, by_id: Mapping[str, Any]) -> None:
         assert self._hold is not None
-        keys = list(dict.fromkeys(_task_key(p) for p in base.pending))
+        keys = list(dict.fromkeys([*(t.task_key for t in base.next), *(_task_key(p) for p in base.pending)]))
         journals = self.cp.load_journals(base, keys, hold=self._hold)
         answers: dict[str, list[JournalEntry]] = {}
         for pause in base.pending:
@@ -692,7 +696,15 @@ class _Run:
                     key=pause.key, kind="interrupt", payload=pause.payload, value=answer, answered=True
                 )
             )
-        self.cp.record_answers(self._hold, base.id, answers)
+        from_pause = self.cp.record_answers(self._hold, base.id, answers)
+        if from_pause is not None:
+            # What the read found, then what is recorded from the pause itself
+            # now (the answers' write refused anything recorded from it since
+            # the read): the journals a read would find, in its order.
+            self._answered = (
+                base.id,
+                {key: journal_view(journals.get(key, ()), [from_pause.get(key, ())]) for key in keys},
+            )
 
     # --- supersteps ---------------------------------------------------------------
 
@@ -704,7 +716,13 @@ class _Run:
         tasks = base.next
         keys = [t.task_key for t in tasks]
         yield self._event(StepStart, step=step, tasks=tuple(keys))
-        stored = {} if base.id in self._fresh else self.cp.load_journals(base, keys, hold=self._hold)
+        answered, self._answered = self._answered, None
+        if answered is not None and answered[0] == base.id:
+            stored = answered[1]
+        elif base.id in self._fresh:
+            stored = {}
+        else:
+            stored = self.cp.load_journals(base, keys, hold=self._hold)
         view = self.schema.view(values)
         runs: list[_Task] = []
         for task in tasks:

@@ -497,3 +497,37 @@ def test_a_resume_whose_read_went_stale_with_the_same_answer_finishes_without_ch
     assert "done" == finished.status
     assert ["yes"] == finished.state["log"]
     assert {"charge yes": 1} == dict(calls)
+
+
+def test_an_answer_reaches_the_node_as_the_database_gives_it_back(store: Store) -> None:
+    """A resume hands the node the journals its answers' write returned instead of reading them
+    again: the node must see the answer as a read of the database gives it back (Postgres's
+    jsonb orders an object's keys its own way), so a replay of the pause behaves the same."""
+    seen: list[list[str]] = []
+    failing = threading.Event()
+
+    def approve(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        answer = ctx.interrupt("which items?")
+        seen.append(list(answer))
+        if failing.is_set():
+            raise RuntimeError("failed after the pause was answered")
+        return {"log": [list(answer)]}
+
+    g = graph("approve", {"log": channel.append()}).node("approve", approve).edge(START, "approve").compile()
+    checkpointer = store.open()
+    assert "interrupted" == run(g, {"log": []}, thread_id="t", checkpointer=checkpointer).status
+    answer = {"zz": 1, "a": 2, "mm": 3, "b": 4}
+    failing.set()
+    assert "error" == resume(g, answer, thread_id="t", checkpointer=checkpointer).status
+    failing.clear()
+
+    reader = store.open()
+    pause = reader.get("t")
+    assert pause is not None
+    assert pause.pending
+    [stored] = [e for e in reader.load_journals(pause, ["approve"])["approve"] if e.answered]
+    assert answer == stored.value
+    assert list(stored.value) == seen[0]
+    # A later resume replays the pause from what is stored, and sees the same.
+    assert "done" == resume(g, answer, thread_id="t", checkpointer=reader).status
+    assert [seen[0], seen[0]] == seen

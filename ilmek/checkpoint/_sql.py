@@ -204,7 +204,7 @@ _SQL: dict[str, str] = {
     ),
     # A resume's answers in one call (where WRITES_IN_ONE_STATEMENT).
     "answer": (
-        "SELECT busy, reason FROM {p}_answer(CAST(:thread_id AS text), CAST(:owner AS text), "
+        "SELECT busy, reason, recorded FROM {p}_answer(CAST(:thread_id AS text), CAST(:owner AS text), "
         "CAST(:base_id AS text), CAST(:take AS boolean), CAST(:lock_key AS bigint), "
         "CAST(:ttl AS double precision), {ji_entries})"
     ),
@@ -265,7 +265,7 @@ _SQL: dict[str, str] = {
     # What is recorded from one base checkpoint: a pause's answers and the steps after them.
     "base_entries": (
         "SELECT task_key, entry_key, {jo_entry} FROM {p}_journals "
-        "WHERE thread_id = :thread_id AND base_id = :base_id"
+        "WHERE thread_id = :thread_id AND base_id = :base_id ORDER BY entry_id"
     ),
     "drop_task_entries": (
         "DELETE FROM {p}_journals WHERE thread_id = :thread_id AND base_id = :base_id "
@@ -1436,7 +1436,9 @@ class SqlCheckpointer(Checkpointer):
         # nothing, a read of why), so it may be a transaction by itself.
         self._run(work, what="record a step", thread_id=thread_id, hold=hold, alone=not renew)
 
-    def record_answers(self, hold: Hold, base_id: str, answers: Mapping[str, Sequence[JournalEntry]]) -> None:
+    def record_answers(
+        self, hold: Hold, base_id: str, answers: Mapping[str, Sequence[JournalEntry]]
+    ) -> dict[str, tuple[JournalEntry, ...]]:
         encoded = [
             (key, _records.stored_key(entry.key), _records.encode_entry(entry, f"task {key!r}"))
             for key, entries in answers.items()
@@ -1448,7 +1450,8 @@ class SqlCheckpointer(Checkpointer):
         if self.WRITES_IN_ONE_STATEMENT and isinstance(hold, SqlHold):
             # One call of the database's answer function, or the long way
             # below when the call finds anything unexpected.
-            call = self._answer_call(hold, base_id, encoded, taking=taking, started=started)
+            returned: list[Any] = []
+            call = self._answer_call(hold, base_id, encoded, taking=taking, started=started, into=returned)
             try:
                 self._run(
                     call.run,
@@ -1461,9 +1464,9 @@ class SqlCheckpointer(Checkpointer):
             except _LongWay:
                 pass
             else:
-                return
+                return _recorded_journals(returned, thread_id=thread_id, base_id=base_id)
 
-        def work(session: Session) -> None:
+        def work(session: Session) -> builtins.list[tuple[Any, ...]]:
             if taking:
                 # A resume's first write takes its hold in the same transaction;
                 # it read the pause without the hold, so the pause must still
@@ -1493,8 +1496,12 @@ class SqlCheckpointer(Checkpointer):
                     entry_key=entry_key,
                     entry=text,
                 )
+            return session.query(self._sql("base_entries"), thread_id=thread_id, base_id=base_id)
 
-        self._run(work, what="record the answers", thread_id=thread_id, hold=hold, takes_hold=True)
+        rows = self._run(work, what="record the answers", thread_id=thread_id, hold=hold, takes_hold=True)
+        return _recorded_journals(
+            [(task_key, entry) for task_key, _entry_key, entry in rows], thread_id=thread_id, base_id=base_id
+        )
 
     def _answer_call(
         self,
@@ -1504,8 +1511,13 @@ class SqlCheckpointer(Checkpointer):
         *,
         taking: bool,
         started: float,
+        into: builtins.list[Any],
     ) -> _FunctionCall:
-        """A resume's answers as one call of the answer function (see record_answers)."""
+        """A resume's answers as one call of the answer function (see record_answers).
+
+        Once it committed, ``into`` holds what is recorded from ``base_id``
+        as the function returned it: [task key, entry] pairs, in order.
+        """
         # One entry per key, the last one given, as the long way's upserts leave it.
         entries = {(task_key, entry_key): text for task_key, entry_key, text in encoded}
         params = {
@@ -1524,6 +1536,9 @@ class SqlCheckpointer(Checkpointer):
             else:
                 reason = row[1]
                 hold.renewed(started, reason if isinstance(reason, str) else None)
+            into.extend(
+                _records.load_plain(row[2], thread_id=hold.thread_id, checkpoint_id=base_id, table="journals")
+            )
 
         return _FunctionCall(self._sql("answer"), params, committed)
 
@@ -2046,6 +2061,28 @@ def _only_these(
         ):
             return False
     return True
+
+
+def _recorded_journals(
+    pairs: Iterable[Sequence[Any]], *, thread_id: str, base_id: str
+) -> dict[str, tuple[JournalEntry, ...]]:
+    """(task key, stored entry) pairs, in the order recorded, as entries by task key.
+
+    Decoded as a read decodes them, so a run sees what a later replay sees.
+    """
+    found: dict[str, builtins.list[JournalEntry]] = {}
+    for pair in pairs:
+        if not isinstance(pair, Sequence) or isinstance(pair, str) or len(pair) != 2:
+            raise _records.corrupt(
+                f"a recorded journal row came back as {type(pair).__name__}",
+                thread_id=thread_id,
+                checkpoint_id=base_id,
+                table="journals",
+            )
+        task_key, stored = pair
+        entry = _records.decode_entry(stored, thread_id=thread_id, checkpoint_id=base_id)
+        found.setdefault(str(task_key), []).append(entry)
+    return {key: tuple(entries) for key, entries in found.items()}
 
 
 def answered_meanwhile_error(thread_id: str, base_id: str) -> ConcurrentUpdateError:

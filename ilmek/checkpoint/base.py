@@ -264,14 +264,24 @@ class Checkpointer(abc.ABC):
         if all(existing.key != entry.key for existing in entries):
             self.put_journal(task_id, (*entries, entry))
 
-    def record_answers(self, hold: Hold, base_id: str, answers: Mapping[str, Sequence[JournalEntry]]) -> None:
-        """Record the answers to a checkpoint's pauses (task key to entries), all or nothing."""
+    def record_answers(
+        self, hold: Hold, base_id: str, answers: Mapping[str, Sequence[JournalEntry]]
+    ) -> dict[str, tuple[JournalEntry, ...]] | None:
+        """Record the answers to a checkpoint's pauses (task key to entries), all or nothing.
+
+        Returns:
+            Everything then recorded from ``base_id`` (the answers, and what
+            an earlier resume recorded), by task key in the order recorded
+            and as a read would return it; or ``None`` when the backend does
+            not tell, and the run reads the journals again.
+        """
         self._check_local_hold(hold)
         for task_key, entries in answers.items():
             task_id = task_id_for(hold.thread_id, base_id, task_key)
             recorded = {entry.key: entry for entry in self.get_journal(task_id)}
             recorded.update((entry.key, entry) for entry in entries)
             self.put_journal(task_id, tuple(recorded.values()))
+        return None
 
     def commit(
         self,

@@ -387,7 +387,9 @@ class InMemoryCheckpointer(Checkpointer):
             own = self._touch_journals(hold.thread_id).setdefault((base_id, task_key), {})
             own.setdefault(entry.key, text)
 
-    def record_answers(self, hold: Hold, base_id: str, answers: Mapping[str, Sequence[JournalEntry]]) -> None:
+    def record_answers(
+        self, hold: Hold, base_id: str, answers: Mapping[str, Sequence[JournalEntry]]
+    ) -> dict[str, tuple[JournalEntry, ...]] | None:
         encoded = {
             key: {entry.key: _records.encode_entry(entry, f"task {key!r}") for entry in entries}
             for key, entries in answers.items()
@@ -397,6 +399,7 @@ class InMemoryCheckpointer(Checkpointer):
             journals = self._touch_journals(hold.thread_id)
             for key, texts in encoded.items():
                 journals.setdefault((base_id, key), {}).update(texts)
+        return None
 
     def record_failure(self, hold: Hold, error: ThreadError) -> None:
         with self._lock:

@@ -167,14 +167,15 @@ $body$"""
 # A resume's answers, in one call. Its first write (p_take) takes the hold,
 # and the pause it answers must still be the thread's latest checkpoint,
 # with nothing recorded from it but these same answers (the resume judged
-# its answers by a read made without the hold); a
-# run that holds the thread renews its lease and reads a cancel request.
-# Anything else (the thread moved, the hold is gone) raises
-# LONG_WAY_SQLSTATE, and the long way says why. Entries arrive as
-# [task_key, entry_key, entry] in a JSON array, at most one per key.
+# its answers by a read made without the hold); a run that holds the
+# thread renews its lease and reads a cancel request. Anything else (the
+# thread moved, the hold is gone) raises LONG_WAY_SQLSTATE, and the long
+# way says why. Entries arrive as [task_key, entry_key, entry] in a JSON
+# array, at most one per key; `recorded` returns what is then recorded from
+# the pause, as [task_key, entry] in order, so the run need not read it.
 _ANSWER_FUNCTION = f"""CREATE OR REPLACE FUNCTION {{p}}_answer(
     p_thread text, p_owner text, p_base text, p_take boolean, p_lock_key bigint, p_ttl double precision,
-    p_entries jsonb, OUT busy boolean, OUT reason text)
+    p_entries jsonb, OUT busy boolean, OUT reason text, OUT recorded jsonb)
 LANGUAGE plpgsql AS $body$
 BEGIN
     busy := false;
@@ -201,6 +202,8 @@ BEGIN
     INSERT INTO {{p}}_journals (thread_id, base_id, task_key, entry_key, entry)
         SELECT p_thread, p_base, e ->> 0, e ->> 1, e -> 2 FROM jsonb_array_elements(p_entries) AS e
     ON CONFLICT (thread_id, base_id, task_key, entry_key) DO UPDATE SET entry = excluded.entry;
+    SELECT coalesce(jsonb_agg(jsonb_build_array(j.task_key, j.entry) ORDER BY j.entry_id), '[]'::jsonb)
+    INTO recorded FROM {{p}}_journals AS j WHERE j.thread_id = p_thread AND j.base_id = p_base;
 END
 $body$"""
 _SCHEMA: list[str] = [

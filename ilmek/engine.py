@@ -1188,8 +1188,11 @@ def _caller_in_django_transaction() -> bool:
         return any(
             connection.in_atomic_block for connection in django_db.connections.all(initialized_only=True)
         )
-    except Exception:  # an unconfigured or older Django: do not guess
-        return True
+    except Exception as error:
+        # Imported but never configured: no connection, so no atomic block.
+        # Any other failure (an older Django): do not guess.
+        exceptions = sys.modules.get("django.core.exceptions")
+        return exceptions is None or not isinstance(error, exceptions.ImproperlyConfigured)
 
 
 def _collect_result(graph: CompiledGraph, the_run: _Run) -> Result:

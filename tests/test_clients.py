@@ -358,6 +358,43 @@ def test_a_node_never_runs_inside_the_callers_django_atomic_block(tmp_path: Any)
     } == json.loads(finished.stdout.splitlines()[-1])
 
 
+def test_django_imported_but_never_configured_leaves_run_on_the_callers_thread(tmp_path: Any) -> None:
+    """A program that imports django.db without configuring Django (a library did) has no Django
+    connection, so no atomic block: run() still runs a one-task superstep on the caller's thread,
+    and Ctrl-C in that node reaches the caller. Django stays unconfigured."""
+    script = textwrap.dedent(
+        f"""
+        import json, sys, threading
+        sys.path.insert(0, {os.getcwd()!r})
+        import django.db
+        from django.conf import settings
+        from ilmek import START, SqliteCheckpointer, channel, graph, run
+
+        def where(state):
+            return {{"log": [threading.current_thread() is threading.main_thread()]}}
+
+        def interrupted(state):
+            raise KeyboardInterrupt
+
+        checkpointer = SqliteCheckpointer({str(tmp_path / "ilmek.db")!r})
+        g = graph("where", {{"log": channel.append()}}).node("n", where).edge(START, "n").compile()
+        on_main = run(g, None, thread_id="where", checkpointer=checkpointer).state["log"]
+        g = graph("ctrl-c", {{"log": channel.append()}}).node("n", interrupted).edge(START, "n").compile()
+        try:
+            run(g, None, thread_id="ctrl-c", checkpointer=checkpointer)
+            stopped = False
+        except KeyboardInterrupt:
+            stopped = True
+        print(json.dumps({{"on_main": on_main, "stopped": stopped, "configured": settings.configured}}))
+        """
+    )
+    finished = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert 0 == finished.returncode, finished.stderr
+    assert {"on_main": [True], "stopped": True, "configured": False} == json.loads(
+        finished.stdout.splitlines()[-1]
+    )
+
+
 def test_django_on_sqlite_runs_inside_and_outside_its_atomic_blocks(tmp_path: Any) -> None:
     """Django's default database is SQLite: a checkpointer on its connection; its atomic blocks decide."""
     script = textwrap.dedent(

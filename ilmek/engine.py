@@ -187,6 +187,10 @@ class _RunClosed(IlmekError):
     """The run was closed (its stream abandoned); nothing more is written."""
 
 
+class _MovedOn(ConcurrentUpdateError):
+    """Internal: a resume limited to one checkpoint's pauses found the thread elsewhere; nothing answered."""
+
+
 @attrs.define(eq=False)
 class _Task:
     """One task of the superstep being run."""
@@ -318,6 +322,10 @@ class _Run:
         # the run with a ConcurrentUpdateError (recover() uses it to run only
         # a thread that is still as it found it).
         self.only_if: Callable[[], bool] | None = None
+        # For a resume: the checkpoint whose pauses the caller saw (a page
+        # drawn earlier). Another open pause may carry the same ids, so if
+        # the thread's latest is any other checkpoint, nothing is answered.
+        self.answer_only_at: str | None = None
         # Checkpoints this run committed without inherited journals: nothing
         # can be recorded for their tasks yet, so there is nothing to read.
         self._fresh: set[str] = set()
@@ -421,6 +429,15 @@ class _Run:
         self._expect = latest.id if latest is not None else None
 
         if isinstance(self.mode, _Resume):
+            if self.answer_only_at is not None and (latest is None or latest.id != self.answer_only_at):
+                # Judged on a read made without the hold; the answers' write
+                # confirms under it that the thread is still there.
+                raise _MovedOn(
+                    f"thread {self.thread_id!r} moved on from checkpoint {self.answer_only_at!r} "
+                    f"({_describe(latest)}); nothing was answered. Look at its open pauses again",
+                    thread_id=self.thread_id,
+                    checkpoint_id=latest.id if latest is not None else None,
+                )
             if base is None:
                 raise ResumeError(
                     f"cannot resume thread {self.thread_id!r}: it has no checkpoint; start it with run()",

@@ -133,6 +133,64 @@ def test_a_second_post_of_the_same_form_answers_nothing_more(store: Checkpointer
     assert 1 == calls["charge"]
 
 
+def test_an_answer_never_goes_to_a_later_pause_that_opened_while_it_was_posted(
+    store: Checkpointer, tmp_path: pathlib.Path
+) -> None:
+    """Two operators answer the same approval. The other's answer lands between this action's
+    look at the thread and its run, and the graph asks the next approval under the same pause id:
+    this answer, meant for the first question, must answer nothing, not the second question."""
+    answers: list[Any] = []
+
+    def approve(state: dict[str, Any], ctx: ilmek.NodeContext) -> dict[str, Any]:
+        answers.append(ctx.interrupt({"question": f"Approve item {state['item']}?"}))
+        return {"item": state["item"] + 1}
+
+    approvals = (
+        graph("approvals", {"item": channel.last_write(1)})
+        .node("approve", approve)
+        .edge(START, "approve")
+        .router(
+            "approve", lambda state: "approve" if state["item"] <= 2 else END, destinations=["approve", END]
+        )
+        .compile()
+    )
+    first = run(approvals, {}, thread_id="two", checkpointer=store)
+    assert "interrupted" == first.status
+    other_operator = SqliteCheckpointer(tmp_path / "console.db", lease_seconds=2.0)
+    plain_load = store.load
+    runs_reads = 0
+
+    def load_after_the_other_answer_landed(*args: Any, **kwargs: Any) -> Any:
+        nonlocal runs_reads
+        if kwargs.get("hold") is not None:  # the run's own read, after the action looked
+            runs_reads += 1
+            if runs_reads == 1:
+                assert (
+                    "interrupted"
+                    == ilmek.resume(
+                        approvals, "no to item 1", thread_id="two", checkpointer=other_operator
+                    ).status
+                )
+        return plain_load(*args, **kwargs)
+
+    store.load = load_after_the_other_answer_landed  # type: ignore[method-assign]
+    try:
+        outcome = ilmek.web.actions.answer(
+            store, {"approvals": approvals}, "two", first.checkpoint_id, {"choice.0": '"yes to item 1"'}
+        )
+    finally:
+        del store.load
+        other_operator.close()
+
+    assert "error" == outcome.tone
+    assert "moved on" in outcome.text
+    assert ["no to item 1"] == answers
+    latest = store.get("two")
+    assert latest is not None
+    assert [PAUSE] == [pause.id for pause in latest.pending]
+    assert {"item": 2} == dict(latest.channels)
+
+
 def test_several_pauses_are_answered_together(store: Checkpointer) -> None:
     """Two nodes pause in one superstep: one form, one answer each, one resume_keyed."""
 

@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from ..checkpoint.base import Checkpointer
-from ..engine import resume_keyed, run
+from ..engine import _collect_result, _MovedOn, _resume_run, resume_keyed, run
 from ..errors import IlmekError
 from ..graph import CompiledGraph
 from ..operations import request_cancel
@@ -110,15 +110,20 @@ def _resume(
                 graph, answers, thread_id=thread_id, checkpointer=checkpointer, checkpoint_id=checkpoint_id
             )
         else:
-            latest = checkpointer.get(thread_id)
             # The page showed these pauses; if the thread has moved on, an
-            # answer meant for them must not go to whatever is open now.
-            if latest is None or latest.id != checkpoint_id:
-                return _failed(
-                    "The thread moved on since the page was drawn (answered elsewhere?); nothing was "
-                    "answered. Look at it again."
-                )
-            result = resume_keyed(graph, answers, thread_id=thread_id, checkpointer=checkpointer)
+            # answer meant for them must not go to whatever is open now (a
+            # later pause may have the same id). The run checks that, with
+            # the write that records the answers.
+            the_run = _resume_run(
+                graph, answers, True, {"thread_id": thread_id, "checkpointer": checkpointer}
+            )
+            the_run.answer_only_at = checkpoint_id
+            result = _collect_result(graph, the_run)
+    except _MovedOn:
+        return _failed(
+            "The thread moved on since the page was drawn (answered elsewhere?); nothing was "
+            "answered. Look at it again."
+        )
     except IlmekError as error:
         return _failed(f"Nothing was answered: {error}")
     return _ended(result, "Forked with a new answer." if forking else "Answered.")

@@ -306,6 +306,57 @@ def test_cancel_stops_a_running_thread_at_its_next_superstep(store: Checkpointer
     assert "enough ticks" == results[0].abort_reason
 
 
+def test_a_cancel_form_drawn_for_one_run_never_cancels_the_next(store: Checkpointer) -> None:
+    """The page showed run A; A ended and run B took the thread before the operator clicked
+    Cancel: B must run on, and the note must say the run the page showed has ended."""
+    ticker = loop_graph(delay=0.02)
+    client = Client(ilmek.web.app(store, ticker, allow_actions=True))
+
+    def start_run(cancel: threading.Event, results: list[ilmek.Result]) -> threading.Thread:
+        runner = threading.Thread(
+            target=lambda: results.append(
+                run(
+                    ticker,
+                    {},
+                    thread_id="ticking",
+                    checkpointer=store,
+                    recursion_limit=100_000,
+                    cancel=cancel,
+                )
+            ),
+            daemon=True,
+        )
+        runner.start()
+        deadline = time.monotonic() + 10
+        while not (info := store.get_thread("ticking")) or not info.running:
+            assert time.monotonic() < deadline, "the run never started"
+            time.sleep(0.02)
+        return runner
+
+    first_stop, first_results = threading.Event(), []
+    first = start_run(first_stop, first_results)
+    url, fields = form(client, thread_url("ticking"), "cancel")
+    first_stop.set()
+    first.join(10)
+    assert ["aborted"] == [result.status for result in first_results]
+    second_stop, second_results = threading.Event(), []
+    second = start_run(second_stop, second_results)
+    try:
+        page = follow(client, client.post(url, {**fields, "reason": "meant for the first run"}))
+        assert "has ended" in page
+        time.sleep(0.2)  # several supersteps: a cancel request would have been seen by now
+        assert second.is_alive()
+        info = store.get_thread("ticking")
+        assert info is not None
+        assert info.running
+    finally:
+        second_stop.set()
+        second.join(10)
+    # Stopped by its own event, as the first run was, not by the stale request.
+    assert [first_results[0].abort_reason] == [result.abort_reason for result in second_results]
+    assert "meant for the first run" != first_results[0].abort_reason
+
+
 def test_cancel_with_no_run_says_there_is_nothing_to_cancel(client: Client, store: Checkpointer) -> None:
     """A token for cancel on an idle thread: an error note, nothing else."""
     app = client.app

@@ -22,7 +22,7 @@ from ..errors import IlmekError
 from ..graph import CompiledGraph
 from ..operations import request_cancel
 from ..types import Result
-from .reading import graph_for, thread_info
+from .reading import graph_for, held_since, thread_info
 from .values import question_of
 
 __all__ = ["ACTIONS", "Outcome", "answer", "cancel", "delete", "fork", "recover"]
@@ -160,6 +160,16 @@ def cancel(
 ) -> Outcome:
     """Ask the run holding the thread to stop at its next superstep boundary."""
     reason = (form.get("reason") or "").strip()[:200] or "cancelled in the web console"
+    shown = form.get("held_since")
+    if shown:
+        # The page was drawn while one run held the thread; ask only that run.
+        info = thread_info(checkpointer, thread_id)
+        if held_since(info) != shown:
+            return _failed(
+                "The run this page showed has ended"
+                + ("; another run holds the thread now" if info is not None and info.running else "")
+                + ". Nothing was cancelled: look at the thread again."
+            )
     try:
         asked = request_cancel(checkpointer, thread_id, reason)
     except IlmekError as error:

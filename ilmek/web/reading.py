@@ -140,6 +140,14 @@ def thread_info(checkpointer: Checkpointer, thread_id: str) -> ThreadInfo | None
         return None
 
 
+def held_since(info: ThreadInfo | None) -> str:
+    """When the run holding the thread took it, as a cancel form carries it ('' when none does).
+
+    It tells one run from the next on the same thread.
+    """
+    return info.held_since.isoformat() if info is not None and info.held_since is not None else ""
+
+
 def task_key_of(pause: Pending) -> str:
     """The task key a pause belongs to (its id is ``<task key>:<key>``)."""
     return pause.id[: -len(pause.key) - 1] if pause.id.endswith(":" + pause.key) else pause.node

@@ -17,7 +17,7 @@ from .graph_svg import draw_graph
 from .html import Markup, escape, join, tag
 from .layout import Note, action_form, badge, document, note_box, running_badge, value_block, when
 from .links import Links
-from .reading import ThreadView
+from .reading import ThreadView, held_since
 from .tree import draw_tree
 from .values import as_json_text, label, question_of
 
@@ -608,6 +608,8 @@ def _controls(view: ThreadView, links: Links, guard: Guard, actions_on: bool) ->
                 "cancel",
                 view.thread_id,
                 None,
+                # Which run the page showed: a click after it ended must not stop the next one.
+                tag("input", {"type": "hidden", "name": "held_since", "value": held_since(view.info)}),
                 tag(
                     "input",
                     {"type": "text", "name": "reason", "placeholder": "reason (optional)", "maxlength": 200},

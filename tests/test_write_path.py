@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -41,6 +42,23 @@ def chat(calls: Calls, pause: threading.Event | None = None) -> Any:
     )
 
 
+def after_first_call(checkpointer: Any, method: str, meanwhile: Callable[[], None]) -> list[int]:
+    """Make ``meanwhile`` run right after the checkpointer's first call of ``method`` returns, so
+    what that call read goes stale. Returns how many calls there were: a one-item list."""
+    plain = getattr(checkpointer, method)
+    calls = [0]
+
+    def then_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        found = plain(*args, **kwargs)
+        calls[0] += 1
+        if calls[0] == 1:
+            meanwhile()
+        return found
+
+    setattr(checkpointer, method, then_meanwhile)
+    return calls
+
+
 def test_a_run_whose_read_went_stale_before_its_input_landed_reads_again_and_loses_nothing(
     store: Store,
 ) -> None:
@@ -50,18 +68,9 @@ def test_a_run_whose_read_went_stale_before_its_input_landed_reads_again_and_los
     g = chat(calls).compile()
     checkpointer, other = store.open(), store.open()
     run(g, {"log": ["first"]}, thread_id="t", checkpointer=checkpointer)
-    reads = 0
-    plain_load = checkpointer.load
-
-    def load_then_let_another_run_finish(*args: Any, **kwargs: Any) -> Any:
-        nonlocal reads
-        found = plain_load(*args, **kwargs)
-        reads += 1
-        if reads == 1:
-            run(g, {"log": ["meanwhile"]}, thread_id="t", checkpointer=other)
-        return found
-
-    checkpointer.load = load_then_let_another_run_finish  # type: ignore[method-assign]
+    reads = after_first_call(
+        checkpointer, "load", lambda: run(g, {"log": ["meanwhile"]}, thread_id="t", checkpointer=other)
+    )
     result = run(g, {"log": ["late"]}, thread_id="t", checkpointer=checkpointer)
 
     assert "done" == result.status
@@ -74,7 +83,7 @@ def test_a_run_whose_read_went_stale_before_its_input_landed_reads_again_and_los
         "reply to late",
     ] == result.state["log"]
     assert {"reply": 3} == dict(calls)
-    assert reads >= 2  # it read again once it held the thread
+    assert reads[0] >= 2  # it read again once it held the thread
 
 
 def test_a_second_run_with_input_while_the_first_runs_is_busy_and_writes_nothing(store: Store) -> None:
@@ -403,18 +412,11 @@ def test_a_resume_whose_read_of_the_pause_went_stale_answers_nothing_and_charges
     g = graph("approve", {"log": channel.append()}).node("approve", approve).edge(START, "approve").compile()
     first_cp, second_cp = store.open(), store.open()
     assert "interrupted" == run(g, {"log": []}, thread_id="t", checkpointer=first_cp).status
-    plain_load = second_cp.load
-    reads = 0
 
-    def load_then_let_the_first_resume_finish(*args: Any, **kwargs: Any) -> Any:
-        nonlocal reads
-        found = plain_load(*args, **kwargs)
-        reads += 1
-        if reads == 1:
-            assert "done" == resume(g, "yes", thread_id="t", checkpointer=first_cp).status
-        return found
+    def let_the_first_resume_finish() -> None:
+        assert "done" == resume(g, "yes", thread_id="t", checkpointer=first_cp).status
 
-    second_cp.load = load_then_let_the_first_resume_finish  # type: ignore[method-assign]
+    after_first_call(second_cp, "load", let_the_first_resume_finish)
     with pytest.raises(ResumeError, match="not interrupted"):
         resume(g, "no", thread_id="t", checkpointer=second_cp)
 
@@ -443,20 +445,13 @@ def stale_journals_resume(store: Store, calls: Calls, *, act_first: bool) -> tup
     first_cp, second_cp = store.open(), store.open()
     paused = run(g, {"log": []}, thread_id="t", checkpointer=first_cp)
     assert "interrupted" == paused.status
-    plain_load_journals = second_cp.load_journals
-    reads = 0
 
-    def read_then_let_the_first_resume_answer_and_fail(*args: Any, **kwargs: Any) -> Any:
-        nonlocal reads
-        found = plain_load_journals(*args, **kwargs)
-        reads += 1
-        if reads == 1:
-            failing.set()
-            assert "error" == resume(g, "yes", thread_id="t", checkpointer=first_cp).status
-            failing.clear()
-        return found
+    def let_the_first_resume_answer_and_fail() -> None:
+        failing.set()
+        assert "error" == resume(g, "yes", thread_id="t", checkpointer=first_cp).status
+        failing.clear()
 
-    second_cp.load_journals = read_then_let_the_first_resume_answer_and_fail  # type: ignore[method-assign]
+    after_first_call(second_cp, "load_journals", let_the_first_resume_answer_and_fail)
     assert paused.checkpoint_id is not None
     return g, second_cp, paused.checkpoint_id
 

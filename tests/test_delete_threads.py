@@ -18,7 +18,18 @@ from typing import Any
 
 import pytest
 
-from ilmek import START, Checkpointer, CompiledGraph, Result, channel, graph, run
+from ilmek import (
+    START,
+    Checkpointer,
+    CompiledGraph,
+    ConcurrentUpdateError,
+    IlmekError,
+    Result,
+    ThreadBusyError,
+    channel,
+    graph,
+    run,
+)
 from tests.stores import Store, execute, rows_of, store_fixture  # noqa: F401 - the store fixture
 
 pytestmark = pytest.mark.timeout(90)
@@ -267,3 +278,130 @@ def test_delete_threads_with_a_limit_from_another_process_skips_the_held_oldest(
         assert {"held", "t0"} == ids(operator)
         outcome = held.finish()
     assert "done" == getattr(outcome, "status", outcome)
+
+
+# --- delete_idle_thread: one thread, never while a live run holds it ---------------------------------
+
+
+def test_delete_idle_thread_refuses_a_held_thread_then_deletes_it_once_the_run_ends(
+    checkpointer: Checkpointer,
+) -> None:
+    """Held: ThreadBusyError naming the thread, nothing deleted, the run finishes; then it goes."""
+    make_threads(checkpointer, ["other"])
+    with HeldRun(checkpointer, "held") as held:
+        with pytest.raises(ThreadBusyError) as refused:
+            checkpointer.delete_idle_thread("held")
+        assert "held" == refused.value.thread_id
+        assert {"other", "held"} == ids(checkpointer)
+        outcome = held.finish()
+    assert isinstance(outcome, Result), outcome
+    assert ("done", {"log": ["held"]}) == (outcome.status, outcome.state)
+    checkpointer.delete_idle_thread("held")
+    assert {"other"} == ids(checkpointer)
+    assert [] == checkpointer.list("held")
+    checkpointer.delete_idle_thread("held")  # already gone: no error
+    checkpointer.delete_idle_thread("never-was")
+
+
+def test_delete_idle_thread_from_another_process_leaves_every_row_of_the_held_thread(
+    store: Store, two: tuple[Checkpointer, Checkpointer]
+) -> None:
+    """The hold lives in the database: another checkpointer is refused and every row stays, then all go."""
+    worker, operator = two
+    with HeldRun(worker, "held") as held:
+        before = rows_of(store, "held")
+        with pytest.raises(ThreadBusyError):
+            operator.delete_idle_thread("held")
+        assert before == rows_of(store, "held")
+        outcome = held.finish()
+    assert "done" == getattr(outcome, "status", outcome)
+    operator.delete_idle_thread("held")
+    assert {"threads": 0, "checkpoints": 0, "blobs": 0, "logs": 0, "journals": 0, "holds": 0, "items": 0} == (
+        rows_of(store, "held")
+    )
+
+
+def test_delete_idle_thread_racing_runs_never_pulls_a_thread_from_under_a_run(
+    two: tuple[Checkpointer, Checkpointer],
+) -> None:
+    """Runs and deletes of one thread, over and over: no run ever loses its thread mid-run.
+
+    A delete that checked "not running" and then deleted could land after a
+    run's first write (which takes the hold) and before its last, and that
+    run would fail at its next write. Here a run may only lose the race before
+    its first node starts (ConcurrentUpdateError, nothing written) or find the
+    delete holding the thread (ThreadBusyError); any other end fails the test.
+    """
+    worker, operator = two
+    started = threading.Event()  # the run's input is written and its hold taken
+
+    def first(state: dict[str, Any]) -> dict[str, Any]:
+        started.set()
+        time.sleep(0.002)
+        return {"log": ["a"]}
+
+    def second(state: dict[str, Any]) -> dict[str, Any]:
+        time.sleep(0.002)
+        return {"log": ["b"]}
+
+    chain = (
+        graph("chain", {"log": channel.append()})
+        .node("a", first)
+        .node("b", second)
+        .edge(START, "a")
+        .edge("a", "b")
+        .compile()
+    )
+    ends: dict[str, int] = {"done": 0, "lost before holding": 0, "busy": 0}
+    failures: list[BaseException] = []
+    stop = threading.Event()
+
+    def runs() -> None:
+        while not stop.is_set():
+            started.clear()
+            try:
+                result = run(chain, {"log": ["in"]}, thread_id="race", checkpointer=worker)
+            except (ConcurrentUpdateError, ThreadBusyError) as error:
+                if started.is_set():
+                    failures.append(error)  # the thread went from under a run that held it
+                    return
+                ends["busy" if isinstance(error, ThreadBusyError) else "lost before holding"] += 1
+            except BaseException as error:
+                failures.append(error)
+                return
+            else:
+                assert ["in", "a", "b"] == result.state["log"][-3:]
+                ends["done"] += 1
+
+    runner = threading.Thread(target=runs)
+    runner.start()
+    deleted = 0
+    try:
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and not failures:
+            time.sleep(0.001)  # leave the runner its turns (SQLite takes one writer at a time)
+            try:
+                operator.delete_idle_thread("race")
+            except ThreadBusyError:
+                continue
+            deleted += 1
+    finally:
+        stop.set()
+        runner.join(30)
+    assert [] == failures
+    assert ends["done"] > 0, (ends, deleted)
+    assert deleted > 0, (ends, deleted)
+
+
+def test_a_run_whose_thread_is_deleted_under_it_says_so_and_writes_nothing_more(
+    checkpointer: Checkpointer,
+) -> None:
+    """delete_thread (the forced delete) mid-run: the run fails naming the thread and the deletion."""
+    with HeldRun(checkpointer, "doomed") as held:
+        checkpointer.delete_thread("doomed")
+        outcome = held.finish()
+    assert isinstance(outcome, IlmekError), outcome
+    assert "'doomed'" in str(outcome)
+    assert "deleted" in str(outcome)
+    assert "doomed" not in ids(checkpointer)
+    assert [] == checkpointer.list("doomed")

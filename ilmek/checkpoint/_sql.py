@@ -1691,29 +1691,47 @@ class SqlCheckpointer(Checkpointer):
 
         def work(session: Session) -> int:
             candidates = [row[0] for row in session.query(self._statement(template), **params)]
-            claimed: builtins.list[str] = []
-            token = new_token()
-            for chunk in _chunks(candidates):
-                # Take the hold of each candidate no live run holds, all in one
-                # statement: a run that took one since it was listed keeps it
-                # (its row wins), and one that tries now waits for this commit.
-                rows = session.query(
-                    self._statement(_CLAIM_FOR_DELETE, len(chunk)),
-                    owner=token,
-                    ttl=self.lease_seconds,
-                    now=time.time(),
-                    **self._in_params(chunk),
-                )
-                claimed.extend(row[0] for row in rows)
-            for chunk in _chunks(claimed):
-                for deletion in _DELETE_THREADS:
-                    session.execute(self._statement(deletion, len(chunk)), **self._in_params(chunk))
-            return len(claimed)
+            return len(self._claim_and_delete(session, candidates))
 
         deleted: int = self._run(work, what="delete threads")
         if deleted:
             _LOG.info("deleted %d threads", deleted)
         return deleted
+
+    def delete_idle_thread(self, thread_id: str) -> None:
+        thread_id = checks.thread_id(thread_id)
+
+        def work(session: Session) -> None:
+            self.advisory_lock(session, thread_id, wait=True)
+            if self._claim_and_delete(session, [thread_id]):
+                return
+            # Not claimed: either there is no such thread, or a live run holds it.
+            if session.query(self._statement(_THREAD_EXISTS), thread_id=thread_id):
+                raise busy_error(thread_id)
+
+        self._run(work, what="delete the thread", thread_id=thread_id)
+        _LOG.info("deleted thread %r", thread_id, extra={"thread_id": thread_id})
+
+    def _claim_and_delete(self, session: Session, candidates: Sequence[str]) -> builtins.list[str]:
+        """Inside a write: delete those of ``candidates`` no live run holds; the ids deleted."""
+        claimed: builtins.list[str] = []
+        token = new_token()
+        for chunk in _chunks(candidates):
+            # Take the hold of each candidate no live run holds, all in one
+            # statement: a run that took one since it was listed keeps it
+            # (its row wins), and one that tries now waits for this commit.
+            rows = session.query(
+                self._statement(_CLAIM_FOR_DELETE, len(chunk)),
+                owner=token,
+                ttl=self.lease_seconds,
+                now=time.time(),
+                **self._in_params(chunk),
+            )
+            claimed.extend(row[0] for row in rows)
+        for chunk in _chunks(claimed):
+            for deletion in _DELETE_THREADS:
+                session.execute(self._statement(deletion, len(chunk)), **self._in_params(chunk))
+        return claimed
 
     # --- host API ----------------------------------------------------------------------------
 
@@ -1972,6 +1990,9 @@ _CLAIM_FOR_DELETE = (
     "holder = excluded.holder WHERE h.expires_at < {now} OR {gone_h} RETURNING thread_id"
 )
 """Hold every listed thread no live run holds, for the deleting transaction; returns those held."""
+
+_THREAD_EXISTS = "SELECT 1 FROM {p}_threads WHERE thread_id = :thread_id"
+"""Whether the thread has its row."""
 
 _DELETE_THREADS = (
     "DELETE FROM {p}_items WHERE log_id IN (SELECT log_id FROM {p}_logs WHERE thread_id IN ({in}))",

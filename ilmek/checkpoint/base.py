@@ -185,6 +185,19 @@ class Checkpointer(abc.ABC):
         with self.hold(thread_id) as handle:
             yield handle
 
+    def delete_idle_thread(self, thread_id: str) -> None:
+        """Delete the thread as :meth:`delete_thread` does, unless a live run holds it.
+
+        Checking and deleting are one step: a run that starts meanwhile
+        either keeps the thread (and nothing is deleted) or starts after the
+        delete, on a new thread. A thread that does not exist is no error.
+
+        Raises:
+            ThreadBusyError: A live run holds the thread; nothing was deleted.
+        """
+        with self.hold(thread_id):
+            self.delete_thread(thread_id)
+
     def _take_local_hold(self, thread_id: str) -> LocalHold:
         with self._local_holds_lock:
             if thread_id in self._local_holds:
@@ -443,6 +456,13 @@ class Checkpointer(abc.ABC):
 
 def concurrent_update_error(thread_id: str, expected: object, found: str | None) -> ConcurrentUpdateError:
     """The error for a commit whose expected latest checkpoint moved on."""
+    if found is None and expected is not None:
+        return ConcurrentUpdateError(
+            f"thread {thread_id!r} was deleted while this run worked (its checkpoint {expected!r} "
+            "is gone with it); nothing more was written. Start the thread again if it is still wanted",
+            thread_id=thread_id,
+            checkpoint_id=None,
+        )
     return ConcurrentUpdateError(
         f"thread {thread_id!r} moved on while this run worked: its latest checkpoint is "
         f"{found!r}, not {expected!r}; nothing was written. Reload the thread and try again",

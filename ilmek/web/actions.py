@@ -18,7 +18,7 @@ import attrs
 
 from ..checkpoint.base import Checkpointer
 from ..engine import _collect_result, _MovedOn, _resume_run, resume_keyed, run
-from ..errors import IlmekError
+from ..errors import IlmekError, ThreadBusyError
 from ..graph import CompiledGraph
 from ..operations import request_cancel
 from ..types import Result
@@ -207,11 +207,10 @@ def delete(
     """Delete the thread, its checkpoints and its journals; never one a live run holds."""
     if form.get("confirm") != "yes":
         return _failed("Tick the box to confirm; nothing was deleted.")
-    info = thread_info(checkpointer, thread_id)
-    if info is not None and info.running:
-        return _failed("A run holds the thread: cancel it first; nothing was deleted.")
     try:
-        checkpointer.delete_thread(thread_id)
+        checkpointer.delete_idle_thread(thread_id)
+    except ThreadBusyError:
+        return _failed("A run holds the thread: cancel it first; nothing was deleted.")
     except IlmekError as error:
         return _failed(f"Nothing was deleted: {error}")
     return Outcome("ok", f"Deleted thread {thread_id!r}.", gone=True)

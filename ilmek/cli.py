@@ -1017,7 +1017,17 @@ def _cmd_delete(args: argparse.Namespace) -> int:
             count = len(checkpointer.list(args.thread))
             if not _confirmed(f"delete thread {_q(args.thread)} and its {_count(count, 'checkpoint')}?"):
                 raise _CommandFailed("nothing deleted")
-        checkpointer.delete_thread(args.thread)
+        if args.force:
+            checkpointer.delete_thread(args.thread)
+        else:
+            try:
+                checkpointer.delete_idle_thread(args.thread)
+            except ThreadBusyError:
+                raise _CommandFailed(
+                    f"a run holds thread {_q(args.thread)} now: nothing deleted. Stop the run "
+                    f"first with: ilmek cancel {_shell_word(args.thread)}; or pass --force to "
+                    "delete the thread under it (the run then fails at its next write)"
+                ) from None
     _say(printable(f"deleted thread {_q(args.thread)}"))
     return 0
 
@@ -1447,6 +1457,11 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     delete = command("delete", _cmd_delete, "Delete a thread: its checkpoints, journals and metadata.")
     delete.add_argument("thread", type=_text, metavar="THREAD", help=_THREAD_HELP)
     delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    delete.add_argument(
+        "--force",
+        action="store_true",
+        help="delete it even while a run holds it (that run then fails at its next write)",
+    )
 
     prune = command(
         "prune",

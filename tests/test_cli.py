@@ -453,6 +453,22 @@ def test_delete_with_yes_removes_the_thread(
     assert store.get("kept") is not None
 
 
+def test_delete_refuses_a_thread_a_run_holds_unless_forced(
+    capsys: pytest.CaptureFixture[str], db: str, store: SqliteCheckpointer
+) -> None:
+    """A live hold (here the store's, seen by the CLI through the file): exit 1, kept; --force deletes it."""
+    paused_order(store, "t; rm -rf ~")
+    with store.hold("t; rm -rf ~"):
+        status, out, err = cli(capsys, "--db", db, "delete", "t; rm -rf ~", "--yes")
+        assert (1, "") == (status, out)
+        assert "a run holds thread 't; rm -rf ~' now: nothing deleted" in err
+        assert "ilmek cancel 't; rm -rf ~'" in err
+        assert store.get("t; rm -rf ~") is not None
+        status, out, _ = cli(capsys, "--db", db, "delete", "t; rm -rf ~", "--yes", "--force")
+        assert (0, "deleted thread 't; rm -rf ~'\n") == (status, out)
+        assert store.get("t; rm -rf ~") is None
+
+
 def test_delete_without_yes_off_a_terminal_refuses(
     capsys: pytest.CaptureFixture[str], db: str, store: SqliteCheckpointer
 ) -> None:

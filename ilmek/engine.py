@@ -601,7 +601,7 @@ class _Run:
             channels=pause.channels,
             next=pause.next,
             pending=tuple(
-                attrs.evolve(p, task_id=task_id_for(self.thread_id, checkpoint_id, _task_key(p)))
+                attrs.evolve(p, task_id=task_id_for(self.thread_id, checkpoint_id, p.task_key))
                 for p in pause.pending
             ),
             journal_chain=pause.journal_chain,
@@ -682,11 +682,11 @@ class _Run:
 
     def _record_answers(self, base: Checkpoint, by_id: Mapping[str, Any]) -> None:
         assert self._hold is not None
-        keys = list(dict.fromkeys([*(t.task_key for t in base.next), *(_task_key(p) for p in base.pending)]))
+        keys = list(dict.fromkeys([*(t.task_key for t in base.next), *(p.task_key for p in base.pending)]))
         journals = self.cp.load_journals(base, keys, hold=self._hold)
         answers: dict[str, list[JournalEntry]] = {}
         for pause in base.pending:
-            key = _task_key(pause)
+            key = pause.task_key
             answer = by_id[pause.id]
             # Compare in JSON space: that is what a stored answer comes back as.
             canonical = serde.decode(serde.encode(answer, where=f"the answer to {pause.id!r}"))
@@ -1167,12 +1167,6 @@ def _emitter(messages: queue.SimpleQueue[_Message], task_run: _Task) -> Callable
         messages.put(_Emit(task_run, payload))
 
     return emit
-
-
-def _task_key(pause: Pending) -> str:
-    """The task key of a pause, from its id (``<task key>:<key>``)."""
-    suffix = f":{pause.key}"
-    return pause.id[: -len(suffix)] if pause.id.endswith(suffix) else pause.id
 
 
 def _task_id_of(runs: Sequence[_Task], node: str) -> str:

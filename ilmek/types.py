@@ -78,6 +78,12 @@ class Pending:
     key: str
     payload: Any = None
 
+    @property
+    def task_key(self) -> str:
+        """The key of the task that paused: ``id`` without its ``:<key>`` ending."""
+        suffix = f":{self.key}"
+        return self.id[: -len(suffix)] if self.id.endswith(suffix) else self.id
+
 
 @attrs.frozen(kw_only=True)
 class JournalEntry:

@@ -1,4 +1,4 @@
-"""The ids ilmek makes: run and thread ids, and checkpoint ids across processes."""
+"""The ids ilmek makes: run and thread ids, checkpoint ids across processes, a pause's task key."""
 
 from __future__ import annotations
 
@@ -64,3 +64,18 @@ def test_a_forked_child_tells_its_ids_apart_from_its_parents() -> None:
     assert 8 == len(child_tag)
     assert child_tag != parent_tag
     assert parent_tag == new_checkpoint_id().rsplit("-", 1)[1]
+
+
+@pytest.mark.parametrize(
+    ("pause_id", "key", "task_key"),
+    [
+        ("review:interrupt#0", "interrupt#0", "review"),
+        ("ask:a:b#2:approve", "approve", "ask:a:b#2"),  # node names may hold ':' and '#'
+        ("send:3:ask:interrupt#1", "interrupt#1", "send:3:ask"),
+        ("odd", "interrupt#0", "odd"),  # a stored id without the ending: the id itself
+    ],
+)
+def test_a_pause_names_its_task_by_its_id_without_the_key(pause_id: str, key: str, task_key: str) -> None:
+    """Pending.task_key is the id less ``:<key>``, however many ``:`` the node's name holds."""
+    pause = ilmek.Pending(id=pause_id, task_id="j", node="n", key=key)
+    assert task_key == pause.task_key

@@ -32,7 +32,6 @@ __all__ = [
     "parse_metadata_filter",
     "read_inbox",
     "read_thread",
-    "task_key_of",
     "thread_info",
 ]
 
@@ -148,11 +147,6 @@ def held_since(info: ThreadInfo | None) -> str:
     return info.held_since.isoformat() if info is not None and info.held_since is not None else ""
 
 
-def task_key_of(pause: Pending) -> str:
-    """The task key a pause belongs to (its id is ``<task key>:<key>``)."""
-    return pause.id[: -len(pause.key) - 1] if pause.id.endswith(":" + pause.key) else pause.node
-
-
 @attrs.frozen(kw_only=True)
 class PauseView:
     """A pause of the checkpoint shown, and what became of it.
@@ -206,7 +200,7 @@ class ThreadView:
 
 def _recorded_answer(journals: Mapping[str, tuple[JournalEntry, ...]], pause: Pending) -> JournalEntry | None:
     """The journal entry holding a pause's answer, while its task's journal keeps it."""
-    entries = journals.get(task_key_of(pause), ())
+    entries = journals.get(pause.task_key, ())
     return next((entry for entry in entries if entry.key == pause.key and entry.answered), None)
 
 

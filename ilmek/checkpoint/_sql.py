@@ -1701,16 +1701,17 @@ class SqlCheckpointer(Checkpointer):
     def delete_idle_thread(self, thread_id: str) -> None:
         thread_id = checks.thread_id(thread_id)
 
-        def work(session: Session) -> None:
+        def work(session: Session) -> bool:
             self.advisory_lock(session, thread_id, wait=True)
             if self._claim_and_delete(session, [thread_id]):
-                return
+                return True
             # Not claimed: either there is no such thread, or a live run holds it.
             if session.query(self._statement(_THREAD_EXISTS), thread_id=thread_id):
                 raise busy_error(thread_id)
+            return False
 
-        self._run(work, what="delete the thread", thread_id=thread_id)
-        _LOG.info("deleted thread %r", thread_id, extra={"thread_id": thread_id})
+        if self._run(work, what="delete the thread", thread_id=thread_id):
+            _LOG.info("deleted thread %r", thread_id, extra={"thread_id": thread_id})
 
     def _claim_and_delete(self, session: Session, candidates: Sequence[str]) -> builtins.list[str]:
         """Inside a write: delete those of ``candidates`` no live run holds; the ids deleted."""

@@ -63,9 +63,9 @@ from _common import (
 )
 
 from ilmek import InMemoryCheckpointer, run, stream
-from ilmek.checkpoint._sql import SqlCheckpointer
 from ilmek.checkpoint.base import Checkpointer
 from ilmek.checkpoint.postgres import PostgresCheckpointer
+from ilmek.checkpoint.sql import SqlCheckpointer
 from ilmek.types import new_checkpoint_id
 
 
@@ -164,7 +164,7 @@ class IlmekSqlAlone:
             cursor.close()
 
     def _send(self, name: str, **params: Any) -> None:
-        text, bound = self._checkpointer._sql(name).bind(self._paramstyle, params)
+        text, bound = self._checkpointer.statements.named(name).bind(self._paramstyle, params)
         cursor = self._connection.cursor()
         try:
             cursor.execute(text, bound)

@@ -40,8 +40,8 @@ from typing import Any, Final, NoReturn
 import attrs
 
 from . import __version__, serde
-from .checkpoint._sql import SqlCheckpointer, validate_prefix
 from .checkpoint.base import Checkpointer, checkpoints_to_keep
+from .checkpoint.sql import SqlCheckpointer, validate_prefix
 from .checkpoint.sqlite import DEFAULT_PATH, SqliteCheckpointer
 from .demo import CART, build_checkout_graph, question_of
 from .engine import resume, run

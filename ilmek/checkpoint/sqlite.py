@@ -22,8 +22,8 @@ from typing import Any, ClassVar
 
 from ..dbapi import Adapter, ErrorKind, LockedConnection, Session, Statement
 from ..errors import InvalidArgumentError, StorageError, TransientStorageError
-from ._sql import Migration, SqlCheckpointer, copy_v1_journals, validate_prefix
 from .django import DjangoAdapter, is_django_connection
+from .sql import Migration, SqlCheckpointer, copy_v1_journals, validate_prefix
 
 __all__ = ["DEFAULT_PATH", "SqliteCheckpointer"]
 
@@ -332,7 +332,7 @@ class SqliteCheckpointer(SqlCheckpointer):
             )
         super().__init__(adapter, table_prefix=table_prefix, lease_seconds=lease_seconds)
         try:
-            self._ensure_schema()
+            self.ensure_schema()
         except BaseException:
             self.close()
             raise

@@ -23,8 +23,8 @@ from ... import serde
 from ...dbapi import Adapter, Session, Statement, describe_error
 from ...errors import InvalidArgumentError, StorageError
 from ...redact import mask_secrets
-from .._sql import LONG_WAY_SQLSTATE, Migration, SqlCheckpointer, copy_v1_journals, validate_prefix
 from ..django import DjangoAdapter, is_django_connection
+from ..sql import LONG_WAY_SQLSTATE, Migration, SqlCheckpointer, copy_v1_journals, validate_prefix
 from . import generic, psycopg, psycopg2, sqlalchemy
 from .common import SingleConnectionAdapter
 from .errors import classify_postgres_error

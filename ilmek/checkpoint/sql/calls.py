@@ -1,0 +1,74 @@
+"""One-statement writes: a call of a function of the schema (Postgres's superstep and answer).
+
+Where the schema has such functions (``WRITES_IN_ONE_STATEMENT``), a
+superstep or a resume's answers are one call, a transaction by itself. A
+function that meets anything unexpected raises :data:`LONG_WAY_SQLSTATE`,
+which rolls the call back; the caller then takes the long way (several
+statements in a transaction of ilmek's), which decides and says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from ...dbapi import Session, Statement, sqlstate
+from .. import _records
+from ..holds import busy_error
+
+__all__ = ["LONG_WAY_SQLSTATE", "FunctionCall", "LongWay", "entry_rows", "id_list"]
+
+LONG_WAY_SQLSTATE = "IL001"
+"""What the schema's functions (superstep, answer) raise, rolling their call back, when the long way
+must decide."""
+
+
+class LongWay(Exception):
+    """Internal: the one-statement write met something it does not handle; roll back, go the long way."""
+
+
+class FunctionCall:
+    """One planned call of a function of the schema: the superstep or the answers (Postgres).
+
+    The function's row starts with ``busy``; ``committed`` gets the whole row
+    once the call's transaction has committed.
+    """
+
+    def __init__(
+        self, statement: Statement, params: dict[str, Any], committed: Callable[[tuple[Any, ...]], None]
+    ) -> None:
+        self._statement = statement
+        self._params = params
+        self._committed = committed
+
+    def run(self, session: Session) -> None:
+        """Make the call; raises :class:`LongWay` (nothing written) where the long way must decide.
+
+        ThreadBusyError when the run's first write finds the thread held.
+        """
+        if session.joined:
+            raise LongWay  # inside the caller's transaction: the long way
+        try:
+            [row] = session.query(self._statement, **self._params)
+        except Exception as error:
+            if sqlstate(error) == LONG_WAY_SQLSTATE:
+                # The function rolled its statement back: the thread moved,
+                # the hold is gone, or a list grew past this checkpoint.
+                raise LongWay from None
+            raise
+        if row[0]:
+            raise busy_error(self._params["thread_id"])
+        session.after_commit(lambda: self._committed(tuple(row)))
+
+
+def entry_rows(rows: Iterable[tuple[Sequence[str], str]]) -> str:
+    """A JSON array of journal rows for a schema function: each row's key parts, then its entry.
+
+    Each entry is already JSON text: spliced into the array, not re-encoded.
+    """
+    return "[{}]".format(",".join(f"[{_records.dump_plain(list(keys))[1:-1]},{text}]" for keys, text in rows))
+
+
+def id_list(text: Any) -> list[int]:
+    """The ids a schema function returned as comma-separated text (``''``: none)."""
+    return [int(part) for part in str(text).split(",") if part]

@@ -1,0 +1,254 @@
+"""Holds stored as rows of the ``holds`` table: taking, fencing, renewing, confirming, giving back.
+
+:class:`SqlHold` is the :class:`~ilmek.checkpoint.holds.Hold` a run of a SQL
+checkpointer carries; :class:`HoldRows` runs the statements behind it. A
+write that must be fenced calls :meth:`HoldRows.fence` inside its own
+transaction; a first write that takes a deferred hold calls
+:meth:`HoldRows.take` there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from ... import checks
+from ...dbapi import Adapter, Pin, Session
+from ..holds import KEEPER, Hold, busy_error, new_token
+from .statements import Statements
+
+if TYPE_CHECKING:
+    from .checkpointer import SqlCheckpointer
+
+__all__ = ["HOLD_GONE", "HoldRows", "SqlHold"]
+
+_LOG = logging.getLogger("ilmek.storage")
+
+HOLD_GONE = "its hold row is gone: the thread was deleted, or its lease lapsed and another run took it"
+"""Why a run's hold is lost when a fenced write or a check finds its row no longer the run's."""
+
+
+class SqlHold(Hold):
+    """A hold stored as a row of the ``holds`` table, with a lease its run renews.
+
+    Attributes:
+        pin: The connection the run keeps, through which all its reads and
+            writes go (one connection of a pool per run).
+        joined: Whether it was taken inside the caller's transaction, where
+            no other session can see it (nor needs to renew it).
+    """
+
+    def __init__(
+        self,
+        rows: HoldRows,
+        thread_id: str,
+        token: str,
+        pin: Pin,
+        *,
+        lease_seconds: float | None,
+        any_thread: bool,
+        takeover_at_once: bool,
+        taken: bool = True,
+    ) -> None:
+        super().__init__(thread_id, token, lease_seconds=lease_seconds)
+        self._rows = rows
+        self.pin = pin
+        self.any_thread = any_thread
+        self.takeover_at_once = takeover_at_once
+        self.taken = taken
+        #: The thread's status and updated_at as this run's last commit left
+        #: them (None until a commit of this run set them): under the hold
+        #: nobody else changes them, so a move that keeps both needs not
+        #: assign them.
+        self.stamped: tuple[str, float] | None = None
+
+    def take(self) -> None:
+        with self.lock:
+            if not self.taken:
+                self._rows.take_now(self)
+
+    def renew(self) -> None:
+        super().renew()
+        with self.lock:
+            if self.taken:
+                self._rows.renew(self)
+
+    def confirm(self) -> None:
+        if self.lost:
+            super().renew()  # raises HoldLostError
+        with self.lock:
+            if self.taken:
+                self._rows.confirm(self)
+
+    def release(self) -> None:
+        try:
+            with self.lock:
+                if self.taken and not self._released and not self.lost:
+                    self._rows.release(self)
+        finally:
+            self._released = True
+            # Given back whether the hold went with the final commit or here.
+            self.pin.release()
+
+
+class HoldRows:
+    """The statements behind :class:`SqlHold`, for one checkpointer."""
+
+    def __init__(self, owner: SqlCheckpointer, adapter: Adapter, statements: Statements) -> None:
+        self._owner = owner
+        self._adapter = adapter
+        self._statements = statements
+
+    @contextlib.contextmanager
+    def holding(self, thread_id: str, *, deferred: bool) -> Iterator[Hold]:
+        """Hold ``thread_id`` for the block (taken at once unless ``deferred``), then give it back."""
+        owner = self._owner
+        thread_id = checks.thread_id(thread_id)
+        owner.ensure_schema()
+        pin = self._adapter.pin()
+        joined = self._adapter.joins
+        handle = SqlHold(
+            self,
+            thread_id,
+            new_token(),
+            pin,
+            # Inside the caller's transaction nobody else sees the row: the
+            # advisory lock (where there is one) and the caller's write lock
+            # keep the thread until the caller commits; nothing to renew.
+            lease_seconds=None if joined else owner.lease_seconds,
+            any_thread=owner.any_thread and not joined,
+            takeover_at_once=owner.HOLDER != "NULL" and not joined,
+            taken=False,
+        )
+        try:
+            if not deferred:
+                self.take_now(handle)
+            yield handle
+        except BaseException:
+            try:
+                handle.release()
+            except Exception as error:
+                # The failure that ended the run is the one to report; the
+                # lease lapses on its own.
+                _LOG.warning(
+                    "could not give back the hold on thread %r: %s",
+                    thread_id,
+                    error,
+                    extra={"thread_id": thread_id},
+                )
+            raise
+        handle.release()
+
+    def take(self, session: Session, hold: SqlHold) -> None:
+        """Inside a write: take the thread for ``hold``, or raise ThreadBusyError (rolling back)."""
+        granted = self._owner.advisory_lock(session, hold.thread_id, wait=False) and session.query(
+            self._statements.named("acquire_hold"),
+            thread_id=hold.thread_id,
+            owner=hold.token,
+            ttl=self._owner.lease_seconds,
+            now=time.time(),
+        )
+        if not granted:
+            raise busy_error(hold.thread_id)
+
+    def take_now(self, hold: SqlHold) -> None:
+        """Take a hold that is not taken yet, in a transaction of its own."""
+        started = time.monotonic()
+        self._adapter.run(
+            lambda session: self.take(session, hold),
+            what="hold the thread",
+            thread_id=hold.thread_id,
+            pin=hold.pin,
+        )
+        self.took(hold, started)
+
+    @staticmethod
+    def took(hold: SqlHold, started: float) -> None:
+        """The transaction that took ``hold`` (begun at monotonic ``started``) committed."""
+        hold.mark_taken()
+        hold.renewed(started)
+        KEEPER.add(hold)
+
+    def fence(self, session: Session, hold: Hold) -> str | None:
+        """Inside a write: renew the hold, or fail if it is not the run's any more.
+
+        Returns:
+            A cancel request's reason, if another process stored one.
+        """
+        rows = session.query(
+            self._statements.named("fence"),
+            thread_id=hold.thread_id,
+            owner=hold.token,
+            ttl=self._owner.lease_seconds,
+            now=time.time(),
+        )
+        if not rows:
+            raise hold.mark_lost(HOLD_GONE)
+        reason = rows[0][0]
+        return reason if isinstance(reason, str) else None
+
+    def renew(self, hold: SqlHold) -> None:
+        """Extend the lease in a transaction of its own."""
+        started = time.monotonic()
+        reason = self._owner.transact(
+            lambda session: self.fence(session, hold),
+            what="renew the hold",
+            thread_id=hold.thread_id,
+            hold=hold,
+        )
+        hold.renewed(started, reason)
+
+    def owns(self, session: Session, hold: Hold) -> bool:
+        """Whether the hold's row still carries the run's token."""
+        return bool(
+            session.query(self._statements.named("holds_owner"), thread_id=hold.thread_id, owner=hold.token)
+        )
+
+    def confirm(self, hold: SqlHold) -> None:
+        """A read that the hold's row still carries the run's token (and a live lease)."""
+        held = self._owner.transact(
+            lambda session: self.owns(session, hold),
+            what="check the hold",
+            thread_id=hold.thread_id,
+            write=False,
+            hold=hold,
+        )
+        if not held:
+            raise hold.mark_lost(HOLD_GONE)
+
+    def delete(self, session: Session, hold: Hold) -> None:
+        """Inside a write: delete the hold's row (the run's last write gives it back)."""
+        session.execute(self._statements.named("release_hold"), thread_id=hold.thread_id, owner=hold.token)
+
+    def release(self, hold: SqlHold) -> None:
+        """Give the hold back in a transaction of its own."""
+        self._owner.transact(
+            lambda session: self.delete(session, hold),
+            what="release the hold",
+            thread_id=hold.thread_id,
+            hold=hold,
+        )
+
+    def request_cancel(self, thread_id: str, reason: str = "cancelled") -> bool:
+        """Store a cancel request on the live hold of ``thread_id``; whether there was one."""
+        thread_id = checks.thread_id(thread_id)
+        reason = checks.text(reason, "reason")
+
+        def work(session: Session) -> bool:
+            rows = session.query(
+                self._statements.named("request_cancel"), thread_id=thread_id, reason=reason, now=time.time()
+            )
+            return bool(rows)
+
+        asked: bool = self._owner.transact(work, what="request a cancel", thread_id=thread_id)
+        if asked:
+            _LOG.info(
+                "asked the run holding thread %r to cancel: %s",
+                thread_id,
+                reason,
+                extra={"thread_id": thread_id},
+            )
+        return asked

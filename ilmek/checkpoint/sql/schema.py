@@ -1,0 +1,169 @@
+"""The SQL checkpointer's schema: versions, creating and upgrading tables, the DDL for operators.
+
+A backend supplies its DDL (``SCHEMA`` for a new database, ``UPGRADES``
+from each older version, both in the templates' ``{p}`` form);
+:class:`Schema` decides what to run. The one upgrade step that is Python,
+not SQL (:func:`copy_v1_journals`), lives here too.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ...dbapi import Adapter, Session, Statement
+from ...errors import SchemaVersionError
+from .. import _records
+from .journals import task_scope
+from .statements import Statements, format_sql, validate_prefix
+
+if TYPE_CHECKING:
+    from .checkpointer import SqlCheckpointer
+
+__all__ = ["Migration", "Schema", "copy_v1_journals", "schema_sql"]
+
+_LOG = logging.getLogger("ilmek.storage")
+
+Migration = str | Callable[[Session, "SqlCheckpointer"], None]
+"""One upgrade step: DDL in template form, or a function of the session and the checkpointer."""
+
+
+def schema_sql(dialect: type[SqlCheckpointer], table_prefix: str = "ilmek") -> builtins.list[str]:
+    """The SQL that creates the current schema under ``table_prefix``; needs no connection."""
+    prefix = validate_prefix(table_prefix).lower()
+    statements = [format_sql(dialect, s, prefix) for s in dialect.SCHEMA]
+    statements.append(
+        format_sql(
+            dialect,
+            "INSERT INTO {p}_meta (key, value) VALUES ('schema_version', "
+            f"'{dialect.SCHEMA_VERSION}') ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            prefix,
+        )
+    )
+    return statements
+
+
+class Schema:
+    """Whether a checkpointer's tables are at its version, and how they get there."""
+
+    def __init__(self, owner: SqlCheckpointer, adapter: Adapter, statements: Statements) -> None:
+        self._owner = owner
+        self._adapter = adapter
+        self._statements = statements
+        self._ready = False
+        self._lock = threading.Lock()
+
+    @property
+    def prefix(self) -> str:
+        return self._statements.table_prefix
+
+    def migrate(self) -> None:
+        """Create or upgrade the tables; safe to run again and from several processes at once.
+
+        Raises:
+            SchemaVersionError: the database was written by a newer ilmek.
+        """
+        owner = self._owner
+        wanted = owner.schema_version
+
+        def work(session: Session) -> int:
+            owner.lock_for_migration(session)
+            found = self.found_version(session)
+            if found > wanted:
+                raise self.version_error(found)
+            if found == 0:
+                session.run_script([self._statements.format(s) for s in owner.SCHEMA])
+            else:
+                for version in range(found, wanted):
+                    for step in owner.UPGRADES[version]:
+                        if isinstance(step, str):
+                            session.run_script([self._statements.format(step)])
+                        else:
+                            step(session, owner)
+            if found != wanted:
+                session.execute(self._statements.named("set_schema_version"), version=str(wanted))
+            return found
+
+        found = self._adapter.run(work, what="migrate the schema")
+        if found != wanted:
+            _LOG.info("migrated the %s_* tables from schema version %d to %d", self.prefix, found, wanted)
+        self._ready = True
+
+    def found_version(self, session: Session) -> int:
+        """The version the database is at (0: no tables)."""
+        if not self._owner.table_exists(session, f"{self.prefix}_meta"):
+            return 0
+        rows = session.query(self._statements.named("schema_version"))
+        if not rows:
+            return 0
+        try:
+            return int(rows[0][0])
+        except (TypeError, ValueError) as exc:
+            raise SchemaVersionError(
+                f"the {self.prefix}_meta table holds schema version {rows[0][0]!r}, which is not a "
+                "number: the tables were not written by ilmek (use another table_prefix)",
+            ) from exc
+
+    def version_error(self, found: int) -> SchemaVersionError:
+        """The error for a database at another version than this code's."""
+        wanted = self._owner.schema_version
+        if found > wanted:
+            advice = "upgrade ilmek to a version that knows it (or use another table_prefix)"
+        else:
+            advice = "run migrate() (or `python -m ilmek migrate --db <database>`) to upgrade it"
+        return SchemaVersionError(
+            f"the {self.prefix}_* tables are at schema version {found}, this ilmek uses "
+            f"version {wanted}: {advice}",
+            found=found,
+            expected=wanted,
+        )
+
+    def ensure(self) -> None:
+        """Check the version once per checkpointer (migrating where the backend does so on its own)."""
+        if self._ready:
+            return
+        with self._lock:
+            if not self._ready:
+                found = self._adapter.run(self.found_version, what="read the schema version", write=False)
+                wanted = self._owner.schema_version
+                if found != wanted:
+                    if self._owner.AUTO_MIGRATE and found < wanted:
+                        self.migrate()
+                        return
+                    raise self.version_error(found)
+                self._ready = True
+
+
+def copy_v1_journals(session: Session, checkpointer: SqlCheckpointer) -> None:
+    """Upgrade step 1 → 2: one row per task journal (``journals_v1``) becomes one row per entry.
+
+    Journals left by an unfinished superstep are exactly the steps a crashed
+    run paid for: they are kept, under the checkpoint their superstep ran from.
+    """
+    fmt = checkpointer.statements.format
+    rows = session.query(Statement(fmt("SELECT task_id, {jo_entries} FROM {p}_journals_v1")))
+    insert = Statement(
+        fmt(
+            "INSERT INTO {p}_journals (thread_id, base_id, task_key, entry_key, entry) "
+            "VALUES (:thread_id, :base_id, :task_key, :entry_key, {ji_entry}) ON CONFLICT DO NOTHING"
+        )
+    )
+    for task_id, stored in rows:
+        thread_id, base_id, task_key = task_scope(task_id)
+        try:
+            entries = _records.decode_journal(stored, thread_id=thread_id)
+        except Exception as error:  # an unreadable old journal is left behind, not fatal
+            _LOG.warning("could not carry over the journal of task %r: %s", task_id, error)
+            continue
+        for entry in entries:
+            session.execute(
+                insert,
+                thread_id=thread_id,
+                base_id=base_id,
+                task_key=task_key,
+                entry_key=_records.stored_key(entry.key),
+                entry=_records.encode_entry(entry, f"journal {task_id!r}"),
+            )

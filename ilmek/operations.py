@@ -14,8 +14,9 @@ from typing import Any
 
 from . import checks
 from .checkpoint.base import Checkpointer
-from .engine import RunOptions, _collect_result, _Run, _Start
+from .engine import RunOptions, collect_result
 from .errors import ConcurrentUpdateError, InvalidArgumentError, ThreadBusyError
+from .execution.lifecycle import Run, Start
 from .graph import CompiledGraph
 from .logs import logger
 from .types import Result, ThreadInfo
@@ -134,16 +135,16 @@ def recover(
                 extra={"thread_id": info.id},
             )
             continue
-        the_run = _Run(
+        the_run = Run(
             graph,
-            _Start(None),
+            Start(None),
             RunOptions.of({**run_options, "thread_id": info.id, "checkpointer": checkpointer}),
         )
         # Checked under the run's hold: another recoverer may have continued
         # the thread (to its end, a pause, or the same failure) since it was listed.
         the_run.only_if = functools.partial(_unchanged, checkpointer, info)
         try:
-            result = _collect_result(graph, the_run)
+            result = collect_result(graph, the_run)
         except (ThreadBusyError, ConcurrentUpdateError):
             # Another recoverer, or a run, has it or had it: it is in good hands.
             continue

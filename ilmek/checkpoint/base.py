@@ -132,6 +132,22 @@ class Checkpointer(abc.ABC):
         writes nothing more.
         """
 
+    # --- beyond the port: how runs may use it ---------------------------------------------
+
+    @property
+    def tasks_may_share_caller_thread(self) -> bool:
+        """Whether a run's task may run on the thread that called ``run()``.
+
+        A task on the caller's thread shares that thread's state. Inside a
+        Django ``atomic`` block, a step's ORM writes would then join the
+        caller's transaction (and vanish with its rollback) while the step's
+        record, written by the checkpointer, stays: such runs keep every
+        task on a worker thread.
+        """
+        from .callers import caller_in_atomic_block
+
+        return not caller_in_atomic_block()
+
     # --- beyond the port: several journals at once --------------------------------------
 
     def get_journals(self, task_ids: Sequence[str]) -> dict[str, tuple[JournalEntry, ...]]:

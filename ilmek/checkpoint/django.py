@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..dbapi import Adapter, ErrorKind, Session
+from .callers import caller_in_atomic_block
 
-__all__ = ["DjangoAdapter", "is_django_connection"]
+__all__ = ["DjangoAdapter", "caller_in_atomic_block", "is_django_connection"]
 
 
 def is_django_connection(client: Any, vendor: str) -> bool:

@@ -17,8 +17,9 @@ from typing import Any
 import attrs
 
 from ..checkpoint.base import Checkpointer
-from ..engine import _collect_result, _MovedOn, _resume_run, resume_keyed, run
+from ..engine import collect_result, resume_keyed, resume_run, run
 from ..errors import IlmekError, ThreadBusyError
+from ..execution.lifecycle import MovedOn
 from ..graph import CompiledGraph
 from ..operations import request_cancel
 from ..types import Result
@@ -114,12 +115,10 @@ def _resume(
             # answer meant for them must not go to whatever is open now (a
             # later pause may have the same id). The run checks that, with
             # the write that records the answers.
-            the_run = _resume_run(
-                graph, answers, True, {"thread_id": thread_id, "checkpointer": checkpointer}
-            )
+            the_run = resume_run(graph, answers, True, {"thread_id": thread_id, "checkpointer": checkpointer})
             the_run.answer_only_at = checkpoint_id
-            result = _collect_result(graph, the_run)
-    except _MovedOn:
+            result = collect_result(graph, the_run)
+    except MovedOn:
         return _failed(
             "The thread moved on since the page was drawn (answered elsewhere?); nothing was "
             "answered. Look at it again."

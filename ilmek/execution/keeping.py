@@ -1,0 +1,61 @@
+"""The run's hold while the run lasts: renewed wherever the driver waits, and cancel requests heard.
+
+The backend's :class:`~ilmek.checkpoint.holds.Hold` knows how to renew and
+confirm itself; :class:`HoldKeeper` is the run's side of it: when to renew,
+what a failed renewal means for the run (nothing yet: the loss is seen at
+the next write), and what a cancel request stored on the hold does (it
+sets the run's cancel event).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from ..checkpoint.holds import Hold
+from ..errors import IlmekError
+from ..logs import logger
+from .setup import RunSetup
+
+__all__ = ["HoldKeeper"]
+
+
+class HoldKeeper:
+    """Keeps one run's hold on its thread while the run drives it."""
+
+    def __init__(self, setup: RunSetup, hold: Hold) -> None:
+        self._setup = setup
+        self.hold = hold
+        hold.on_cancel = self._cancel_requested
+
+    def _cancel_requested(self, reason: str) -> None:
+        """Another process asked the run to stop (seen by a fenced write or a renewal)."""
+        cancel = self._setup.cancel
+        if getattr(cancel, "reason", None) is None:
+            with contextlib.suppress(AttributeError):
+                cancel.reason = reason  # type: ignore[attr-defined]
+        cancel.set()
+
+    def seconds_until_renewal(self) -> float | None:
+        """How long the driver may wait before it must renew (``None``: never)."""
+        return self.hold.seconds_until_renewal()
+
+    def keep(self) -> None:
+        """Renew the hold when due, wherever the driver waits; a loss is seen at the next write."""
+        try:
+            self.hold.renew_if_due()
+        except IlmekError as error:
+            logger("ilmek.run").warning(
+                "could not renew the hold on %r: %s",
+                self._setup.thread_id,
+                error,
+                extra={"thread_id": self._setup.thread_id},
+            )
+
+    def abort_reason(self) -> str:
+        """Why the run was cancelled: the caller's reason, a stored request's, or ``aborted``."""
+        reason = getattr(self._setup.cancel, "reason", None)
+        if reason is None:
+            reason = self.hold.cancel_reason
+        if isinstance(reason, BaseException):
+            return str(reason) or type(reason).__name__
+        return str(reason) if reason is not None else "aborted"

@@ -1,0 +1,381 @@
+"""One run, from its start to its end: hold the thread, start, resume or fork, loop, end.
+
+:class:`Run` is what :mod:`ilmek.engine` builds from a call; its
+:meth:`Run.events` holds the thread and drives the run, yielding its events.
+Starting means answering the pause (a resume), committing the input (a run
+with input, or a fork's first checkpoint) before any node runs, or simply
+continuing the thread's plan. Then supersteps follow until the plan is
+empty, a pause, a failure, a cancel or the recursion limit ends the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterator
+from typing import Any
+
+import attrs
+
+from ..checkpoint.holds import Hold
+from ..errors import (
+    CheckpointNotFoundError,
+    ConcurrentUpdateError,
+    IlmekError,
+    RecursionLimitError,
+    ResumeError,
+)
+from ..events import CheckpointEvent, Event, RunEnd, RunStart, StateEvent
+from ..graph import START, CompiledGraph
+from ..types import Checkpoint, Pending, ScheduledTask, task_id_for
+from .answers import Resume, answers_by_id, record_answers
+from .keeping import HoldKeeper
+from .position import ThreadPosition
+from .setup import EventStamper, RunOptions, RunSetup
+from .superstep import RunEnds, Superstep, plan_context
+from .tasks import TaskRunner
+
+__all__ = ["MovedOn", "Run", "Start"]
+
+
+class Start:
+    """A run that starts from input (``None``: continue the thread)."""
+
+    __slots__ = ("input",)
+
+    def __init__(self, input: Any) -> None:  # noqa: A002 -- the name run() gives it
+        self.input = input
+
+
+Mode = Start | Resume
+
+
+class MovedOn(ConcurrentUpdateError):
+    """Internal: a resume limited to one checkpoint's pauses found the thread elsewhere; nothing answered."""
+
+
+class _Finished(Exception):
+    """Internal: the run reached its end; carries the final event."""
+
+    def __init__(self, end: RunEnd) -> None:
+        super().__init__(end.status)
+        self.end = end
+
+
+class Run:
+    """One run of a graph on a thread; :meth:`events` drives it.
+
+    Attributes:
+        may_run_inline: Whether a superstep of one task may run it on the
+            driving thread itself, with no hand-off to a worker and back:
+            only when nobody reads the events live (run(), resume()); streams
+            keep every task on a worker so its custom events reach the reader
+            as they happen.
+        only_if: Asked once the hold is taken, before anything is read:
+            False ends the run with a ConcurrentUpdateError (recover() uses
+            it to run only a thread that is still as it found it).
+        answer_only_at: For a resume: the checkpoint whose pauses the caller
+            saw (a page drawn earlier). Another open pause may carry the same
+            ids, so if the thread's latest is any other checkpoint, nothing
+            is answered.
+    """
+
+    def __init__(self, graph: CompiledGraph, mode: Mode, options: RunOptions) -> None:
+        self.setup = RunSetup.of(graph, options, resuming=isinstance(mode, Resume))
+        self.mode = mode
+        # Refused before anything is yielded or written.
+        self.input_writes = (
+            self.setup.schema.writes_from_input(mode.input, thread_id=self.setup.thread_id)
+            if isinstance(mode, Start) and mode.input is not None
+            else None
+        )
+        self.may_run_inline = False
+        self.only_if: Callable[[], bool] | None = None
+        self.answer_only_at: str | None = None
+        self._event = EventStamper(self.setup.run_id, self.setup.thread_id)
+
+    @property
+    def thread_id(self) -> str:
+        return self.setup.thread_id
+
+    @property
+    def run_id(self) -> str:
+        return self.setup.run_id
+
+    def events(self) -> Iterator[Event]:
+        """Drive the run, yielding its events as they happen."""
+        setup = self.setup
+        try:
+            # A run that begins by committing its input, or a resume by
+            # recording its answers, takes the hold in that write's
+            # transaction (one durable write fewer); the others take it
+            # before reading anything.
+            defer = (
+                (isinstance(self.mode, Resume) or self.input_writes is not None)
+                and setup.options.checkpoint_id is None
+                and self.only_if is None
+            )
+            cp = setup.checkpointer
+            holding = cp.deferred_hold if defer else cp.hold
+            with holding(setup.thread_id) as hold:
+                driving = _Driving(self, hold)
+                try:
+                    yield from driving.drive()
+                finally:
+                    driving.runner.close()
+        except IlmekError as error:
+            if error.run_id is None:
+                error.run_id = setup.run_id
+            raise
+
+
+@attrs.define(eq=False)
+class _Driving:
+    """One driving of a :class:`Run`, with the collaborators that share its hold."""
+
+    run: Run
+    hold: Hold
+    keeper: HoldKeeper = attrs.field(init=False)
+    position: ThreadPosition = attrs.field(init=False)
+    runner: TaskRunner = attrs.field(init=False)
+    superstep: Superstep = attrs.field(init=False)
+    steps_taken: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        setup, event = self.run.setup, self.run._event
+        self.keeper = HoldKeeper(setup, self.hold)
+        self.position = ThreadPosition(setup, self.hold)
+        self.runner = TaskRunner(setup, self.keeper, event)
+        self.superstep = Superstep(setup, self.position, self.runner, self.keeper, event)
+
+    @property
+    def setup(self) -> RunSetup:
+        return self.run.setup
+
+    def drive(self) -> Iterator[Event]:
+        setup, hold = self.setup, self.hold
+        only_if = self.run.only_if
+        if only_if is not None and not only_if():
+            raise ConcurrentUpdateError(
+                f"thread {setup.thread_id!r} changed after it was chosen for this run; nothing was run",
+                thread_id=setup.thread_id,
+            )
+        while True:
+            latest = setup.checkpointer.load(setup.thread_id, hold=hold)
+            try:
+                base = yield from self._start(latest)
+                break
+            except ConcurrentUpdateError:
+                if hold.taken:
+                    raise
+                # Another run moved the thread between the read and the
+                # input's commit, which took nothing: take the hold first,
+                # then read again.
+                hold.take()
+        values = dict(base.channels)
+        try:
+            while True:
+                base, values = yield from self._next(base, values)
+        except _Finished as finished:
+            yield finished.end
+
+    def _next(
+        self, base: Checkpoint, values: dict[str, Any]
+    ) -> Generator[Event, None, tuple[Checkpoint, dict[str, Any]]]:
+        """The superstep after ``base``, or the run's end (raising ``_Finished``)."""
+        setup = self.setup
+        if not base.next:
+            raise _Finished(self._end("done", base, values))
+        if setup.cancel.is_set():
+            raise _Finished(self._end("aborted", base, values, abort_reason=self.keeper.abort_reason()))
+        if self.steps_taken >= setup.limit:
+            yield self._end("error", base, values)
+            raise RecursionLimitError(
+                f"thread {setup.thread_id!r} ran {setup.limit} supersteps in this run without "
+                f"finishing (recursion_limit={setup.limit}); checkpoint {base.id!r} stands: "
+                "continue with run(g, None, ...) or raise recursion_limit",
+                limit=setup.limit,
+                thread_id=setup.thread_id,
+                checkpoint_id=base.id,
+            )
+        try:
+            base, values = yield from self.superstep.run(
+                base, values, steps_taken=self.steps_taken, may_run_inline=self.run.may_run_inline
+            )
+        except RunEnds as ends:
+            raise _Finished(
+                self._end(ends.status, ends.base, ends.values, pending=ends.pending, errors=ends.errors)
+            ) from None
+        self.steps_taken += 1
+        return base, values
+
+    def _start(self, latest: Checkpoint | None) -> Generator[Event, None, Checkpoint]:
+        """Answer the pause or commit the input: the checkpoint the first superstep runs from."""
+        setup, event = self.setup, self.run._event
+        base = latest
+        wanted = setup.options.checkpoint_id
+        fork = wanted is not None and (latest is None or latest.id != wanted)
+        if fork:
+            base = setup.checkpointer.load(setup.thread_id, wanted, hold=self.hold)
+            if base is None:
+                raise CheckpointNotFoundError(
+                    f"thread {setup.thread_id!r} has no checkpoint {wanted!r}; "
+                    "list its checkpoints with history()",
+                    thread_id=setup.thread_id,
+                    checkpoint_id=wanted,
+                )
+        self.position.expect = latest.id if latest is not None else None
+        mode = self.run.mode
+        if isinstance(mode, Resume):
+            base = self._answer(mode, latest, base, fork)
+            yield event(RunStart)
+        else:
+            if base is not None and base.pending:
+                ids = ", ".join(repr(p.id) for p in base.pending)
+                raise ResumeError(
+                    f"thread {setup.thread_id!r} is paused at checkpoint {base.id!r} waiting for "
+                    f"{ids}; answer with resume() or resume_keyed() (a plain run would drop the pause)",
+                    thread_id=setup.thread_id,
+                    checkpoint_id=base.id,
+                )
+            if self.run.input_writes is not None or base is None or (fork and base.next):
+                # Committed before run_start is told, so a run that must read
+                # again (its deferred hold lost a race) tells it once.
+                base = self._commit_start(base, fork)
+                yield event(RunStart)
+                yield event(StateEvent, channels=setup.schema.full_values(base.channels))
+                yield event(CheckpointEvent, id=base.id)
+            else:
+                yield event(RunStart)
+        assert base is not None
+        return base
+
+    def _answer(
+        self, mode: Resume, latest: Checkpoint | None, base: Checkpoint | None, fork: bool
+    ) -> Checkpoint:
+        """A resume's start: check and record the answers; the pause (or its fork) to run from."""
+        setup = self.setup
+        answer_only_at = self.run.answer_only_at
+        if answer_only_at is not None and (latest is None or latest.id != answer_only_at):
+            # Judged on a read made without the hold; the answers' write
+            # confirms under it that the thread is still there.
+            raise MovedOn(
+                f"thread {setup.thread_id!r} moved on from checkpoint {answer_only_at!r} "
+                f"({_describe(latest)}); nothing was answered. Look at its open pauses again",
+                thread_id=setup.thread_id,
+                checkpoint_id=latest.id if latest is not None else None,
+            )
+        if base is None:
+            raise ResumeError(
+                f"cannot resume thread {setup.thread_id!r}: it has no checkpoint; start it with run()",
+                thread_id=setup.thread_id,
+            )
+        if not base.pending:
+            raise ResumeError(
+                f"thread {setup.thread_id!r} is not interrupted ({_describe(base)}); "
+                "start or continue it with run()",
+                thread_id=setup.thread_id,
+                checkpoint_id=base.id,
+            )
+        answers = answers_by_id(setup, mode, base)
+        if fork:
+            base = self._fork(base)
+        record_answers(setup, self.position, self.hold, base, answers)
+        return base
+
+    def _commit_start(self, base: Checkpoint | None, fork: bool) -> Checkpoint:
+        """Commit the run's input (or a fork's first checkpoint) before any node runs.
+
+        On a thread whose latest checkpoint still plans tasks (a crash, a
+        node error, the recursion limit), the input is folded in and that
+        plan continues, its recorded steps inherited; otherwise the graph
+        starts again at START.
+        """
+        setup, position = self.setup, self.position
+        input_writes = self.run.input_writes
+        values, changes = setup.schema.fold(
+            base.channels if base is not None else {}, [(None, input_writes or {})], thread_id=setup.thread_id
+        )
+        step = base.step if base is not None else 0
+        checkpoint_id = position.next_id()
+        if base is not None and base.next:
+            tasks: tuple[ScheduledTask, ...] = base.next
+            plan_id = base.plan_id
+            chain: tuple[str, ...] = (*base.journal_chain, base.id)
+        else:
+            view = setup.schema.view(values)
+            names, sends = setup.graph.targets(
+                START, None, view, plan_context(setup, view, step, setup.limit)
+            )
+            tasks = setup.graph.schedule(names, sends)
+            plan_id = checkpoint_id
+            chain = ()
+        checkpoint = Checkpoint(
+            id=checkpoint_id,
+            thread_id=setup.thread_id,
+            parent_id=base.id if base is not None else None,
+            plan_id=plan_id,
+            channels=values,
+            next=tasks,
+            journal_chain=chain,
+            step=step,
+            metadata=position.metadata("fork" if fork and input_writes is None else "input"),
+        )
+        position.commit(checkpoint, changes, fresh=not chain, last=not tasks)
+        return checkpoint
+
+    def _fork(self, pause: Checkpoint) -> Checkpoint:
+        """A new branch from an old pause: its first checkpoint copies the pause.
+
+        It inherits what the paused superstep recorded before the pause, but
+        not the answers (or anything after them) of the branches that were
+        already resumed from that pause: this branch answers afresh.
+        """
+        setup, position = self.setup, self.position
+        checkpoint_id = position.next_id()
+        checkpoint = Checkpoint(
+            id=checkpoint_id,
+            thread_id=setup.thread_id,
+            parent_id=pause.id,
+            plan_id=pause.plan_id,
+            channels=pause.channels,
+            next=pause.next,
+            pending=tuple(
+                attrs.evolve(p, task_id=task_id_for(setup.thread_id, checkpoint_id, p.task_key))
+                for p in pause.pending
+            ),
+            journal_chain=pause.journal_chain,
+            task_journals=pause.task_journals,
+            step=pause.step,
+            metadata=position.metadata("fork"),
+        )
+        position.commit(checkpoint, {})
+        return checkpoint
+
+    def _end(
+        self,
+        status: str,
+        base: Checkpoint | None,
+        values: Any,
+        *,
+        pending: tuple[Pending, ...] = (),
+        errors: tuple[tuple[str, BaseException], ...] = (),
+        abort_reason: str | None = None,
+    ) -> RunEnd:
+        if errors:
+            self.position.record_failure(base, *errors[0])
+        end = self.run._event(
+            RunEnd,
+            status=status,
+            state=self.setup.schema.view(values),
+            pending=pending,
+            errors=errors,
+            abort_reason=abort_reason,
+            checkpoint_id=base.id if base is not None else None,
+        )
+        assert isinstance(end, RunEnd)
+        return end
+
+
+def _describe(checkpoint: Checkpoint | None) -> str:
+    if checkpoint is None:
+        return "it has no checkpoints"
+    return f"it is {checkpoint.status} at checkpoint {checkpoint.id!r}"

@@ -1,0 +1,354 @@
+"""Running a superstep's tasks: the worker pool, retries, and the storage work workers hand over.
+
+Everything the run reads and writes goes through the thread that drives it
+(the caller's): a worker hands its journal writes and hold checks to the
+driver as a :class:`~ilmek.execution.messages.Request` and waits, so a
+caller's database connection is only ever used from the caller's thread,
+and a run that was abandoned can write nothing more. The driver serves
+those requests, renews the hold when due and turns the other messages into
+events while it waits for the tasks (:meth:`TaskRunner.collect`).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .. import serde
+from ..checkpoint.holds import HoldLostError
+from ..context import NodeContext
+from ..control import Command
+from ..errors import IlmekError, InterruptSignal, NondeterminismError, ReducerError
+from ..events import CustomEvent, Event, NodeEnd, NodeError, NodeRetry, NodeStart
+from ..logs import logger
+from ..types import JournalEntry
+from .keeping import HoldKeeper
+from .messages import Done, Emit, Message, Request, Retry, RunClosed, TaskRun
+from .setup import EventStamper, RunSetup
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
+__all__ = ["TaskRunner"]
+
+
+class TaskRunner:
+    """Runs the tasks of a run's supersteps and serves their requests on the driving thread."""
+
+    def __init__(self, setup: RunSetup, keeper: HoldKeeper, event: EventStamper) -> None:
+        self._setup = setup
+        self._keeper = keeper
+        self._event = event
+        self._queue: queue.SimpleQueue[Message] = queue.SimpleQueue()
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._driver: int | None = None
+        self._inline = False
+
+    # --- what nodes get -----------------------------------------------------------
+
+    def emitter(self, task_run: TaskRun) -> Callable[[Any], None]:
+        """What the task's ``ctx.emit`` calls: a custom event, queued for the driver."""
+        messages = self._queue
+
+        def emit(payload: Any) -> None:
+            messages.put(Emit(task_run, payload))
+
+        return emit
+
+    def persister(self, base_id: str, task_key: str) -> Callable[[JournalEntry], None]:
+        """What the task's journal calls to record a step: an append, done by the driver."""
+        cp = self._setup.checkpointer
+        hold = self._keeper.hold
+
+        def persist(entry: JournalEntry) -> None:
+            self._ask_driver(lambda: cp.append_journal(hold, base_id, task_key, entry))
+
+        return persist
+
+    def verify(self) -> None:
+        """Called on a worker before a step's effect: is the run open, and the thread still ours?"""
+        if self._closed:
+            raise RunClosed(
+                f"the run of thread {self._setup.thread_id!r} was closed; step not run",
+                thread_id=self._setup.thread_id,
+            )
+        hold = self._keeper.hold
+        if hold.lost:
+            hold.verify()
+        if hold.must_confirm():
+            self._ask_driver(hold.verify)
+
+    # --- running a superstep's tasks ----------------------------------------------
+
+    def run(
+        self, contexts: Sequence[tuple[TaskRun, Any, NodeContext]], *, may_run_inline: bool
+    ) -> Iterator[Event]:
+        """Start every task, then yield the superstep's events until every task is done."""
+        self._driver = threading.get_ident()
+        runs = [task_run for task_run, _, _ in contexts]
+        if self._runs_inline(runs, may_run_inline):
+            ((task_run, state, ctx),) = contexts
+            yield self._event(NodeStart, node=task_run.spec.name, task_id=task_run.task_id)
+            self._inline = True
+            try:
+                self._attempts(task_run, state, ctx)
+            except Exception as error:
+                task_run.outcome, task_run.error = "error", error
+            finally:
+                self._inline = False
+            self._queue.put(Done(task_run))
+        else:
+            pool = self._workers()
+            for task_run, state, ctx in contexts:
+                pool.submit(self._task_body, task_run, state, ctx)
+            # Every task starts now, however slowly the stream is read; what they
+            # emit meanwhile waits in the queue until their node_start was yielded.
+            for task_run in runs:
+                yield self._event(NodeStart, node=task_run.spec.name, task_id=task_run.task_id)
+        yield from self._collect(runs)
+
+    def _runs_inline(self, runs: Sequence[TaskRun], may_run_inline: bool) -> bool:
+        """Whether this superstep's one task runs on the driving thread.
+
+        Only when the run allows it (``may_run_inline``: run() or resume(),
+        and the checkpointer lets tasks share the caller's thread), and only
+        when the hold's storage may be used from any thread: the keeper
+        renews the hold while the driver is busy with the node, and steps
+        recorded from threads the node starts are written from those threads
+        (nobody is free to serve them). A Ctrl-C in such a node stops the
+        program, as on the driving thread.
+        """
+        return may_run_inline and len(runs) == 1 and self._keeper.hold.any_thread
+
+    def _workers(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            # Imported on first use: a run whose supersteps each have one task
+            # never needs it, and ``import ilmek`` is 3 ms shorter without it.
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(
+                max_workers=self._setup.max_workers, thread_name_prefix=f"ilmek-{self._setup.graph.name}"
+            )
+        return self._pool
+
+    def _collect(self, runs: Sequence[TaskRun]) -> Iterator[Event]:
+        """Serve the workers until every task is done, yielding events live."""
+        remaining = len(runs)
+        while remaining:
+            try:
+                message: Message | None = self._queue.get(timeout=self._keeper.seconds_until_renewal())
+            except queue.Empty:
+                message = None
+            self._keeper.keep()
+            if message is None:
+                continue
+            if isinstance(message, Request):
+                self._serve(message)
+            elif isinstance(message, Done):
+                remaining -= 1
+                event = self._finished(message.task)
+                if event is not None:
+                    yield event
+            elif not message.task.live:
+                logger("ilmek.run").info(
+                    "dropped a %s from task %r, which is no longer running",
+                    "custom event" if isinstance(message, Emit) else "retry notice",
+                    message.task.task_id,
+                    extra={"thread_id": self._setup.thread_id},
+                )
+            elif isinstance(message, Emit):
+                yield self._event(
+                    CustomEvent,
+                    payload=message.payload,
+                    node=message.task.spec.name,
+                    task_id=message.task.task_id,
+                )
+            else:
+                yield self._event(
+                    NodeRetry,
+                    node=message.task.spec.name,
+                    attempt=message.attempt,
+                    error=message.error,
+                    task_id=message.task.task_id,
+                )
+
+    def _finished(self, task_run: TaskRun) -> Event | None:
+        """A task is done: its node_end or node_error event."""
+        task_run.live = False
+        if task_run.outcome == "ok":
+            return self._event(
+                NodeEnd, node=task_run.spec.name, update=task_run.update, task_id=task_run.task_id
+            )
+        if task_run.outcome == "error":
+            return self._event(
+                NodeError, node=task_run.spec.name, error=task_run.error, task_id=task_run.task_id
+            )
+        return None
+
+    # --- the driver serves the workers --------------------------------------------
+
+    def _serve(self, request: Request) -> None:
+        """Do a worker's storage work on the driving thread."""
+        try:
+            request.work()
+        except Exception as error:  # handed to the worker that asked
+            request.error = error
+        except BaseException:
+            # Ctrl-C or SystemExit on the driving thread stops the program,
+            # not just the node that happened to be waiting.
+            request.error = RunClosed(
+                f"the run of thread {self._setup.thread_id!r} was interrupted; step not recorded",
+                thread_id=self._setup.thread_id,
+            )
+            request.done.set()
+            raise
+        request.done.set()
+
+    def _ask_driver(self, work: Callable[[], None]) -> None:
+        """Run ``work`` on the driving thread (the only one that touches storage) and wait."""
+        if self._inline or threading.get_ident() == self._driver:
+            # A task running inline (on the driving thread, or on a thread it
+            # started): nobody else would serve the request.
+            if self._closed:
+                raise self._closed_error()
+            work()
+            return
+        request = Request(work)
+        with self._close_lock:
+            if self._closed:
+                raise self._closed_error()
+            self._queue.put(request)
+        request.done.wait()
+        if request.error is not None:
+            raise request.error
+
+    def _closed_error(self) -> RunClosed:
+        return RunClosed(
+            f"the run of thread {self._setup.thread_id!r} was closed; step not recorded",
+            thread_id=self._setup.thread_id,
+        )
+
+    # --- on a worker (or inline): one task's attempts -----------------------------
+
+    def _task_body(self, task_run: TaskRun, state: Any, ctx: NodeContext) -> None:
+        """Runs on a worker: the node's attempts, then a ``Done`` message."""
+        try:
+            self._attempts(task_run, state, ctx)
+        except BaseException as error:  # the driving thread reports it
+            task_run.outcome, task_run.error = "error", error
+        self._queue.put(Done(task_run))
+
+    def _attempts(self, task_run: TaskRun, state: Any, ctx: NodeContext) -> None:
+        policy = task_run.spec.retry
+        cancel = self._setup.cancel
+        attempt = 1
+        while True:
+            task_run.journal.begin_attempt()
+            ctx._begin_attempt()
+            try:
+                value = task_run.spec.body(state, ctx)
+                self._check_replay(task_run)
+            except InterruptSignal as signal:
+                task_run.outcome, task_run.signal = "interrupt", signal
+                return
+            except (HoldLostError, RunClosed) as error:
+                task_run.outcome, task_run.error = "error", error
+                return
+            except Exception as error:
+                if policy is not None and not cancel.is_set() and policy.should_retry(attempt, error):
+                    self._queue.put(Retry(task_run, attempt + 1, error))
+                    if cancel.wait(policy.delay(attempt)):
+                        # Cancelled while waiting to retry: the node failed with its last error.
+                        task_run.outcome, task_run.error = "error", error
+                        return
+                    attempt += 1
+                    continue
+                task_run.outcome, task_run.error = "error", error
+                return
+            break
+        try:
+            task_run.update, task_run.command = self._update_of(task_run.spec.name, value)
+        except IlmekError as error:
+            task_run.outcome, task_run.error = "error", error
+            return
+        task_run.outcome = "ok"
+
+    def _check_replay(self, task_run: TaskRun) -> None:
+        """After a body returned: no swallowed pause, and (strict) no vanished journal key."""
+        thread_id = self._setup.thread_id
+        swallowed = task_run.journal.open_pauses()
+        if swallowed:
+            raise NondeterminismError(
+                f"node {task_run.spec.name!r} returned although its pause {swallowed[0]!r} has no answer "
+                f"(thread {thread_id!r}): it caught the InterruptSignal. Let InterruptSignal "
+                "propagate (catch Exception, not BaseException)",
+                key=swallowed[0],
+                node=task_run.spec.name,
+                thread_id=thread_id,
+            )
+        if self._setup.strict:
+            vanished = task_run.journal.unrequested()
+            if vanished:
+                raise NondeterminismError(
+                    f"node {task_run.spec.name!r} finished without asking for journal key(s) "
+                    f"{', '.join(map(repr, vanished))}, which an earlier pass recorded (thread "
+                    f"{thread_id!r}, task {task_run.task_id!r}): a side effect escaped ctx.step, or "
+                    "the node branches on something outside its state and journal (the node must be "
+                    "deterministic apart from its steps)",
+                    key=vanished[0],
+                    keys=tuple(vanished),
+                    node=task_run.spec.name,
+                    thread_id=thread_id,
+                )
+
+    def _update_of(self, node: str, value: Any) -> tuple[dict[str, Any], Command | None]:
+        thread_id = self._setup.thread_id
+        command: Command | None = None
+        if value is None:
+            update: Mapping[str, Any] = {}
+        elif isinstance(value, Command):
+            command = value
+            update = value.update or {}
+        elif isinstance(value, Mapping):
+            update = value
+        else:
+            raise ReducerError(
+                f"node {node!r} returned {type(value).__name__}; return a dict of channel writes, "
+                f"None, or command(...) (thread {thread_id!r})",
+                node=node,
+                thread_id=thread_id,
+            )
+        if not isinstance(update, Mapping):
+            raise ReducerError(
+                f"node {node!r} returned a command whose update is {type(update).__name__}, "
+                f"not a dict (thread {thread_id!r})",
+                node=node,
+                thread_id=thread_id,
+            )
+        self._setup.schema.check_writes(update, who=f"node {node!r}", thread_id=thread_id, node=node)
+        for channel, written in update.items():
+            # A value that could not be stored fails its node here, not the commit.
+            serde.encode(written, where=f"the write of node {node!r} to channel {channel!r}")
+        return dict(update), command
+
+    # --- the end ------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Refuse further writes, record what is already waiting, and let the workers go."""
+        with self._close_lock:
+            self._closed = True
+        while True:
+            try:
+                message = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(message, Request):
+                # A step that finished before the stream was abandoned already
+                # had its effect: record it rather than lose the record.
+                self._serve(message)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)

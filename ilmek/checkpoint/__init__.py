@@ -29,6 +29,14 @@ __all__ = [
     "SqliteCheckpointer",
 ]
 
+
+def scratch_store() -> Checkpointer:
+    """A store for a run the caller gave no checkpointer: in this process's memory, gone with the run."""
+    from .memory import InMemoryCheckpointer
+
+    return InMemoryCheckpointer()
+
+
 _LAZY = {
     "InMemoryCheckpointer": ".memory",
     "PostgresCheckpointer": ".postgres",

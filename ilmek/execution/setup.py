@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from .. import checks
+from ..checkpoint import scratch_store
 from ..checkpoint.base import Checkpointer
 from ..errors import InvalidArgumentError, ResumeError
 from ..events import Event
@@ -151,9 +152,7 @@ class RunSetup:
                     "cannot resume without a checkpointer: the thread has no checkpoint to answer. "
                     "Pass the checkpointer= and thread_id= of the run that paused"
                 )
-            from ..checkpoint.memory import InMemoryCheckpointer
-
-            checkpointer = InMemoryCheckpointer()
+            checkpointer = scratch_store()
         return cls(
             graph=graph,
             schema=graph.schema,

@@ -6,8 +6,8 @@ checkpointers decide where the text goes.
 
 The package's modules: ``registry`` (which classes may be stored), ``encoding``
 (values to tagged JSON) with ``refusals`` (why a value cannot be stored),
-``decoding`` (tagged JSON back to values), ``zones`` (time zones by key) and
-``tags`` (what all of them share). This one re-exports the public names.
+``decoding`` (tagged JSON back to values) and ``tags`` (what all of them
+share). This one re-exports the public names.
 
 Format
 ------

@@ -1,9 +1,11 @@
 """Tagged JSON back to Python values: :func:`decode` and :func:`from_jsonable`.
 
 What belongs here: the dispatch on each object's tag, the reviver of each tag
-with the checks on its payload, and the rebuilding of registered classes.
-Nothing here imports a module named by the data, and a name read from the
-data is looked up only in the registry's dict.
+with the checks on its payload, the rebuilding of registered classes, and
+finding a stored time zone key again. Nothing here imports a module named by
+the data (a zone key is looked up only in the system time zone database, never
+in the ``tzdata`` package), and a name read from the data is looked up only in
+the registry's dict.
 """
 
 from __future__ import annotations
@@ -11,18 +13,19 @@ from __future__ import annotations
 import datetime as _dt
 import enum
 import json
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from ilmek.errors import SerializationError
 
 from .registry import _ClassSpec, _specs_by_name
-from .tags import _TAG, _short_repr, _type_name
-from .zones import _load_zone
+from .tags import _TAG, _ZONE_KEY, _short_repr, _type_name
 
 if TYPE_CHECKING:
     import decimal
     import uuid
+    import zoneinfo
 
 _STORED_DATA: Final = "stored data"
 
@@ -284,6 +287,30 @@ def _apply_zone(value: _ClockT, obj: dict[str, Any]) -> _ClockT:
             raise _Malformed("'fold' must be 0 or 1")
         value = value.replace(fold=fold)
     return value
+
+
+_zones: dict[str, zoneinfo.ZoneInfo] = {}
+
+
+def _load_zone(key: str) -> zoneinfo.ZoneInfo | None:
+    """Return ZoneInfo(key) if the system time zone database has it, else None."""
+    zone = _zones.get(key)
+    if zone is not None:
+        return zone
+    if len(key) > 128 or _ZONE_KEY.match(key) is None:
+        return None
+    import zoneinfo
+
+    # ZoneInfo falls back to the tzdata package, which means importing modules named
+    # after the key; checking the files first keeps decoding import-free.
+    if not any(os.path.isfile(os.path.join(directory, key)) for directory in zoneinfo.TZPATH):
+        return None
+    try:
+        zone = zoneinfo.ZoneInfo(key)
+    except (ValueError, OSError, LookupError):  # LookupError: ZoneInfoNotFoundError
+        return None
+    _zones[key] = zone
+    return zone
 
 
 def _revive_date(obj: dict[str, Any]) -> _dt.date:

@@ -22,8 +22,7 @@ from ilmek.errors import SerializationError
 
 from .refusals import _MAX_DEPTH, _too_deep_error, _TooDeep, _Unsupported
 from .registry import _ClassSpec, _is_dataclass, _specs_by_type
-from .tags import _TAG, _short_repr, _type_name
-from .zones import _ZONE_KEY
+from .tags import _TAG, _ZONE_KEY, _short_repr, _type_name
 
 if TYPE_CHECKING:
     import decimal

@@ -1,14 +1,17 @@
 """What the registry and both walks share.
 
-The key that marks a tagged object, and how types and values are named in
-error messages. Nothing here knows any one tag.
+The key that marks a tagged object, which time zone keys are stored (and
+looked up again), and how types and values are named in error messages.
+Nothing here knows any one tag.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Final
 
 _TAG: Final = "__ilmek__"
+_ZONE_KEY: Final = re.compile(r"[A-Za-z0-9_+\-]+(?:/[A-Za-z0-9_+\-]+)*\Z")
 
 
 def _type_name(cls: type[Any]) -> str:

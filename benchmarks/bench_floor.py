@@ -401,7 +401,7 @@ def parse_options(argv: Sequence[str] | None) -> argparse.Namespace:
 
 # Where each part of ilmek sits, for the profile: (area, path fragments), first match wins.
 _AREAS = (
-    ("encoding (serde, stored texts)", ("ilmek/serde.py", "ilmek/checkpoint/_records.py")),
+    ("encoding (serde, stored texts)", ("ilmek/serde/", "ilmek/checkpoint/_records.py")),
     (
         "driver adapter (dbapi, sqlite, postgres)",
         ("ilmek/dbapi.py", "ilmek/checkpoint/sqlite.py", "postgres/"),

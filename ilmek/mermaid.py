@@ -163,6 +163,50 @@ def _part(highlight: Any, key: str) -> Iterable[Any]:
     return part or ()
 
 
+def _node_ids(order: list[str], lines: list[_Line]) -> tuple[dict[str, str], list[str]]:
+    """Each node's Mermaid id, and one fresh id per ``?`` a router without destinations leads to."""
+
+    def plain(name: str) -> bool:
+        return _PLAIN_ID.fullmatch(name) is not None and name.lower() not in _KEYWORDS
+
+    used = {_START_ID, _END_ID, *(name for name in order if plain(name))}
+
+    def fresh(base: str) -> str:
+        candidate = base
+        while candidate in used:
+            candidate += "_"
+        used.add(candidate)
+        return candidate
+
+    ids = {START: _START_ID, END: _END_ID}
+    for index, name in enumerate(order):
+        ids[name] = name if plain(name) else fresh(f"n{index}")
+    # One "?" per router that declared no destinations: it may go anywhere.
+    anywhere = [fresh(f"r{i}") for i in range(sum(line.targets is None for line in lines))]
+    return ids, anywhere
+
+
+def _arrows(lines: list[_Line], ids: Mapping[str, str], anywhere: list[str]) -> list[str]:
+    """The flowchart's arrow statements, one per target of each line, in the lines' order."""
+    out: list[str] = []
+    unknown = iter(anywhere)
+    for line in lines:
+        source_id = ids[line.source]
+        if line.targets is None:
+            out.append(f"  {source_id} -.-> {next(unknown)}")
+            continue
+        for target in line.targets:
+            if line.kind == "static":
+                out.append(f"  {source_id} --> {ids[target]}")
+            elif line.kind == "predicate":
+                out.append(f'  {source_id} -->|"{_label(line.label)}"| {ids[target]}')
+            elif line.kind == "router":
+                out.append(f"  {source_id} -.-> {ids[target]}")
+            else:
+                out.append(f'  {source_id} -.->|"{line.label}"| {ids[target]}')
+    return out
+
+
 def to_mermaid(
     source: CompiledGraph | Mapping[str, Any],
     *,
@@ -212,24 +256,7 @@ def to_mermaid(
             if name not in (START, END) and name not in order:
                 order.append(name)
 
-    def plain(name: str) -> bool:
-        return _PLAIN_ID.fullmatch(name) is not None and name.lower() not in _KEYWORDS
-
-    used = {_START_ID, _END_ID, *(name for name in order if plain(name))}
-
-    def fresh(base: str) -> str:
-        candidate = base
-        while candidate in used:
-            candidate += "_"
-        used.add(candidate)
-        return candidate
-
-    ids = {START: _START_ID, END: _END_ID}
-    for index, name in enumerate(order):
-        ids[name] = name if plain(name) else fresh(f"n{index}")
-    # One "?" per router that declared no destinations: it may go anywhere.
-    anywhere = [fresh(f"r{i}") for i in range(sum(line.targets is None for line in lines))]
-
+    ids, anywhere = _node_ids(order, lines)
     pending = _nodes_named(_part(highlight, "pending")) if highlight is not None else set()
     upcoming = _nodes_named(_part(highlight, "next")) - pending if highlight is not None else set()
 
@@ -241,21 +268,7 @@ def to_mermaid(
     out += [f'  {node_id}{{"?"}}' for node_id in anywhere]
     if any(END in (line.targets or ()) for line in lines):
         out.append(f"  {_END_ID}([END])")
-    unknown = iter(anywhere)
-    for line in lines:
-        source_id = ids[line.source]
-        if line.targets is None:
-            out.append(f"  {source_id} -.-> {next(unknown)}")
-            continue
-        for target in line.targets:
-            if line.kind == "static":
-                out.append(f"  {source_id} --> {ids[target]}")
-            elif line.kind == "predicate":
-                out.append(f'  {source_id} -->|"{_label(line.label)}"| {ids[target]}')
-            elif line.kind == "router":
-                out.append(f"  {source_id} -.-> {ids[target]}")
-            else:
-                out.append(f'  {source_id} -.->|"{line.label}"| {ids[target]}')
+    out += _arrows(lines, ids, anywhere)
     for css_class, marked, style in (
         ("next", upcoming, "stroke-width:3px"),
         ("pending", pending, "stroke-width:3px,stroke-dasharray:5 3"),

@@ -287,21 +287,7 @@ class InMemoryCheckpointer(Checkpointer):
             channels = LazyChannels(lambda: self._values(thread_id, stored))
         else:
             channels = self._values(thread_id, stored)
-        where = {"thread_id": thread_id, "checkpoint_id": stored.id}
-        return Checkpoint(
-            id=stored.id,
-            thread_id=thread_id,
-            parent_id=stored.parent_id,
-            plan_id=stored.plan_id,
-            channels=channels,
-            next=_records.decode_next(stored.next_text, **where),
-            pending=_records.decode_pending(stored.pending_text, **where),
-            task_journals=_records.decode_task_journals(stored.journals_text, **where),
-            journal_chain=_records.decode_chain(stored.chain_text, **where),
-            step=stored.step,
-            ts=stored.ts,
-            metadata=_records.decode_metadata(stored.metadata_text, **where),
-        )
+        return _decoded_checkpoint(thread_id, stored, channels)
 
     # --- journals --------------------------------------------------------------------
 
@@ -419,27 +405,10 @@ class InMemoryCheckpointer(Checkpointer):
 
     # --- host API ----------------------------------------------------------------------
 
-    def _info(self, thread_id: str, thread: _Thread) -> ThreadInfo:
-        latest = thread.checkpoints[thread.ids[-1]] if thread.ids else None
-        hold = self._local_holds.get(thread_id)
-        running = hold is not None and not hold.released
-        return ThreadInfo(
-            id=thread_id,
-            created_at=thread.created_at,
-            updated_at=thread.updated_at,
-            status=thread.status,  # type: ignore[arg-type]
-            step=latest.step if latest is not None else 0,
-            checkpoint_id=latest.id if latest is not None else None,
-            metadata=_records.decode_metadata(thread.metadata_text, thread_id=thread_id, table="threads"),
-            error=thread.error if thread.status == "error" else None,
-            running=running,
-            held_since=_moment(hold.acquired_at) if running and hold is not None else None,
-        )
-
     def _infos(self) -> builtins.list[ThreadInfo]:
         with self._lock, self._local_holds_lock:
             return [
-                self._info(tid, thread)
+                _thread_info(tid, thread, self._local_holds.get(tid))
                 for tid, thread in self._threads.items()
                 if thread.ids or thread.metadata_text != "{}"
             ]
@@ -482,7 +451,7 @@ class InMemoryCheckpointer(Checkpointer):
             thread = self._threads.get(thread_id)
             if thread is None or not (thread.ids or thread.metadata_text != "{}"):
                 return None
-            return self._info(thread_id, thread)
+            return _thread_info(thread_id, thread, self._local_holds.get(thread_id))
 
     def put_thread_metadata(self, thread_id: str, metadata: Mapping[str, Any]) -> None:
         thread_id = checks.thread_id(thread_id)
@@ -535,18 +504,7 @@ class InMemoryCheckpointer(Checkpointer):
             for checkpoint_id in dropped:
                 del thread.checkpoints[checkpoint_id]
             thread.ids = [i for i in thread.ids if i in keep]
-            used = blob_ids(stored.manifest for stored in thread.checkpoints.values())
-            for blob_id in builtins.list(thread.blobs):
-                if blob_id not in used:
-                    del thread.blobs[blob_id]
-            needed = set(thread.ids)
-            for stored in thread.checkpoints.values():
-                needed.update(
-                    _records.decode_chain(stored.chain_text, thread_id=thread_id, checkpoint_id=stored.id)
-                )
-            for scope in builtins.list(thread.journals):
-                if scope[0] not in needed:
-                    del thread.journals[scope]
+            _sweep(thread_id, thread)
             return len(dropped)
 
     def delete_threads(
@@ -568,6 +526,61 @@ class InMemoryCheckpointer(Checkpointer):
             for info in chosen:
                 self._threads.pop(info.id, None)
             return len(chosen)
+
+
+def _decoded_checkpoint(thread_id: str, stored: _StoredCheckpoint, channels: Mapping[str, Any]) -> Checkpoint:
+    """The checkpoint ``stored`` holds, its stored texts decoded (and checked) beside ``channels``."""
+    where = {"thread_id": thread_id, "checkpoint_id": stored.id}
+    return Checkpoint(
+        id=stored.id,
+        thread_id=thread_id,
+        parent_id=stored.parent_id,
+        plan_id=stored.plan_id,
+        channels=channels,
+        next=_records.decode_next(stored.next_text, **where),
+        pending=_records.decode_pending(stored.pending_text, **where),
+        task_journals=_records.decode_task_journals(stored.journals_text, **where),
+        journal_chain=_records.decode_chain(stored.chain_text, **where),
+        step=stored.step,
+        ts=stored.ts,
+        metadata=_records.decode_metadata(stored.metadata_text, **where),
+    )
+
+
+def _thread_info(thread_id: str, thread: _Thread, hold: Hold | None) -> ThreadInfo:
+    """What the host API shows of a thread; ``hold`` is the local hold on it, if any."""
+    latest = thread.checkpoints[thread.ids[-1]] if thread.ids else None
+    running = hold is not None and not hold.released
+    return ThreadInfo(
+        id=thread_id,
+        created_at=thread.created_at,
+        updated_at=thread.updated_at,
+        status=thread.status,  # type: ignore[arg-type]
+        step=latest.step if latest is not None else 0,
+        checkpoint_id=latest.id if latest is not None else None,
+        metadata=_records.decode_metadata(thread.metadata_text, thread_id=thread_id, table="threads"),
+        error=thread.error if thread.status == "error" else None,
+        running=running,
+        held_since=_moment(hold.acquired_at) if running and hold is not None else None,
+    )
+
+
+def _sweep(thread_id: str, thread: _Thread) -> None:
+    """After a prune, drop what only the pruned checkpoints used.
+
+    That is the blobs no kept checkpoint's manifest names, and the journals
+    whose base is neither a kept checkpoint nor in a kept one's journal chain.
+    """
+    used = blob_ids(stored.manifest for stored in thread.checkpoints.values())
+    for blob_id in builtins.list(thread.blobs):
+        if blob_id not in used:
+            del thread.blobs[blob_id]
+    needed = set(thread.ids)
+    for stored in thread.checkpoints.values():
+        needed.update(_records.decode_chain(stored.chain_text, thread_id=thread_id, checkpoint_id=stored.id))
+    for scope in builtins.list(thread.journals):
+        if scope[0] not in needed:
+            del thread.journals[scope]
 
 
 def _moment(epoch: float) -> _dt.datetime:

@@ -120,6 +120,32 @@ def _label(checkpoint: Checkpoint, answered: set[str], latest: str | None, faile
     return join(*parts)
 
 
+def _node_classes(
+    checkpoint: Checkpoint, answered: set[str], latest: str | None, failed_at: str | None
+) -> list[str]:
+    """The CSS classes of a checkpoint's circle: the states its label spells out, and a fork's."""
+    classes = ["node"]
+    if checkpoint.pending:
+        classes.append("answered" if checkpoint.id in answered else "waiting")
+    elif not checkpoint.next:
+        classes.append("done")
+    if checkpoint.metadata.get("source") == "fork":
+        classes.append("fork")
+    if checkpoint.id == failed_at:
+        classes.append("failed")
+    if checkpoint.id == latest:
+        classes.append("latest")
+    return classes
+
+
+def _edge_path(x0: int, y0: int, x1: int, y1: int) -> str:
+    """The SVG path up from a parent (older, so drawn below) to its child; bent when it changes lane."""
+    if x0 == x1:
+        return f"M{x0},{y0} L{x1},{y1}"
+    bend = y0 - ROW
+    return f"M{x0},{y0} C{x0},{y0 - ROW // 2} {x1},{y0 - ROW // 2} {x1},{bend} L{x1},{y1}"
+
+
 def draw_tree(
     checkpoints: Sequence[Checkpoint],
     links: Links,
@@ -158,12 +184,7 @@ def draw_tree(
     for node in nodes:
         if node.parent_row is None or node.parent_lane is None:
             continue
-        x0, y0, x1, y1 = x(node.parent_lane), y(node.parent_row), x(node.lane), y(node.row)
-        if x0 == x1:
-            path = f"M{x0},{y0} L{x1},{y1}"
-        else:
-            bend = y0 - ROW
-            path = f"M{x0},{y0} C{x0},{y0 - ROW // 2} {x1},{y0 - ROW // 2} {x1},{bend} L{x1},{y1}"
+        path = _edge_path(x(node.parent_lane), y(node.parent_row), x(node.lane), y(node.row))
         fork = node.checkpoint.metadata.get("source") == "fork"
         edges.append(tag("path", {"d": path, "class": "edge fork" if fork else "edge"}))
 
@@ -171,17 +192,7 @@ def draw_tree(
     for node in nodes:
         checkpoint = node.checkpoint
         cy = y(node.row)
-        classes = ["node"]
-        if checkpoint.pending:
-            classes.append("answered" if checkpoint.id in answered else "waiting")
-        elif not checkpoint.next:
-            classes.append("done")
-        if checkpoint.metadata.get("source") == "fork":
-            classes.append("fork")
-        if checkpoint.id == failed_at:
-            classes.append("failed")
-        if checkpoint.id == latest:
-            classes.append("latest")
+        classes = _node_classes(checkpoint, answered, latest, failed_at)
         row_classes = "row selected" if checkpoint.id == selected else "row"
         rows_markup.append(
             tag(

@@ -39,18 +39,18 @@ from typing import Any, Final, NoReturn
 
 import attrs
 
-from . import __version__, serde
-from .checkpoint._sql import SqlCheckpointer, validate_prefix
-from .checkpoint.base import Checkpointer, checkpoints_to_keep
-from .checkpoint.sqlite import DEFAULT_PATH, SqliteCheckpointer
-from .demo import CART, build_checkout_graph, question_of
-from .engine import resume, run
-from .errors import IlmekError, StorageError, ThreadBusyError
-from .graph import CompiledGraph
-from .loading import load_graphs
-from .operations import recover, request_cancel, stalled_threads
-from .redact import dsn_secrets, mask_dsn, mask_secrets, printable, printable_json
-from .types import Checkpoint, JournalEntry, Pending, Result, ThreadError, ThreadInfo
+from .. import __version__, serde
+from ..checkpoint._sql import SqlCheckpointer, validate_prefix
+from ..checkpoint.base import Checkpointer, checkpoints_to_keep
+from ..checkpoint.sqlite import DEFAULT_PATH, SqliteCheckpointer
+from ..demo import CART, build_checkout_graph, question_of
+from ..engine import resume, run
+from ..errors import IlmekError, StorageError, ThreadBusyError
+from ..graph import CompiledGraph
+from ..loading import load_graphs
+from ..operations import recover, request_cancel, stalled_threads
+from ..redact import dsn_secrets, mask_dsn, mask_secrets, printable, printable_json
+from ..types import Checkpoint, JournalEntry, Pending, Result, ThreadError, ThreadInfo
 
 __all__ = ["build_parser", "main", "open_checkpointer", "render_history", "render_value"]
 
@@ -228,7 +228,7 @@ def open_checkpointer(database: str | os.PathLike[str], table_prefix: str = "ilm
         raise ValueError("the database is empty: give a SQLite file path or a postgresql:// URL")
     if _is_postgres(target):
         # Imported here: a SQLite user never loads the Postgres backend.
-        from .checkpoint.postgres import PostgresCheckpointer
+        from ..checkpoint.postgres import PostgresCheckpointer
 
         # libpq reads a URL only from the first character on.
         return PostgresCheckpointer.connect(target.strip(), table_prefix=table_prefix)
@@ -966,8 +966,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
 def _cmd_web(args: argparse.Namespace) -> int:
     """Serve the web console until Ctrl-C (``ilmek web``)."""
     # Imported here: the other commands never load the console or the user's graphs.
-    from .loading import load_graphs
-    from .web.serve import serve
+    from ..loading import load_graphs
+    from ..web.serve import serve
 
     if not 0 <= args.port <= 65535:
         raise _CommandFailed(f"--port must be between 0 and 65535, got {args.port}")
@@ -1239,11 +1239,11 @@ def _ddl_statements(dialect: str, table_prefix: str) -> list[str]:
     """What ``SqlCheckpointer.ddl()`` returns for ``dialect``, built without a connection."""
     checkpointer_class: type[SqlCheckpointer]
     if dialect == "postgres":
-        from .checkpoint.postgres import PostgresCheckpointer
+        from ..checkpoint.postgres import PostgresCheckpointer
 
         checkpointer_class = PostgresCheckpointer
     else:
-        from .checkpoint.sqlite import SqliteCheckpointer
+        from ..checkpoint.sqlite import SqliteCheckpointer
 
         checkpointer_class = SqliteCheckpointer
     return checkpointer_class.schema_sql(table_prefix)

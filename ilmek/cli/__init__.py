@@ -21,25 +21,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import datetime as _dt
-import decimal
 import io
-import json
 import os
 import pathlib
 import re
-import shlex
 import shutil
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, NoReturn
 
 import attrs
 
-from .. import __version__, serde
+from .. import __version__
 from ..checkpoint._sql import SqlCheckpointer, validate_prefix
 from ..checkpoint.base import Checkpointer, checkpoints_to_keep
 from ..checkpoint.sqlite import DEFAULT_PATH, SqliteCheckpointer
@@ -49,8 +44,26 @@ from ..errors import IlmekError, StorageError, ThreadBusyError
 from ..graph import CompiledGraph
 from ..loading import load_graphs
 from ..operations import recover, request_cancel, stalled_threads
-from ..redact import dsn_secrets, mask_dsn, mask_secrets, printable, printable_json
+from ..redact import dsn_secrets, mask_dsn, printable
 from ..types import Checkpoint, JournalEntry, Pending, Result, ThreadError, ThreadInfo
+from .failures import _CommandFailed, _UsageError
+from .output import (
+    _NOTE_TEXT,
+    _align,
+    _clip,
+    _complain,
+    _json_time,
+    _json_value,
+    _one_line,
+    _pending_json,
+    _print_json,
+    _q,
+    _say,
+    _shell_word,
+    _shorten,
+    _when,
+)
+from .rendering import _MAX_TEXT, render_value
 
 __all__ = ["build_parser", "main", "open_checkpointer", "render_history", "render_value"]
 
@@ -85,24 +98,11 @@ _GC_STATUSES = ("done", "interrupted", "unfinished", "error")
 _DIALECTS = ("postgres", "sqlite")
 _THREAD_HELP = "the thread's id (any text; quote it for the shell)"
 
-# How much of a value `show` prints unless --full is given.
-_MAX_TEXT = 200
-_HEAD_ITEMS = 10
-_TAIL_ITEMS = 3
-_MAX_KEYS = 30
-_MAX_DEPTH = 6
-_LINE_WIDTH = 100
 # `show` prints "label  value" lines with the values in one column.
 _LABEL_WIDTH = 13
-# Echoed arguments and whole error lines are cut here: a 5,000-character path
-# helps nobody twice.
-_MAX_ECHO = 200
-_MAX_MESSAGE = 1000
 # The largest count an option takes; far above any real use, far below what
 # SQLite's 64-bit integers and a Python list can hold.
 _MAX_COUNT = 1_000_000_000
-# Python refuses str() of an int longer than this (sys.int_max_str_digits).
-_MAX_INT_DIGITS = 4300
 # An age an option takes (`--older-than 30d`): seconds per unit.
 _AGE_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _AGE = re.compile(r"(?:[0-9]{1,12}[smhdw])+")
@@ -114,77 +114,14 @@ _MOMENT_HELP = (
     "an age, meaning that long ago (90s, 10m, 2h, 30d, 1w, 1d12h), or an ISO date or time "
     "(2024-05-01, 2024-05-01T12:00Z; UTC unless it names a zone)"
 )
-# How much of a failure's message a `threads` row shows (`show` shows more).
-_NOTE_TEXT = 80
-
-
-class _CommandFailed(Exception):
-    """A command cannot do what it was asked; its message is printed as ``ilmek: ...``."""
-
-
-class _UsageError(Exception):
-    """The command line itself is wrong; printed as ``ilmek: ...``, exit status 2."""
 
 
 # --- what may be printed ------------------------------------------------------------------
 
 
-def _say(text: str = "") -> None:
-    """Print a line, or a block the CLI laid out, to stdout.
-
-    Its line breaks are kept, every other control character is escaped; so
-    stored text must be escaped (:func:`printable`, :func:`render_value`,
-    ``repr``) where it is put into the line, or a stored newline could forge
-    a line of output.
-    """
-    print(printable(text, keep_newlines=True))
-
-
-def _shorten(text: str, limit: int = _MAX_ECHO) -> str:
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text) - limit} more characters)"
-
-
-def _q(text: str) -> str:
-    """A thread id, checkpoint id or other argument quoted for a message."""
-    return repr(_shorten(text))
-
-
 def _shown_database(database: str) -> str:
     """A database as messages show it: password masked, shortened."""
     return _shorten(mask_dsn(database))
-
-
-def _shell_word(text: str) -> str:
-    """``text`` quoted for a shell; control characters as a bash ``$'...'`` escape, never raw."""
-    if text.isprintable():
-        return shlex.quote(text)
-    body = []
-    for char in text:
-        if char in "\\'":
-            body.append("\\" + char)
-        elif char.isprintable():
-            body.append(char)
-        else:
-            try:
-                raw = char.encode("utf-8", "surrogateescape")
-            except UnicodeEncodeError:
-                raw = char.encode("utf-8", "surrogatepass")
-            body.extend(f"\\x{byte:02x}" for byte in raw)
-    return "$'" + "".join(body) + "'"
-
-
-def _one_line(text: str) -> str:
-    return "; ".join(line.strip() for line in text.strip().splitlines() if line.strip())
-
-
-def _safe_message(message: str, secrets: Sequence[str]) -> str:
-    """An error message as stderr may show it: one line, no password, no control character."""
-    text = printable(mask_secrets(_one_line(message), secrets))
-    return text if len(text) <= _MAX_MESSAGE else text[:_MAX_MESSAGE] + "…"
-
-
-def _complain(message: str, secrets: Sequence[str]) -> None:
-    print(f"ilmek: {_safe_message(message, secrets)}", file=sys.stderr)
 
 
 # --- opening a store ----------------------------------------------------------------------
@@ -381,45 +318,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 # --- JSON output --------------------------------------------------------------------------
 
 
-def _json_value(value: Any) -> Any:
-    """A stored value in ilmek's stored JSON form (:func:`ilmek.serde.to_jsonable`)."""
-    return serde.to_jsonable(value, where="a value to print")
-
-
-def _json_time(moment: _dt.datetime) -> str:
-    return moment.astimezone(_dt.UTC).isoformat()
-
-
-def _print_json(document: Any) -> None:
-    """One JSON document on stdout; what could steer a terminal is a \\u escape, still valid JSON."""
-    print(printable_json(json.dumps(document, ensure_ascii=False, indent=2)))
-
-
 # --- threads ----------------------------------------------------------------------------
-
-
-def _when(moment: _dt.datetime) -> str:
-    return moment.astimezone(_dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-
-
-def _align(rows: Sequence[Sequence[str]]) -> list[str]:
-    """Rows of cells as lines, each column padded to its widest cell (the last is left ragged).
-
-    Cells are escaped first: a cell may hold any stored text.
-    """
-    if not rows:
-        return []
-    cells = [[printable(cell) for cell in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]) - 1)]
-    return [
-        "  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]]).rstrip()
-        for row in cells
-    ]
-
-
-def _clip(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters, an ellipsis saying so."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _failure(error: ThreadError) -> str:
@@ -649,100 +548,6 @@ def _cmd_history(args: argparse.Namespace) -> int:
 # --- show -------------------------------------------------------------------------------
 
 
-def _int_digits(value: int) -> int:
-    """How many decimal digits ``value`` has, without str() (which refuses long ones)."""
-    magnitude = abs(value)
-    digits = max(1, int(magnitude.bit_length() * 0.30102999566398120))
-    while digits > 1 and 10 ** (digits - 1) > magnitude:
-        digits -= 1
-    while 10**digits <= magnitude:
-        digits += 1
-    return digits
-
-
-def _displayable(value: Any, full: bool, depth: int = 0) -> Any:
-    """``value`` as JSON types, shortened unless ``full``; what JSON lacks becomes text."""
-    if value is None or isinstance(value, bool | float):
-        return value
-    if isinstance(value, int):
-        digits = _int_digits(value)
-        if not full and digits > _MAX_TEXT:
-            return f"<int of {digits} digits>"
-        # Python will not print more digits than this with str(); Decimal will.
-        return value if digits <= _MAX_INT_DIGITS else str(decimal.Decimal(value))
-    if isinstance(value, str):
-        if full or len(value) <= _MAX_TEXT:
-            return value
-        return f"{value[:_MAX_TEXT]}… ({len(value) - _MAX_TEXT} more characters)"
-    if not full and depth >= _MAX_DEPTH:
-        return "…"
-    if isinstance(value, Mapping):
-        items = list(value.items())
-        shown = items if full else items[:_MAX_KEYS]
-        result = {str(key): _displayable(item, full, depth + 1) for key, item in shown}
-        if len(items) > len(shown):
-            result["…"] = f"{len(items) - len(shown)} more keys"
-        return result
-    if isinstance(value, list | tuple | set | frozenset):
-        items = sorted(value, key=repr) if isinstance(value, set | frozenset) else list(value)
-        if full or len(items) <= _HEAD_ITEMS + _TAIL_ITEMS:
-            return [_displayable(item, full, depth + 1) for item in items]
-        hidden = len(items) - _HEAD_ITEMS - _TAIL_ITEMS
-        return [
-            *(_displayable(item, full, depth + 1) for item in items[:_HEAD_ITEMS]),
-            f"… {hidden} more items …",
-            *(_displayable(item, full, depth + 1) for item in items[-_TAIL_ITEMS:]),
-        ]
-    if isinstance(value, _dt.datetime | _dt.date | _dt.time):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal | uuid.UUID | _dt.timedelta):
-        return str(value)
-    if attrs.has(type(value)):
-        fields = {field.name: getattr(value, field.name) for field in attrs.fields(type(value))}
-        return _displayable(fields, full, depth)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {field.name: getattr(value, field.name) for field in dataclasses.fields(value)}
-        return _displayable(fields, full, depth)
-    text = repr(value)
-    return text if full or len(text) <= _MAX_TEXT else f"{text[:_MAX_TEXT]}…"
-
-
-def render_value(value: Any, *, full: bool = False, indent: str = "") -> str:
-    """A stored value as pretty JSON-ish text: short parts on one line, long ones broken up.
-
-    Every character that could steer a terminal is escaped; the only line
-    breaks are the layout's own (a stored newline prints as ``\\n``). An
-    integer too long to print shows its length (``<int of 5001 digits>``)
-    unless ``full``.
-
-    Args:
-        value: Any value a checkpoint holds.
-        full: Print long strings, lists and integers whole instead of shortened.
-        indent: Put in front of every line but the first.
-    """
-    # JSON's own escapes for what json.dumps leaves raw (C1, bidi overrides...).
-    return printable_json(_pretty(_displayable(value, full), indent, _LINE_WIDTH - len(indent)))
-
-
-def _pretty(value: Any, indent: str, width: int) -> str:
-    """``value`` (JSON types) in ``width`` columns; what does not fit opens one line per item."""
-    compact = json.dumps(value, ensure_ascii=False)
-    if len(compact) <= width or not isinstance(value, dict | list) or not value:
-        return compact
-    inner = indent + "  "
-    parts = []
-    if isinstance(value, dict):
-        for key, item in value.items():
-            label = json.dumps(key, ensure_ascii=False) + ": "
-            parts.append(label + _pretty(item, inner, width - 2 - len(label)))
-        opening, closing = "{", "}"
-    else:
-        parts = [_pretty(item, inner, width - 2) for item in value]
-        opening, closing = "[", "]"
-    body = f",\n{inner}".join(parts)
-    return f"{opening}\n{inner}{body}\n{indent}{closing}"
-
-
 def _print_field(label: str, text: str) -> None:
     _say(label.ljust(_LABEL_WIDTH) + text)
 
@@ -816,16 +621,6 @@ def _print_pause(report: _PauseReport, full: bool) -> None:
             asked = render_value(entry.payload, full=full, indent="      ")
             answer = render_value(entry.value, full=full, indent="      ") if entry.answered else "(waiting)"
             _say(f"      {printable(entry.key)}: {asked} -> {answer}")
-
-
-def _pending_json(pause: Pending) -> dict[str, Any]:
-    return {
-        "id": pause.id,
-        "task_id": pause.task_id,
-        "node": pause.node,
-        "key": pause.key,
-        "payload": _json_value(pause.payload),
-    }
 
 
 def _journal_json(entry: JournalEntry) -> dict[str, Any]:

@@ -46,6 +46,7 @@ from ..types import Checkpoint, JournalEntry, Pending, Result, ThreadError, Thre
 from .arguments import (
     _MOMENT_HELP,
     _THREAD_HELP,
+    Subcommands,
     _database_argument,
     _json_option,
     _moment,
@@ -970,16 +971,11 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     # "not given", so they never undo what came before the command.
     store = _Parser(add_help=False)
     _store_options(store, default=argparse.SUPPRESS)
-    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    commands = Subcommands(
+        subparsers=parser.add_subparsers(title="commands", metavar="COMMAND", required=True), store=store
+    )
 
-    def command(
-        name: str, handler: Callable[[argparse.Namespace], int], summary: str
-    ) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, parents=[store], help=summary, description=summary)
-        sub.set_defaults(handler=handler)
-        return sub
-
-    demo = command(
+    demo = commands.add(
         "demo",
         _cmd_demo,
         "Run the checkout demo: it creates an order and pauses to ask before charging; "
@@ -992,7 +988,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "--answer", type=_text, metavar="ANSWER", help="answer the pending question (yes charges)"
     )
 
-    threads = command("threads", _cmd_threads, "List threads, most recently updated first.")
+    threads = commands.add("threads", _cmd_threads, "List threads, most recently updated first.")
     threads.add_argument("--status", choices=_THREAD_STATUSES, help="only threads in this status")
     threads.add_argument("--search", type=_text, metavar="TEXT", help="only threads whose id contains TEXT")
     threads.add_argument("--limit", type=_positive, default=50, metavar="N", help="at most N (default: 50)")
@@ -1010,7 +1006,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     _json_option(threads)
 
-    history = command(
+    history = commands.add(
         "history",
         _cmd_history,
         "Draw a thread's checkpoint tree, oldest first, forks as branches; a resumed pause reads answered.",
@@ -1019,7 +1015,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     history.add_argument("--limit", type=_positive, metavar="N", help="only the N newest checkpoints")
     _json_option(history)
 
-    show = command(
+    show = commands.add(
         "show",
         _cmd_show,
         "Show a checkpoint: its place, status, next tasks, channel values, and each pause "
@@ -1032,7 +1028,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     show.add_argument("--full", action="store_true", help="print long values whole")
     _json_option(show)
 
-    delete = command("delete", _cmd_delete, "Delete a thread: its checkpoints, journals and metadata.")
+    delete = commands.add("delete", _cmd_delete, "Delete a thread: its checkpoints, journals and metadata.")
     delete.add_argument("thread", type=_text, metavar="THREAD", help=_THREAD_HELP)
     delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     delete.add_argument(
@@ -1041,7 +1037,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         help="delete it even while a run holds it (that run then fails at its next write)",
     )
 
-    prune = command(
+    prune = commands.add(
         "prune",
         _cmd_prune,
         "Drop a thread's old checkpoints, keeping the newest N and every one a branch or pause needs.",
@@ -1049,7 +1045,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     prune.add_argument("thread", type=_text, metavar="THREAD", help=_THREAD_HELP)
     prune.add_argument("--keep-last", type=_positive, required=True, metavar="N", help="keep the N newest")
 
-    recover_ = command(
+    recover_ = commands.add(
         "recover",
         _cmd_recover,
         "Continue stalled threads (planned tasks, no open pause, no live run: a crash or a failed "
@@ -1074,7 +1070,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "--dry-run", action="store_true", help="list the stalled threads and their graphs; run nothing"
     )
 
-    cancel = command(
+    cancel = commands.add(
         "cancel",
         _cmd_cancel,
         "Ask the run that holds a thread now, in any process, to stop: it ends aborted at its next "
@@ -1085,7 +1081,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "--reason", type=_text, default="cancelled", metavar="TEXT", help="why (default: cancelled)"
     )
 
-    gc = command(
+    gc = commands.add(
         "gc",
         _cmd_gc,
         "Delete threads last updated before an age (never one a run holds), or with --keep-last "
@@ -1108,7 +1104,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     gc.add_argument("--dry-run", action="store_true", help="list what would go; change nothing")
 
-    migrate = command("migrate", _cmd_migrate, "Create or upgrade the store's tables.")
+    migrate = commands.add("migrate", _cmd_migrate, "Create or upgrade the store's tables.")
     migrate.add_argument(
         "database",
         type=_database_argument,
@@ -1117,7 +1113,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         help="the store, as with --db (which it overrides)",
     )
 
-    web = command(
+    web = commands.add(
         "web",
         _cmd_web,
         "Serve the web console: the threads waiting for an answer, each thread's checkpoint tree, "
@@ -1141,7 +1137,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         help="show the forms that answer, cancel, recover and delete (no login: keep it on 127.0.0.1)",
     )
 
-    ddl = command(
+    ddl = commands.add(
         "ddl",
         _cmd_ddl,
         "Print the SQL that creates the store's tables, for running it yourself; connects to nothing.",

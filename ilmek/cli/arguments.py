@@ -10,12 +10,18 @@ import argparse
 import datetime as _dt
 import re
 import time
+from collections.abc import Callable
 from typing import Any, Final, NoReturn
+
+import attrs
 
 from ..checkpoint.sqlite import DEFAULT_PATH
 from .failures import _UsageError
 from .output import _q, _shorten
 from .stores import DATABASE_ENV, validate_prefix
+
+_Handler = Callable[[argparse.Namespace], int]
+"""What runs a command: it takes the parsed command line and returns the exit status."""
 
 _THREAD_HELP = "the thread's id (any text; quote it for the shell)"
 
@@ -138,3 +144,20 @@ def _json_option(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print one JSON document (stored values in ilmek's JSON form, times in ISO 8601)",
     )
+
+
+@attrs.frozen(kw_only=True)
+class Subcommands:
+    """The ``COMMAND`` sub-parsers that each command module adds its own command to.
+
+    ``store``: the store options, which every command takes after its name too.
+    """
+
+    subparsers: argparse._SubParsersAction[_Parser]
+    store: _Parser
+
+    def add(self, name: str, handler: _Handler, summary: str) -> argparse.ArgumentParser:
+        """A new command ``name``, run by ``handler``; ``summary`` is its line in ``--help``."""
+        sub = self.subparsers.add_parser(name, parents=[self.store], help=summary, description=summary)
+        sub.set_defaults(handler=handler)
+        return sub

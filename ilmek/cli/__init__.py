@@ -30,7 +30,6 @@ from .. import __version__
 from ..errors import IlmekError
 from .arguments import (
     Subcommands,
-    _database_argument,
     _Parser,
     _store_options,
     _text,
@@ -50,26 +49,18 @@ from .operations import (
 from .output import (
     _complain,
     _q,
-    _say,
 )
 from .rendering import render_value
+from .schema import add_ddl_parser, add_migrate_parser
+from .stores import DATABASE_ENV as DATABASE_ENV
 from .stores import (
-    _URL,
-    SqlCheckpointer,
-    _database,
-    _is_postgres,
     _opened,
     _secrets_in,
-    _unsupported,
     open_checkpointer,
 )
-from .stores import DATABASE_ENV as DATABASE_ENV
 from .threads import add_show_parser, add_threads_parser
 
 __all__ = ["build_parser", "main", "open_checkpointer", "render_history", "render_value"]
-
-
-_DIALECTS = ("postgres", "sqlite")
 
 
 # --- what may be printed ------------------------------------------------------------------
@@ -125,45 +116,6 @@ def _cmd_web(args: argparse.Namespace) -> int:
 # --- schema -------------------------------------------------------------------------------
 
 
-def _cmd_migrate(args: argparse.Namespace) -> int:
-    if args.database is not None:
-        args.db = args.database
-    with _opened(args, create=True) as checkpointer:
-        checkpointer.migrate()
-        _say(f"{checkpointer.table_prefix}_* tables up to date, schema version {checkpointer.schema_version}")
-    return 0
-
-
-def _ddl_statements(dialect: str, table_prefix: str) -> list[str]:
-    """What ``SqlCheckpointer.ddl()`` returns for ``dialect``, built without a connection."""
-    checkpointer_class: type[SqlCheckpointer]
-    if dialect == "postgres":
-        from ..checkpoint.postgres import PostgresCheckpointer
-
-        checkpointer_class = PostgresCheckpointer
-    else:
-        from ..checkpoint.sqlite import SqliteCheckpointer
-
-        checkpointer_class = SqliteCheckpointer
-    return checkpointer_class.schema_sql(table_prefix)
-
-
-def _cmd_ddl(args: argparse.Namespace) -> int:
-    dialect = args.dialect
-    if dialect is None:
-        # The store's form says its dialect; nothing is opened or created.
-        database = _database(args)
-        if _is_postgres(database):
-            dialect = "postgres"
-        elif _URL.match(database.lstrip()):
-            raise _CommandFailed(_unsupported(database))
-        else:
-            dialect = "sqlite"
-    for statement in _ddl_statements(dialect, args.table_prefix):
-        _say(f"{statement};")
-    return 0
-
-
 # --- the parser ---------------------------------------------------------------------------
 
 
@@ -209,14 +161,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
     add_gc_parser(commands)
 
-    migrate = commands.add("migrate", _cmd_migrate, "Create or upgrade the store's tables.")
-    migrate.add_argument(
-        "database",
-        type=_database_argument,
-        nargs="?",
-        metavar="DATABASE",
-        help="the store, as with --db (which it overrides)",
-    )
+    add_migrate_parser(commands)
 
     web = commands.add(
         "web",
@@ -242,16 +187,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         help="show the forms that answer, cancel, recover and delete (no login: keep it on 127.0.0.1)",
     )
 
-    ddl = commands.add(
-        "ddl",
-        _cmd_ddl,
-        "Print the SQL that creates the store's tables, for running it yourself; connects to nothing.",
-    )
-    ddl.add_argument(
-        "--dialect",
-        choices=_DIALECTS,
-        help="the database's dialect (default: the kind of store --db names)",
-    )
+    add_ddl_parser(commands)
     return parser
 
 

@@ -32,7 +32,6 @@ from .arguments import (
     Subcommands,
     _Parser,
     _store_options,
-    _text,
 )
 from .demo import DEFAULT_THREAD as DEFAULT_THREAD
 from .demo import DEMO_COMMAND_ENV as DEMO_COMMAND_ENV
@@ -48,17 +47,16 @@ from .operations import (
 )
 from .output import (
     _complain,
-    _q,
 )
 from .rendering import render_value
 from .schema import add_ddl_parser, add_migrate_parser
 from .stores import DATABASE_ENV as DATABASE_ENV
 from .stores import (
-    _opened,
     _secrets_in,
     open_checkpointer,
 )
 from .threads import add_show_parser, add_threads_parser
+from .web import add_web_parser
 
 __all__ = ["build_parser", "main", "open_checkpointer", "render_history", "render_value"]
 
@@ -85,26 +83,6 @@ __all__ = ["build_parser", "main", "open_checkpointer", "render_history", "rende
 
 
 # --- web ----------------------------------------------------------------------------------
-
-
-def _cmd_web(args: argparse.Namespace) -> int:
-    """Serve the web console until Ctrl-C (``ilmek web``)."""
-    # Imported here: the other commands never load the console or the user's graphs.
-    from ..loading import load_graphs
-    from ..web.serve import serve
-
-    if not 0 <= args.port <= 65535:
-        raise _CommandFailed(f"--port must be between 0 and 65535, got {args.port}")
-    graphs = load_graphs(args.graph)
-    with _opened(args) as checkpointer:
-        try:
-            return serve(
-                checkpointer, graphs, host=args.host, port=args.port, allow_actions=args.allow_actions
-            )
-        except OSError as error:
-            raise _CommandFailed(
-                f"cannot listen on {_q(args.host)} port {args.port}: {error.strerror or error}"
-            ) from error
 
 
 # --- delete, prune ------------------------------------------------------------------------
@@ -163,29 +141,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
     add_migrate_parser(commands)
 
-    web = commands.add(
-        "web",
-        _cmd_web,
-        "Serve the web console: the threads waiting for an answer, each thread's checkpoint tree, "
-        "state, journals and graph; with --allow-actions, answer, fork, cancel, recover and delete.",
-    )
-    web.add_argument(
-        "--graph",
-        action="append",
-        default=[],
-        type=_text,
-        metavar="MODULE:GRAPH",
-        help="a graph to draw and to answer its threads with (repeatable), e.g. myapp.flows:checkout",
-    )
-    web.add_argument(
-        "--host", type=_text, default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)"
-    )
-    web.add_argument("--port", type=int, default=8765, help="the port (default: 8765; 0 picks a free one)")
-    web.add_argument(
-        "--allow-actions",
-        action="store_true",
-        help="show the forms that answer, cancel, recover and delete (no login: keep it on 127.0.0.1)",
-    )
+    add_web_parser(commands)
 
     add_ddl_parser(commands)
     return parser

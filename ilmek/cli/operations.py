@@ -1,0 +1,361 @@
+"""The commands that change threads: ``delete``, ``prune``; for operations ``recover``, ``cancel``, ``gc``.
+
+``recover`` continues stalled threads with the graphs given as
+``MODULE:NAME``; ``cancel`` asks the run holding a thread to stop; ``gc``
+deletes or prunes the threads last updated before an age. None of them
+touches a thread a live run holds unless asked to (``delete --force``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import sys
+import time
+from collections.abc import Mapping, Sequence
+
+from ..checkpoint.base import Checkpointer, checkpoints_to_keep
+from ..errors import IlmekError, ThreadBusyError
+from ..graph import CompiledGraph
+from ..loading import load_graphs
+from ..operations import recover, request_cancel, stalled_threads
+from ..redact import printable
+from ..types import Result, ThreadInfo
+from .arguments import _THREAD_HELP, Subcommands, _past_moment, _positive, _text
+from .failures import _CommandFailed
+from .output import _NOTE_TEXT, _align, _clip, _one_line, _q, _say, _shell_word, _shorten, _when
+from .stores import SqlCheckpointer, _database, _opened, _shown_database
+
+# `gc` never touches a running thread, so it does not offer that status.
+_GC_STATUSES = ("done", "interrupted", "unfinished", "error")
+
+
+# --- delete, prune ------------------------------------------------------------------------
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def _exists(checkpointer: SqlCheckpointer, thread_id: str) -> bool:
+    return checkpointer.get_thread(thread_id) is not None or checkpointer.get(thread_id) is not None
+
+
+def _confirmed(question: str) -> bool:
+    try:
+        answer = input(f"{printable(question)} [y/N] ")
+    except EOFError:
+        return False
+    return answer.strip().lower() in {"y", "yes"}
+
+
+def _cmd_delete(args: argparse.Namespace) -> int:
+    with _opened(args) as checkpointer:
+        if not _exists(checkpointer, args.thread):
+            raise _CommandFailed(
+                f"thread {_q(args.thread)} does not exist in {_shown_database(_database(args))}"
+            )
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise _CommandFailed(
+                    f"not deleting thread {_q(args.thread)} without confirmation: stdin is not a "
+                    "terminal, so pass --yes"
+                )
+            count = len(checkpointer.list(args.thread))
+            if not _confirmed(f"delete thread {_q(args.thread)} and its {_count(count, 'checkpoint')}?"):
+                raise _CommandFailed("nothing deleted")
+        if args.force:
+            checkpointer.delete_thread(args.thread)
+        else:
+            try:
+                checkpointer.delete_idle_thread(args.thread)
+            except ThreadBusyError:
+                raise _CommandFailed(
+                    f"a run holds thread {_q(args.thread)} now: nothing deleted. Stop the run "
+                    f"first with: ilmek cancel {_shell_word(args.thread)}; or pass --force to "
+                    "delete the thread under it (the run then fails at its next write)"
+                ) from None
+    _say(printable(f"deleted thread {_q(args.thread)}"))
+    return 0
+
+
+def _cmd_prune(args: argparse.Namespace) -> int:
+    with _opened(args) as checkpointer:
+        if not _exists(checkpointer, args.thread):
+            raise _CommandFailed(
+                f"thread {_q(args.thread)} does not exist in {_shown_database(_database(args))}"
+            )
+        dropped = checkpointer.prune(args.thread, keep_last=args.keep_last)
+        kept = len(checkpointer.list(args.thread))
+    _say(printable(f"dropped {_count(dropped, 'checkpoint')} of thread {_q(args.thread)}; {kept} kept"))
+    return 0
+
+
+def add_delete_parser(commands: Subcommands) -> None:
+    """Add ``delete``, which deletes a thread, to the commands."""
+    delete = commands.add("delete", _cmd_delete, "Delete a thread: its checkpoints, journals and metadata.")
+    delete.add_argument("thread", type=_text, metavar="THREAD", help=_THREAD_HELP)
+    delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    delete.add_argument(
+        "--force",
+        action="store_true",
+        help="delete it even while a run holds it (that run then fails at its next write)",
+    )
+
+
+def add_prune_parser(commands: Subcommands) -> None:
+    """Add ``prune``, which drops a thread's old checkpoints, to the commands."""
+    prune = commands.add(
+        "prune",
+        _cmd_prune,
+        "Drop a thread's old checkpoints, keeping the newest N and every one a branch or pause needs.",
+    )
+    prune.add_argument("thread", type=_text, metavar="THREAD", help=_THREAD_HELP)
+    prune.add_argument("--keep-last", type=_positive, required=True, metavar="N", help="keep the N newest")
+
+
+# --- operations: recover, cancel, gc ------------------------------------------------------
+
+# Threads are listed from the store this many at a time.
+_PAGE = 500
+
+
+def _loaded_graphs(references: Sequence[str]) -> dict[str, CompiledGraph]:
+    """The graphs ``MODULE:NAME`` references name, keyed by graph name; any failure is one message."""
+    try:
+        return load_graphs(list(references))
+    except IlmekError:
+        raise
+    except Exception as error:
+        # The user's module failed to import (a syntax error, a missing
+        # setting...): its message, not a traceback through ilmek.
+        named = ", ".join(_q(reference) for reference in references)
+        raise _CommandFailed(
+            f"cannot load {named}: {type(error).__name__}: {_one_line(str(error))}"
+        ) from error
+
+
+def _graph_name(checkpointer: Checkpointer, thread_id: str) -> str | None:
+    """The name of the graph that wrote the thread's latest checkpoint (its channels are not read)."""
+    latest = checkpointer.list(thread_id, limit=1)
+    name = latest[0].metadata.get("graph") if latest else None
+    return name if isinstance(name, str) else None
+
+
+def _runs_with(name: str | None, graphs: Mapping[str, CompiledGraph]) -> bool:
+    """Whether :func:`ilmek.recover` continues a thread of graph ``name`` with ``graphs``."""
+    # As recover() does: a checkpoint that names no graph goes to the only graph given.
+    return name in graphs if name is not None else len(graphs) == 1
+
+
+def _before(moment: float) -> str:
+    """``last updated before <moment>`` (epoch seconds), as `gc` reports what it took."""
+    return f"last updated before {_when(_dt.datetime.fromtimestamp(moment, _dt.UTC))}"
+
+
+def _outcome(result: Result) -> str:
+    """How a continued run ended, for one line of `recover`."""
+    if result.status == "error" and result.errors:
+        node, error = result.errors[0]
+        return f"error (node {_q(node)}: {_clip(_one_line(f'{type(error).__name__}: {error}'), _NOTE_TEXT)})"
+    if result.status == "aborted":
+        return f"aborted ({_clip(result.abort_reason or 'no reason given', _NOTE_TEXT)})"
+    if result.status == "interrupted":
+        return "interrupted (waiting for " + ", ".join(_q(pause.id) for pause in result.pending) + ")"
+    return result.status
+
+
+def _cmd_recover(args: argparse.Namespace) -> int:
+    graphs = _loaded_graphs(args.graphs)
+    older_than = max(0.0, time.time() - args.older_than) if args.older_than is not None else 0.0
+    with _opened(args) as checkpointer:
+        stalled = stalled_threads(checkpointer, older_than=older_than, limit=args.limit)
+        owners = {info.id: _graph_name(checkpointer, info.id) for info in stalled}
+        if args.dry_run:
+            if not stalled:
+                _say("no stalled threads")
+                return 0
+            rows = [["THREAD", "STATUS", "UPDATED", "GRAPH", "WOULD"]]
+            for info in stalled:
+                owner = owners[info.id]
+                would = "continue" if _runs_with(owner, graphs) else "skip: its graph was not given"
+                rows.append([info.id, info.status, _when(info.updated_at), owner or "-", would])
+            for line in _align(rows):
+                _say(line)
+            return 0
+        results = recover(graphs, checkpointer, older_than=older_than, limit=args.limit)
+    continued = {result.thread_id for result in results}
+    for result in results:
+        _say(printable(f"thread {_q(result.thread_id)}: {_outcome(result)}"))
+    for info in stalled:
+        if info.id in continued:
+            continue
+        owner = owners[info.id]
+        if _runs_with(owner, graphs):
+            why = "another process or run took it first"
+        else:
+            why = f"its graph {_q(owner or '(unnamed)')} was not given"
+        _say(printable(f"thread {_q(info.id)}: not continued here ({why})"))
+    if not stalled and not results:
+        _say("no stalled threads")
+    else:
+        _say(f"continued {_count(len(results), 'thread')}")
+    return 0
+
+
+def add_recover_parser(commands: Subcommands) -> None:
+    """Add ``recover``, which continues stalled threads, to the commands."""
+    recover_ = commands.add(
+        "recover",
+        _cmd_recover,
+        "Continue stalled threads (planned tasks, no open pause, no live run: a crash or a failed "
+        "node) with their graphs, replaying what their steps recorded; safe from several processes.",
+    )
+    recover_.add_argument(
+        "graphs",
+        nargs="+",
+        metavar="MODULE:GRAPH",
+        help="the graphs to continue threads with (module.path:name, imported from the current folder "
+        "or the installed packages); a thread runs with the graph its latest checkpoint names",
+    )
+    recover_.add_argument(
+        "--older-than",
+        type=_past_moment,
+        metavar="AGE",
+        help="only threads idle at least that long (10m, 2h, or an ISO date; default: any); "
+        "make it longer than your slowest node",
+    )
+    recover_.add_argument("--limit", type=_positive, metavar="N", help="at most N threads, oldest first")
+    recover_.add_argument(
+        "--dry-run", action="store_true", help="list the stalled threads and their graphs; run nothing"
+    )
+
+
+def _cmd_cancel(args: argparse.Namespace) -> int:
+    with _opened(args) as checkpointer:
+        asked = request_cancel(checkpointer, args.thread, args.reason)
+        exists = asked or _exists(checkpointer, args.thread)
+    if not asked:
+        if not exists:
+            raise _CommandFailed(
+                f"thread {_q(args.thread)} does not exist in {_shown_database(_database(args))}"
+            )
+        raise _CommandFailed(f"no run holds thread {_q(args.thread)} now: nothing to cancel")
+    _say(
+        printable(
+            f"asked the run holding thread {_q(args.thread)} to stop: it ends aborted "
+            f"({_shorten(args.reason)}) at its next superstep"
+        )
+    )
+    return 0
+
+
+def add_cancel_parser(commands: Subcommands) -> None:
+    """Add ``cancel``, which stops the run holding a thread, to the commands."""
+    cancel = commands.add(
+        "cancel",
+        _cmd_cancel,
+        "Ask the run that holds a thread now, in any process, to stop: it ends aborted at its next "
+        "superstep (exit status 1 if no run holds the thread).",
+    )
+    cancel.add_argument("thread", type=_text, metavar="THREAD", help=_THREAD_HELP)
+    cancel.add_argument(
+        "--reason", type=_text, default="cancelled", metavar="TEXT", help="why (default: cancelled)"
+    )
+
+
+def _old_threads(checkpointer: Checkpointer, args: argparse.Namespace) -> tuple[list[ThreadInfo], int]:
+    """The threads `gc` would touch, least recently updated first, and how many running ones it spares."""
+    found: list[ThreadInfo] = []
+    offset = 0
+    while True:
+        page = checkpointer.list_threads(
+            status=args.status, updated_before=args.older_than, offset=offset, limit=_PAGE
+        )
+        found.extend(page)
+        if len(page) < _PAGE:
+            break
+        offset += _PAGE
+    idle = [info for info in found if not info.running]
+    idle.reverse()
+    return idle, len(found) - len(idle)
+
+
+def _cmd_gc(args: argparse.Namespace) -> int:
+    what = _before(args.older_than) + (f", status {args.status}" if args.status else "")
+    with _opened(args) as checkpointer:
+        if args.keep_last is None and not args.dry_run:
+            spared = [
+                info
+                for info in checkpointer.list_threads(status="running", updated_before=args.older_than)
+                if args.status in (None, info.status)
+            ]
+            deleted = checkpointer.delete_threads(updated_before=args.older_than, status=args.status)
+            _say(f"deleted {_count(deleted, 'thread')} {what}")
+            if spared:
+                _say(f"kept {_count(len(spared), 'thread')} that a run holds now")
+            return 0
+        threads, running = _old_threads(checkpointer, args)
+        if args.keep_last is None:
+            for info in threads:
+                _say(printable(f"{_when(info.updated_at)}  {info.status:<11}  {info.id}"))
+            _say(f"would delete {_count(len(threads), 'thread')} {what}")
+        else:
+            _gc_prune(checkpointer, threads, args, what)
+        if running:
+            _say(f"kept {_count(running, 'thread')} that a run holds now")
+    return 0
+
+
+def _gc_prune(
+    checkpointer: Checkpointer, threads: Sequence[ThreadInfo], args: argparse.Namespace, what: str
+) -> None:
+    """`gc --keep-last N`: prune each thread instead of deleting it (``what``: which threads, in words)."""
+    verb = "would drop" if args.dry_run else "dropped"
+    dropped_total = touched = 0
+    for info in threads:
+        if args.dry_run:
+            lineage = {c.id: c.parent_id for c in checkpointer.list(info.id)}
+            keep = checkpoints_to_keep(list(lineage), lineage, args.keep_last)
+            dropped, kept = len(lineage) - len(keep), len(keep)
+        else:
+            try:
+                dropped = checkpointer.prune(info.id, keep_last=args.keep_last)
+            except ThreadBusyError:
+                # A run took the thread since it was listed: leave it to that run.
+                _say(printable(f"thread {_q(info.id)}: skipped, a run holds it now"))
+                continue
+            kept = len(checkpointer.list(info.id))
+        if dropped:
+            touched += 1
+            dropped_total += dropped
+            _say(printable(f"thread {_q(info.id)}: {verb} {_count(dropped, 'checkpoint')}, {kept} kept"))
+    _say(
+        f"{verb} {_count(dropped_total, 'checkpoint')} of {_count(touched, 'thread')} ({len(threads)} {what})"
+    )
+
+
+def add_gc_parser(commands: Subcommands) -> None:
+    """Add ``gc``, which deletes or prunes old threads, to the commands."""
+    gc = commands.add(
+        "gc",
+        _cmd_gc,
+        "Delete threads last updated before an age (never one a run holds), or with --keep-last "
+        "prune each of them instead.",
+    )
+    gc.add_argument(
+        "--older-than",
+        type=_past_moment,
+        required=True,
+        metavar="AGE",
+        help="threads last updated before then: 30d, 12h, or an ISO date (2024-05-01)",
+    )
+    gc.add_argument("--status", choices=_GC_STATUSES, help="only threads in this status")
+    gc.add_argument(
+        "--keep-last",
+        type=_positive,
+        metavar="N",
+        help="keep the threads; drop all but the N newest checkpoints of each (and every one a "
+        "branch or pause needs)",
+    )
+    gc.add_argument("--dry-run", action="store_true", help="list what would go; change nothing")

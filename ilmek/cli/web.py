@@ -1,0 +1,57 @@
+"""The ``web`` command: serves the web console of :mod:`ilmek.web` until Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+
+from .arguments import Subcommands, _text
+from .failures import _CommandFailed
+from .output import _q
+from .stores import _opened
+
+
+def _cmd_web(args: argparse.Namespace) -> int:
+    """Serve the web console until Ctrl-C (``ilmek web``)."""
+    # Imported here: the other commands never load the console or the user's graphs.
+    from ..loading import load_graphs
+    from ..web.serve import serve
+
+    if not 0 <= args.port <= 65535:
+        raise _CommandFailed(f"--port must be between 0 and 65535, got {args.port}")
+    graphs = load_graphs(args.graph)
+    with _opened(args) as checkpointer:
+        try:
+            return serve(
+                checkpointer, graphs, host=args.host, port=args.port, allow_actions=args.allow_actions
+            )
+        except OSError as error:
+            raise _CommandFailed(
+                f"cannot listen on {_q(args.host)} port {args.port}: {error.strerror or error}"
+            ) from error
+
+
+def add_web_parser(commands: Subcommands) -> None:
+    """Add ``web``, which serves the web console, to the commands."""
+    web = commands.add(
+        "web",
+        _cmd_web,
+        "Serve the web console: the threads waiting for an answer, each thread's checkpoint tree, "
+        "state, journals and graph; with --allow-actions, answer, fork, cancel, recover and delete.",
+    )
+    web.add_argument(
+        "--graph",
+        action="append",
+        default=[],
+        type=_text,
+        metavar="MODULE:GRAPH",
+        help="a graph to draw and to answer its threads with (repeatable), e.g. myapp.flows:checkout",
+    )
+    web.add_argument(
+        "--host", type=_text, default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)"
+    )
+    web.add_argument("--port", type=int, default=8765, help="the port (default: 8765; 0 picks a free one)")
+    web.add_argument(
+        "--allow-actions",
+        action="store_true",
+        help="show the forms that answer, cancel, recover and delete (no login: keep it on 127.0.0.1)",
+    )

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 
 import pytest
 
-from tests.pgcluster import PostgresServer
+from tests.support.pgcluster import PostgresServer
 
 BENCHMARKS = pathlib.Path(__file__).resolve().parent.parent / "benchmarks"
 

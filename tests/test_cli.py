@@ -24,7 +24,7 @@ from ilmek.checkpoint.sqlite import SqliteCheckpointer
 from ilmek.cli import open_checkpointer, render_history, render_value
 from ilmek.demo import build_checkout_graph
 from ilmek.graph import END, START, CompiledGraph
-from tests.cli_support import (
+from tests.support.cli_support import (
     COMMANDS,
     cli,
     db_fixture,  # noqa: F401 - a fixture, used by name
@@ -36,7 +36,7 @@ from tests.cli_support import (
     run_module,
     store_fixture,  # noqa: F401 - a fixture, used by name
 )
-from tests.pgcluster import dsn_to_url
+from tests.support.pgcluster import dsn_to_url
 
 # --- demo, in two real processes --------------------------------------------------------
 

@@ -26,7 +26,7 @@ from ilmek.cli import build_parser
 from ilmek.context import NodeContext
 from ilmek.demo import build_checkout_graph
 from ilmek.graph import END, START, CompiledGraph
-from tests.cli_support import (
+from tests.support.cli_support import (
     COMMANDS,
     REPO_ROOT,
     cli,
@@ -39,7 +39,7 @@ from tests.cli_support import (
     run_module,
     store_fixture,  # noqa: F401 - a fixture, used by name
 )
-from tests.conftest_postgres import unavailable
+from tests.support.conftest_postgres import unavailable
 
 # --- --version ---------------------------------------------------------------------------------
 

@@ -3,7 +3,7 @@
 
 Every store is a real SQLite file or the real Postgres the test session
 starts (never a mock). Stalled threads are made for real: a worker process
-killed with SIGKILL mid-superstep (``tests/crashworker.py``), or a node that
+killed with SIGKILL mid-superstep (``tests/support/crashworker.py``), or a node that
 raised. Graph modules are written into the test's folder and named
 ``MODULE:NAME`` as a user would; effects are counted in a file outside the
 database, so "ran once" is checked against what happened.
@@ -46,7 +46,7 @@ from ilmek.checkpoint.sqlite import SqliteCheckpointer
 from ilmek.graph import CompiledGraph
 from ilmek.loading import load_graph
 from ilmek.types import ThreadInfo
-from tests.cli_support import (
+from tests.support.cli_support import (
     REPO_ROOT,
     cli,
     finished_order,
@@ -56,8 +56,8 @@ from tests.cli_support import (
     paused_order,
     raw_controls,
 )
-from tests.crashworker import LEASE_SECONDS, Effects
-from tests.pgcluster import dsn_to_url
+from tests.support.crashworker import LEASE_SECONDS, Effects
+from tests.support.pgcluster import dsn_to_url
 from tests.test_crash import Workers
 
 pytestmark = pytest.mark.timeout(120)
@@ -151,7 +151,7 @@ import os
 import time
 
 from ilmek import END, START, channel, graph
-from tests.crashworker import Effects
+from tests.support.crashworker import Effects
 
 EFFECTS = Effects({effects!r})
 FLAG = {flag!r}
@@ -186,7 +186,7 @@ flaky = (
 
 CRASH_MODULE = '''
 """The crash worker's graphs, as a user's module would name them for `ilmek recover`."""
-from tests.crashworker import Effects, loop_graph, slow_graph
+from tests.support.crashworker import Effects, loop_graph, slow_graph
 
 EFFECTS = Effects({effects!r})
 loop = loop_graph(EFFECTS)
@@ -284,7 +284,7 @@ def modules(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
 
 @pytest.fixture(name="workers")
 def workers_fixture(tmp_path: pathlib.Path) -> Iterator[Workers]:
-    """Crash-worker processes (``tests/crashworker.py``); any still running at the end are killed."""
+    """Crash-worker processes (``tests/support/crashworker.py``); any still running at the end are killed."""
     pool = Workers(tmp_path)
     yield pool
     pool.close()

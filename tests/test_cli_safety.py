@@ -24,7 +24,7 @@ from ilmek.checkpoint.postgres import PostgresCheckpointer
 from ilmek.checkpoint.sqlite import SqliteCheckpointer
 from ilmek.context import NodeContext
 from ilmek.graph import END, START, CompiledGraph
-from tests.cli_support import (
+from tests.support.cli_support import (
     COMMANDS,
     SERVING_COMMANDS,
     cli,
@@ -34,7 +34,7 @@ from tests.cli_support import (
     raw_controls,
     store_fixture,  # noqa: F401 - a fixture, used by name
 )
-from tests.pgcluster import dsn_to_url
+from tests.support.pgcluster import dsn_to_url
 
 EVIL = "\x1b]0;pwned\x07\x1b[2J\u202e\x9b"
 """Set the window title, clear the screen, reverse the text, and a one-byte CSI."""

@@ -45,8 +45,8 @@ from ilmek.checkpoint.base import Checkpointer
 from ilmek.checkpoint.postgres import PostgresCheckpointer
 from ilmek.checkpoint.sqlite import SqliteCheckpointer
 from ilmek.types import Checkpoint, Extend, Replace
-from tests.conftest import Proxy
-from tests.pgcluster import dsn_to_url
+from tests.support.backends import Proxy
+from tests.support.pgcluster import dsn_to_url
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -28,7 +28,7 @@ from ilmek import (
     send,
     thread_state,
 )
-from tests.helpers import Calls
+from tests.support.helpers import Calls
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,6 +1,6 @@
 """Crashes and races, for real: workers killed with SIGKILL, processes racing for one thread.
 
-The workers are ``tests/crashworker.py`` in subprocesses; their step
+The workers are ``tests/support/crashworker.py`` in subprocesses; their step
 functions count every real execution in an effects file outside the
 database, so "ran once" is checked against what happened, not against what
 the database says. The tests that tamper with the database (a foreign schema
@@ -56,7 +56,7 @@ from ilmek import (
     thread_state,
 )
 from ilmek.events import CheckpointEvent, Event, RunEnd
-from tests.crashworker import (
+from tests.support.crashworker import (
     INPUTS,
     LEASE_SECONDS,
     LOOP_ROUNDS,
@@ -95,7 +95,7 @@ def crash_db(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator
     if request.param == "sqlite":
         yield str(tmp_path / "crash.db")
     elif request.param == "postgres":
-        from tests.pgcluster import dsn_to_url
+        from tests.support.pgcluster import dsn_to_url
 
         # The worker takes a URL; the fixture gives a fresh cloned database as a DSN.
         yield dsn_to_url(request.getfixturevalue("postgres_dsn"))
@@ -242,7 +242,7 @@ def retry_while_busy(action: Callable[[], T], timeout: float = BUSY_RETRY_SECOND
 
 
 class Worker:
-    """One ``tests.crashworker`` process, and the JSON lines it announces on stdout."""
+    """One ``tests.support.crashworker`` process, and the JSON lines it announces on stdout."""
 
     def __init__(self, arguments: Sequence[str], stderr_path: pathlib.Path) -> None:
         self.arguments = list(arguments)
@@ -251,7 +251,7 @@ class Worker:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         with stderr_path.open("wb") as stderr:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "tests.crashworker", *self.arguments],
+                [sys.executable, "-m", "tests.support.crashworker", *self.arguments],
                 cwd=REPO_ROOT,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -330,7 +330,7 @@ class Workers:
         self.started: list[Worker] = []
 
     def spawn(self, graph_name: str, action: str, **options: Any) -> Worker:
-        """Start ``python -m tests.crashworker graph action --option value...``."""
+        """Start ``python -m tests.support.crashworker graph action --option value...``."""
         arguments = [graph_name, action]
         for name, value in options.items():
             arguments += [f"--{name.replace('_', '-')}", str(value)]

@@ -30,7 +30,7 @@ from ilmek import (
     graph,
     run,
 )
-from tests.stores import Store, execute, rows_of, store_fixture  # noqa: F401 - the store fixture
+from tests.support.stores import Store, execute, rows_of, store_fixture  # noqa: F401 - the store fixture
 
 pytestmark = pytest.mark.timeout(90)
 

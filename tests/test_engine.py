@@ -35,7 +35,7 @@ from ilmek import (
     stream,
     thread_state,
 )
-from tests.helpers import Calls
+from tests.support.helpers import Calls
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -37,7 +37,7 @@ from django.test import Client, override_settings
 
 from examples.django_app.settings import database_from_url
 from ilmek import PostgresCheckpointer
-from tests.pgcluster import dsn_to_url
+from tests.support.pgcluster import dsn_to_url
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -21,9 +21,9 @@ import pytest
 from examples.retrying import run_reliably
 from ilmek import START, IlmekError, StorageError, channel, graph, run
 from ilmek.checkpoint.postgres import PostgresCheckpointer
-from tests.conftest_postgres import unavailable
-from tests.helpers import Calls
-from tests.pgcluster import PostgresCluster
+from tests.support.conftest_postgres import unavailable
+from tests.support.helpers import Calls
+from tests.support.pgcluster import PostgresCluster
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.timeout(240)]
 

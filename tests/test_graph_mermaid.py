@@ -23,7 +23,7 @@ from ilmek.graph import CompiledGraph
 from ilmek.mermaid import to_mermaid
 from ilmek.predicates import describe
 from ilmek.spec import from_spec, to_spec
-from tests.conftest_postgres import unavailable
+from tests.support.conftest_postgres import unavailable
 
 pytestmark = pytest.mark.timeout(120)
 

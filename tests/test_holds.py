@@ -41,8 +41,8 @@ from ilmek import (
 from ilmek.checkpoint.base import Checkpointer
 from ilmek.checkpoint.postgres import PostgresCheckpointer
 from ilmek.checkpoint.sqlite import SqliteCheckpointer
-from tests.helpers import Calls, reply_chat
-from tests.stores import LEASE, Store, rows_of, store_fixture  # noqa: F401 - the store fixture
+from tests.support.helpers import Calls, reply_chat
+from tests.support.stores import LEASE, Store, rows_of, store_fixture  # noqa: F401 - the store fixture
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -1,7 +1,7 @@
 """ilmek behind PgBouncer in transaction pooling mode (SPEC §7: no session state outside the hold).
 
 Every client here reaches Postgres through one throwaway pgbouncer
-(``tests/pgbouncer.py``) in ``pool_mode = transaction`` that hands its few
+(``tests/support/pgbouncer.py``) in ``pool_mode = transaction`` that hands its few
 server sessions out round-robin, so consecutive transactions of one client
 land on different sessions. What that shows:
 
@@ -50,11 +50,11 @@ from ilmek import (
     run,
     thread_state,
 )
-from tests.conftest_postgres import unavailable
-from tests.crashworker import Effects
-from tests.pgbouncer import PgBouncer
-from tests.pgcluster import PostgresCluster, PostgresServer, dsn_to_url
-from tests.pgworker import CART, CHECKOUT_DONE, checkout_graph, run_checkout
+from tests.support.conftest_postgres import unavailable
+from tests.support.crashworker import Effects
+from tests.support.pgbouncer import PgBouncer
+from tests.support.pgcluster import PostgresCluster, PostgresServer, dsn_to_url
+from tests.support.pgworker import CART, CHECKOUT_DONE, checkout_graph, run_checkout
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(90)]
 

@@ -1,4 +1,4 @@
-"""Tests for the PostgreSQL test plumbing (tests/pgcluster.py, tests/conftest_postgres.py)."""
+"""Tests for the PostgreSQL test plumbing (tests/support/pgcluster.py, tests/support/conftest_postgres.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import psycopg2
 import pytest
 
-from tests.pgcluster import (
+from tests.support.pgcluster import (
     PostgresCluster,
     PostgresServer,
     child_pids,

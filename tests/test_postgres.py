@@ -7,7 +7,7 @@ mid-run, SQLSTATE classification of real driver errors, query plans at scale
 and JSONB round trips. The port's behaviour on every backend is
 ``tests/checkpoint/test_conformance.py``'s.
 
-Cross-process tests run ``tests/pgworker.py``; side effects are counted in
+Cross-process tests run ``tests/support/pgworker.py``; side effects are counted in
 an append-only effects file, so effects of a killed process count too.
 """
 
@@ -61,9 +61,9 @@ from ilmek.checkpoint.postgres import adapter_for, classify_postgres_error
 from ilmek.cli import main
 from ilmek.dbapi import Session, Statement
 from ilmek.types import JournalEntry, new_checkpoint_id, task_id_for
-from tests.helpers import reply_chat
-from tests.pgcluster import PostgresServer, find_bindir
-from tests.pgworker import (
+from tests.support.helpers import reply_chat
+from tests.support.pgcluster import PostgresServer, find_bindir
+from tests.support.pgworker import (
     CART,
     CHECKOUT_DONE,
     TWO_STEP_FINAL,
@@ -161,13 +161,13 @@ class RecordingClient:
 
 
 class Worker:
-    """A ``tests/pgworker.py`` process and the JSON lines it reports."""
+    """A ``tests/support/pgworker.py`` process and the JSON lines it reports."""
 
     def __init__(self, log_dir: pathlib.Path, *args: str) -> None:
         self.stderr_path = log_dir / f"worker-{uuid.uuid4().hex[:8]}.err"
         with open(self.stderr_path, "w") as stderr:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "tests.pgworker", *args],
+                [sys.executable, "-m", "tests.support.pgworker", *args],
                 cwd=ROOT,
                 stdout=subprocess.PIPE,
                 stderr=stderr,

@@ -34,7 +34,7 @@ from ilmek import (
     thread_state,
 )
 from ilmek.events import Event, NodeError, NodeStart, RunEnd
-from tests.helpers import Calls
+from tests.support.helpers import Calls
 
 pytestmark = pytest.mark.timeout(60)
 

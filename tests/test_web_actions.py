@@ -22,8 +22,8 @@ import pytest
 import ilmek
 import ilmek.web
 from ilmek import END, START, Checkpointer, SqliteCheckpointer, channel, graph, run
-from tests.helpers import Calls
-from tests.web_support import THREADS, Client, graphs, loop_graph, populate
+from tests.support.helpers import Calls
+from tests.support.web_support import THREADS, Client, graphs, loop_graph, populate
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -28,9 +28,9 @@ import pytest
 
 import ilmek
 from ilmek import Checkpointer, SqliteCheckpointer, run
-from tests.conftest_postgres import unavailable
-from tests.web_browser_support import browser, find_browser, full_page_screenshot
-from tests.web_support import (
+from tests.support.conftest_postgres import unavailable
+from tests.support.web_browser_support import browser, find_browser, full_page_screenshot
+from tests.support.web_support import (
     HOSTILE_THREAD,
     THREADS,
     XSS_IMG,

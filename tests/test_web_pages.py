@@ -1,4 +1,4 @@
-"""The console's pages through its WSGI interface, on the sample store of ``tests/web_support.py``.
+"""The console's pages through its WSGI interface, on the sample store of ``tests/support/web_support.py``.
 
 Every page is read on memory and on a SQLite file, and once on Postgres.
 """
@@ -17,7 +17,7 @@ import ilmek.web
 from ilmek import Checkpointer, InMemoryCheckpointer, SqliteCheckpointer
 from ilmek.checkpoint.postgres import PostgresCheckpointer
 from ilmek.errors import InvalidArgumentError
-from tests.web_support import THREADS, Client, batch_graph, checkout_graph, graphs, populate
+from tests.support.web_support import THREADS, Client, batch_graph, checkout_graph, graphs, populate
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -17,7 +17,7 @@ from ilmek.web.links import Links
 from ilmek.web.reading import parse_metadata_filter
 from ilmek.web.tree import answered_pauses, draw_tree, layout
 from ilmek.web.values import as_json_text, label, preview, question_of, render
-from tests.web_support import XSS_IMG, XSS_SCRIPT, XSS_URL
+from tests.support.web_support import XSS_IMG, XSS_SCRIPT, XSS_URL
 
 # --- html -----------------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ import pytest
 
 import ilmek.web
 from ilmek import SqliteCheckpointer, run
-from tests.web_support import Client, checkout_graph, failing_graph
+from tests.support.web_support import Client, checkout_graph, failing_graph
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -22,8 +22,8 @@ import pytest
 import ilmek
 from ilmek import InMemoryCheckpointer, SqliteCheckpointer
 from ilmek.cli import main
-from tests.cli_support import run_module
-from tests.web_support import THREADS, populate, serving
+from tests.support.cli_support import run_module
+from tests.support.web_support import THREADS, populate, serving
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -164,7 +164,7 @@ def test_ilmek_web_serves_the_store_and_stops_cleanly_on_ctrl_c(tmp_path: pathli
         "--port",
         "0",
         "--graph",
-        "tests.web_support:checkout_graph",
+        "tests.support.web_support:checkout_graph",
         "--allow-actions",
         home=tmp_path,
     )

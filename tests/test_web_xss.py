@@ -20,7 +20,7 @@ import pytest
 
 import ilmek.web
 from ilmek import Checkpointer, SqliteCheckpointer
-from tests.web_support import (
+from tests.support.web_support import (
     HOSTILE_NODE,
     HOSTILE_THREAD,
     XSS_IMG,

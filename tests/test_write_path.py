@@ -22,8 +22,8 @@ import pytest
 from ilmek import END, START, ResumeError, ThreadBusyError, channel, graph, resume, run, stream
 from ilmek.errors import CorruptCheckpointError
 from ilmek.types import task_id_for
-from tests.helpers import Calls
-from tests.stores import LEASE, Store, execute, rows_of, store_fixture  # noqa: F401 - the store fixture
+from tests.support.helpers import Calls
+from tests.support.stores import LEASE, Store, execute, rows_of, store_fixture  # noqa: F401 - the store fixture
 
 pytestmark = pytest.mark.timeout(90)
 

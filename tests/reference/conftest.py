@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from ilmek import Checkpointer
-from tests.conftest import BACKENDS, Backend
+from tests.support.backends import BACKENDS, Backend
 
 REFERENCE_BACKENDS = ("memory", "sqlite-file", "postgres-pool")
 

@@ -40,7 +40,7 @@ from ilmek import (
     thread_state,
     to_spec,
 )
-from tests.helpers import Calls
+from tests.support.helpers import Calls
 
 pytestmark = pytest.mark.timeout(60)
 

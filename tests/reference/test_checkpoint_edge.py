@@ -19,7 +19,7 @@ import pytest
 from ilmek import END, START, Checkpointer, channel, graph, history, resume, run
 from ilmek.errors import InvalidArgumentError
 from ilmek.types import new_checkpoint_id, split_task_id, task_id_for, thread_of_task
-from tests.reference.edge_helpers import done, keys_of, make_checkpoint
+from tests.support.reference_edge import done, keys_of, make_checkpoint
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -23,8 +23,8 @@ from ilmek import (
     run,
     to_spec,
 )
-from tests.helpers import Calls
-from tests.reference.helpers import (
+from tests.support.helpers import Calls
+from tests.support.reference import (
     approve_each_item,
     charge_then_flaky_api,
     checkout,

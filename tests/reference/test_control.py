@@ -22,8 +22,8 @@ from ilmek import (
     stream,
 )
 from ilmek.events import NodeRetry
-from tests.helpers import Calls
-from tests.reference.helpers import (
+from tests.support.helpers import Calls
+from tests.support.reference import (
     asks_under_retry,
     command_without_goto,
     compile_allowing_a_warning,

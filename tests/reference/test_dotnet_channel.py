@@ -33,7 +33,7 @@ from ilmek import (
     thread_state,
 )
 from ilmek.events import NodeError
-from tests.reference.edge_helpers import make_checkpoint
+from tests.support.reference_edge import make_checkpoint
 
 # --- last_write ---------------------------------------------------------------------------------
 

@@ -41,7 +41,7 @@ from ilmek import (
 )
 from ilmek.events import NodeStart
 from ilmek.types import new_checkpoint_id, thread_of_task
-from tests.reference.edge_helpers import done, keys_of, make_checkpoint, pending
+from tests.support.reference_edge import done, keys_of, make_checkpoint, pending
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -29,8 +29,8 @@ from ilmek import (
     to_spec,
 )
 from ilmek.events import NodeRetry
-from tests.helpers import Calls
-from tests.reference.helpers import (
+from tests.support.helpers import Calls
+from tests.support.reference import (
     approve_each_item,
     asks_under_retry,
     charge_then_flaky_api,

@@ -38,8 +38,8 @@ from ilmek import (
     send,
 )
 from ilmek.events import CustomEvent
-from tests.helpers import Calls
-from tests.reference.helpers import compile_allowing_a_warning
+from tests.support.helpers import Calls
+from tests.support.reference import compile_allowing_a_warning
 
 
 def _noop(state: Any) -> None:

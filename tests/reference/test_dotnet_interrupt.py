@@ -48,7 +48,7 @@ from ilmek import (
     thread_state,
 )
 from ilmek.events import CheckpointEvent, InterruptEvent, NodeEnd, NodeStart, RunEnd, RunStart, StateEvent
-from tests.helpers import Calls
+from tests.support.helpers import Calls
 
 pytestmark = pytest.mark.timeout(120)
 

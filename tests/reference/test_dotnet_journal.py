@@ -32,7 +32,7 @@ from ilmek import (
     run,
 )
 from ilmek.context import TaskJournal
-from tests.reference.edge_helpers import done, keys_of, linear, pending
+from tests.support.reference_edge import done, keys_of, linear, pending
 
 
 def _journal(entries: Sequence[JournalEntry] = ()) -> TaskJournal:

@@ -48,8 +48,8 @@ from ilmek import (
 )
 from ilmek.events import NodeEnd, NodeRetry
 from ilmek.types import task_id_for
-from tests.helpers import Calls
-from tests.reference.edge_helpers import keys_of, pending
+from tests.support.helpers import Calls
+from tests.support.reference_edge import keys_of, pending
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -30,7 +30,7 @@ from ilmek import (
     resume_keyed,
     run,
 )
-from tests.helpers import Calls
+from tests.support.helpers import Calls
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -33,8 +33,8 @@ from ilmek import (
     run,
     send,
 )
-from tests.helpers import Calls
-from tests.reference.edge_helpers import done, make_checkpoint
+from tests.support.helpers import Calls
+from tests.support.reference_edge import done, make_checkpoint
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -45,7 +45,7 @@ from ilmek.events import (
     StateEvent,
     StepStart,
 )
-from tests.helpers import Calls
+from tests.support.helpers import Calls
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -43,7 +43,7 @@ from ilmek import (
     stream,
 )
 from ilmek.events import InterruptEvent, RunEnd
-from tests.reference.helpers import compile_allowing_a_warning
+from tests.support.reference import compile_allowing_a_warning
 
 
 @attrs.define

@@ -29,7 +29,7 @@ from ilmek import (
     stream,
 )
 from ilmek.events import CustomEvent, StateEvent
-from tests.reference.helpers import linear, pausing, wobbly
+from tests.support.reference import linear, pausing, wobbly
 
 # --- basics -------------------------------------------------------------------------------
 

@@ -33,8 +33,8 @@ from ilmek import (
     run,
 )
 from ilmek.context import TaskJournal
-from tests.helpers import Calls
-from tests.reference.helpers import linear
+from tests.support.helpers import Calls
+from tests.support.reference import linear
 
 
 def _pay(fn: Callable[..., Any]) -> CompiledGraph:

@@ -43,8 +43,8 @@ from ilmek import (
     thread_state,
 )
 from ilmek.context import NodeContext, TaskJournal
-from tests.helpers import Calls
-from tests.reference.edge_helpers import done, linear, pending
+from tests.support.helpers import Calls
+from tests.support.reference_edge import done, linear, pending
 
 pytestmark = pytest.mark.timeout(60)
 

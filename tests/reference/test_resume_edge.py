@@ -31,8 +31,8 @@ from ilmek import (
     run,
     thread_state,
 )
-from tests.helpers import Calls
-from tests.reference.edge_helpers import linear, race
+from tests.support.helpers import Calls
+from tests.support.reference_edge import linear, race
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -34,8 +34,8 @@ from ilmek import (
     resume,
     run,
 )
-from tests.helpers import Calls
-from tests.reference.edge_helpers import done, keys_of, make_checkpoint, pending
+from tests.support.helpers import Calls
+from tests.support.reference_edge import done, keys_of, make_checkpoint, pending
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -17,7 +17,7 @@ import psycopg2
 import pytest
 
 from ilmek import Checkpointer, PostgresCheckpointer
-from tests.reference.edge_helpers import done, keys_of, make_checkpoint
+from tests.support.reference_edge import done, keys_of, make_checkpoint
 
 pytestmark = pytest.mark.timeout(60)
 

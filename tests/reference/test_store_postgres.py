@@ -19,8 +19,8 @@ import psycopg2
 import pytest
 
 from ilmek import Checkpointer, PostgresCheckpointer, resume, run
-from tests.helpers import Calls
-from tests.reference.edge_helpers import (
+from tests.support.helpers import Calls
+from tests.support.reference_edge import (
     assert_a_step_runs_once_across_a_pause,
     assert_history_reads_and_delete,
     chain_graph,

@@ -15,8 +15,8 @@ from collections.abc import Callable
 import pytest
 
 from ilmek import Checkpointer, SqliteCheckpointer, resume, run
-from tests.helpers import Calls
-from tests.reference.edge_helpers import (
+from tests.support.helpers import Calls
+from tests.support.reference_edge import (
     assert_a_step_runs_once_across_a_pause,
     assert_history_reads_and_delete,
     chain_graph,

@@ -20,7 +20,7 @@ import psycopg2
 import pytest
 
 from ilmek import IlmekError, PostgresCheckpointer, SchemaVersionError, SqliteCheckpointer, StorageError
-from tests.reference.edge_helpers import done, keys_of, make_checkpoint
+from tests.support.reference_edge import done, keys_of, make_checkpoint
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -22,7 +22,7 @@ from ilmek import (
     stream_modes,
 )
 from ilmek.events import NodeEnd, RunEnd
-from tests.reference.helpers import linear
+from tests.support.reference import linear
 
 # --- the envelope -----------------------------------------------------------------------------
 

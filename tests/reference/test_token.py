@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from ilmek import stream, stream_modes
-from tests.reference.helpers import linear
+from tests.support.reference import linear
 
 
 def _parts(body: Callable[[Any], None], mode: str) -> list[Any]:

@@ -26,8 +26,8 @@ from ilmek import (
     run,
     thread_state,
 )
-from tests.helpers import Calls
-from tests.reference.helpers import counted
+from tests.support.helpers import Calls
+from tests.support.reference import counted
 
 
 @attrs.define

@@ -20,7 +20,7 @@ from ilmek.checkpoint.sqlite import SqliteCheckpointer
 from ilmek.cli import main
 from ilmek.demo import CART, build_checkout_graph
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 COMMANDS = [
     "demo", "threads", "history", "show", "delete", "prune",
     "recover", "cancel", "gc", "migrate", "ddl", "web",

@@ -24,7 +24,7 @@ from ilmek import (
     run,
 )
 from ilmek.types import new_checkpoint_id
-from tests.helpers import Calls
+from tests.support.helpers import Calls
 
 
 def linear(fn: Callable[..., Any], **more_channels: Any) -> CompiledGraph:

@@ -17,9 +17,9 @@ to be killed) and finally ``{"event": "outcome", "outcome": ...}``.
 
 Usage::
 
-    python -m tests.pgworker migrate --dsn DSN [--go-file F]
-    python -m tests.pgworker resume --dsn DSN --thread T --effects F --answer A [--go-file F]
-    python -m tests.pgworker linger --dsn DSN --thread T --effects F [--client connection|pool]
+    python -m tests.support.pgworker migrate --dsn DSN [--go-file F]
+    python -m tests.support.pgworker resume --dsn DSN --thread T --effects F --answer A [--go-file F]
+    python -m tests.support.pgworker linger --dsn DSN --thread T --effects F [--client connection|pool]
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from ilmek import (
     resume,
     run,
 )
-from tests.crashworker import Effects
+from tests.support.crashworker import Effects
 
 # How long the charge of a racing resume takes: long enough that a rival
 # started at the same moment usually finds the thread held (either outcome
@@ -206,7 +206,9 @@ ACTIONS = {"migrate": do_migrate, "resume": do_resume, "linger": do_linger}
 
 
 def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tests.pgworker", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.support.pgworker", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("action", choices=sorted(ACTIONS))
     parser.add_argument("--dsn", required=True)
     parser.add_argument("--thread")

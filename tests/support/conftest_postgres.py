@@ -1,8 +1,8 @@
 """pytest fixtures giving tests a real PostgreSQL database.
 
-Load it from ``tests/conftest.py`` with ``pytest_plugins = ["tests.conftest_postgres"]``
-(or ``-p tests.conftest_postgres``). Only fixtures and their pytest glue belong
-here; starting/stopping servers lives in ``tests/pgcluster.py``.
+Load it from ``tests/conftest.py`` with ``pytest_plugins = ["tests.support.conftest_postgres"]``
+(or ``-p tests.support.conftest_postgres``). Only fixtures and their pytest glue belong
+here; starting/stopping servers lives in ``tests/support/pgcluster.py``.
 
 Fixtures:
 
@@ -45,7 +45,7 @@ from typing import NoReturn
 import psycopg2
 import pytest
 
-from tests.pgcluster import PostgresCluster, PostgresServer
+from tests.support.pgcluster import PostgresCluster, PostgresServer
 
 TEMPLATE_NAME = "ilmek_template"
 

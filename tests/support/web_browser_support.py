@@ -94,7 +94,7 @@ def take_screenshots(out: pathlib.Path) -> list[pathlib.Path]:
     import urllib.parse
 
     from ilmek import SqliteCheckpointer
-    from tests import web_support
+    from tests.support import web_support
 
     written = []
     with tempfile.TemporaryDirectory(prefix="ilmek-screens-") as folder:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ilmek import END, START, CompiledGraph, GraphBuilder, RetryPolicy, channel, command, graph, send
-from tests.helpers import Calls
+from tests.support.helpers import Calls
 
 T = TypeVar("T")
 

@@ -1,6 +1,6 @@
 """A worker program that runs one ilmek graph in its own process, so tests can kill it.
 
-``tests/test_crash.py`` starts it with ``python -m tests.crashworker``, SIGKILLs
+``tests/test_crash.py`` starts it with ``python -m tests.support.crashworker``, SIGKILLs
 it at chosen moments and races two of it against each other. What belongs
 here: the graphs those tests run (importable, so a test can also run them
 in-process to learn what an uninterrupted run produces), the effects file
@@ -21,7 +21,7 @@ reports an outcome; anything else is a traceback on stderr and exit 1.
 
 Usage::
 
-    python -m tests.crashworker GRAPH ACTION --db TARGET --thread ID --effects FILE [options]
+    python -m tests.support.crashworker GRAPH ACTION --db TARGET --thread ID --effects FILE [options]
 
 ``TARGET`` is a SQLite path or a ``postgresql://`` URL (see :func:`open_target`).
 """
@@ -309,7 +309,9 @@ def drive(graph_: CompiledGraph, args: argparse.Namespace, checkpointer: Checkpo
 
 
 def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tests.crashworker", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.support.crashworker", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("graph", choices=sorted(GRAPHS))
     parser.add_argument(
         "action",

@@ -4,7 +4,7 @@ This module holds only process and database plumbing: finding the PostgreSQL
 binaries, running a private cluster in a temp folder (``PostgresCluster``) and
 creating/dropping databases on any server we can reach (``PostgresServer``).
 It must stay importable without pytest, so scripts and benchmarks can use it
-too; the pytest fixtures live in ``tests/conftest_postgres.py``.
+too; the pytest fixtures live in ``tests/support/conftest_postgres.py``.
 """
 
 from __future__ import annotations
@@ -436,7 +436,7 @@ class PostgresCluster(PostgresServer):
         # that no shell quoting is involved; only the port varies per attempt.
         settings = dict(SERVER_SETTINGS, unix_socket_directories=self.base)
         with open(os.path.join(self.datadir, "postgresql.conf"), "a") as f:
-            f.write("\n# added by tests/pgcluster.py\n")
+            f.write("\n# added by tests/support/pgcluster.py\n")
             f.writelines(f"{key} = {_conf_value(v)}\n" for key, v in settings.items())
 
     def _start_server(self) -> None:

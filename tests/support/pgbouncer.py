@@ -1,6 +1,6 @@
 """A throwaway PgBouncer in transaction pooling mode, in front of a test PostgreSQL server.
 
-Like ``tests/pgcluster.py`` this holds only process plumbing and stays
+Like ``tests/support/pgcluster.py`` this holds only process plumbing and stays
 importable without pytest: finding the ``pgbouncer`` binary, writing its
 configuration into a temp folder, running it (as the cluster's unprivileged
 user when we are root: pgbouncer refuses to run as root) on a free loopback
@@ -32,7 +32,7 @@ from typing import Any
 import psycopg2
 from psycopg2.extensions import make_dsn, parse_dsn
 
-from tests.pgcluster import _free_port, _pick_parent, _unprivileged_user
+from tests.support.pgcluster import _free_port, _pick_parent, _unprivileged_user
 
 __all__ = ["PgBouncer", "find_pgbouncer"]
 
@@ -162,7 +162,7 @@ class PgBouncer:
         }
         databases = f"* = host={server['host']} port={server['port']}\n"
         with open(self.config, "w") as f:
-            f.write("; written by tests/pgbouncer.py\n[databases]\n" + databases + "\n[pgbouncer]\n")
+            f.write("; written by tests/support/pgbouncer.py\n[databases]\n" + databases + "\n[pgbouncer]\n")
             f.writelines(f"{key} = {value}\n" for key, value in settings.items())
         with open(self.auth_file, "w") as f:
             f.write(f"{_quoted(login)} {_quoted(upstream.get('password', ''))}\n")

@@ -26,7 +26,8 @@ COMMANDS = [
     "recover", "cancel", "gc", "migrate", "ddl", "web",
 ]  # fmt: skip
 SERVING_COMMANDS = frozenset({"web"})
-"""Commands that serve until Ctrl-C: tested on their own (tests/test_web_serve.py), never fuzzed."""
+"""Commands that serve until Ctrl-C: tested on their own (``tests/integration/web/test_web_serve.py``),
+never fuzzed."""
 
 # What must never reach a terminal raw (ilmek.redact.printable's families).
 _UNSAFE_CATEGORIES = {"Cc", "Cf", "Cs", "Zl", "Zp", "Cn"}

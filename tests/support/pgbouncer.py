@@ -4,7 +4,7 @@ Like ``tests/support/pgcluster.py`` this holds only process plumbing and stays
 importable without pytest: finding the ``pgbouncer`` binary, writing its
 configuration into a temp folder, running it (as the cluster's unprivileged
 user when we are root: pgbouncer refuses to run as root) on a free loopback
-port, and stopping it. The fixtures live in ``tests/test_pgbouncer.py``.
+port, and stopping it. The fixtures live in ``tests/integration/postgres/test_pgbouncer.py``.
 
 The configuration maps every database name (``*``) to the same name on the
 upstream server, so one pgbouncer serves every per-test database. Server

@@ -1,4 +1,6 @@
-"""A worker process for ``tests/test_postgres.py``: one ilmek operation on Postgres, to race or kill.
+"""A worker process for the Postgres tests: one ilmek operation on Postgres, to race or kill.
+
+Its tests are in ``tests/integration/postgres/``.
 
 What belongs here: the graphs those tests run (importable, so a test runs the
 very same graph in-process before or after a worker), the effects file that

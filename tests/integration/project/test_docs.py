@@ -5,7 +5,7 @@ from __future__ import annotations
 import doctest
 import pathlib
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 def test_readme_examples_run() -> None:

@@ -27,7 +27,7 @@ from tests.support.conftest_postgres import unavailable
 
 pytestmark = pytest.mark.timeout(120)
 
-CHECKER = pathlib.Path(__file__).resolve().parent / "mermaid"
+CHECKER = pathlib.Path(__file__).resolve().parents[1] / "mermaid"
 
 
 def noop(state: Any) -> None:

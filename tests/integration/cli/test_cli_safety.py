@@ -372,7 +372,7 @@ PATH_CASES = [
     (kind, command)
     for kind in ("missing", "text-file", "folder", "later-schema", "empty-store")
     for command in sorted(PATH_COMMANDS)
-    # A store that opens would be served until Ctrl-C (tests/test_web_serve.py covers serving).
+    # A store that opens would be served until Ctrl-C (integration/web/test_web_serve.py covers serving).
     if not (kind == "empty-store" and command == "web")
 ]
 

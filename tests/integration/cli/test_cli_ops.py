@@ -46,6 +46,7 @@ from ilmek.checkpoint.sqlite import SqliteCheckpointer
 from ilmek.graph import CompiledGraph
 from ilmek.loading import load_graph
 from ilmek.types import ThreadInfo
+from tests.integration.crash.test_crash import Workers
 from tests.support.cli_support import (
     REPO_ROOT,
     cli,
@@ -58,7 +59,6 @@ from tests.support.cli_support import (
 )
 from tests.support.crashworker import LEASE_SECONDS, Effects
 from tests.support.pgcluster import dsn_to_url
-from tests.test_crash import Workers
 
 pytestmark = pytest.mark.timeout(120)
 

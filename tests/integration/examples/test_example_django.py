@@ -41,7 +41,7 @@ from tests.support.pgcluster import dsn_to_url
 
 pytestmark = pytest.mark.timeout(60)
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 CART = ["coffee", "mug"]
 ATOMIC_REQUESTS = pytest.param(True, id="atomic-requests", marks=pytest.mark.postgres)
 AUTOCOMMIT = pytest.param(False, id="autocommit", marks=pytest.mark.postgres)

@@ -27,7 +27,7 @@ from tests.support.web_support import THREADS, populate, serving
 
 pytestmark = pytest.mark.timeout(60)
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 def fetch(url: str, host: str | None = None) -> tuple[int, str]:

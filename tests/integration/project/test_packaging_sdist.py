@@ -23,7 +23,7 @@ import ilmek
 
 pytestmark = pytest.mark.slow
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 NAME = f"ilmek-{ilmek.__version__}"
 
@@ -68,7 +68,7 @@ NEEDED = (
     "tests/support/pgbouncer.py",
     "tests/support/pgworker.py",
     "tests/support/crashworker.py",
-    "tests/checkpoint/test_conformance.py",
+    "tests/conformance/port/test_conformance.py",
     "examples/flask_app.py",
     "examples/stream_checkout.py",
     "examples/django_app/__main__.py",

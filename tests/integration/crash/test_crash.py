@@ -72,7 +72,7 @@ pytestmark = pytest.mark.timeout(90)
 
 T = TypeVar("T")
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 KILL_ROUNDS = int(os.environ.get("ILMEK_CRASH_ROUNDS", "8"))
 FIRST_SEED = int(os.environ.get("ILMEK_CRASH_SEED", "7001"))
 MAX_KILLS_PER_ROUND = 3

@@ -5,7 +5,7 @@ URLs (and terminal controls) in its thread id, graph, node and channel
 names, state, step keys and values, pause payload and key, metadata, and
 the message of a failed run. Every page of those threads, every
 checkpoint, every tab of the threads page and the notes after actions
-must show them escaped. (``tests/test_web_browser.py`` checks the same in a
+must show them escaped. (``tests/integration/web/test_web_browser.py`` checks the same in a
 real browser: no alert, no injected element.)
 """
 

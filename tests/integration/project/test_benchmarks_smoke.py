@@ -19,7 +19,7 @@ import pytest
 
 from tests.support.pgcluster import PostgresServer
 
-BENCHMARKS = pathlib.Path(__file__).resolve().parent.parent / "benchmarks"
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[3] / "benchmarks"
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

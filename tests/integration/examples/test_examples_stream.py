@@ -12,7 +12,7 @@ import pytest
 
 pytestmark = pytest.mark.timeout(60)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "examples" / "stream_checkout.py"
 
 

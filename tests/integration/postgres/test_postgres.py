@@ -5,7 +5,7 @@ every kind, ``migrate()`` racing across processes, the caller's open
 transaction, advisory-lock holds across processes, connections killed
 mid-run, SQLSTATE classification of real driver errors, query plans at scale
 and JSONB round trips. The port's behaviour on every backend is
-``tests/checkpoint/test_conformance.py``'s.
+``tests/conformance/port/test_conformance.py``'s.
 
 Cross-process tests run ``tests/support/pgworker.py``; side effects are counted in
 an append-only effects file, so effects of a killed process count too.
@@ -76,7 +76,7 @@ from tests.support.pgworker import (
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 ILMEK_TABLES = {"meta", "threads", "checkpoints", "blobs", "logs", "items", "journals", "holds"}
 
 

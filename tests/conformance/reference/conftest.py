@@ -3,7 +3,7 @@
 The reference's behavioural tests (``AimTune/ilmek``: ``ts/packages/*/test``
 and ``dotnet/test``) are ported here, each test naming the reference case it
 ports. They run on three stores rather than on every client kind: the
-conformance suite (``tests/checkpoint``) already covers every client.
+conformance suite (``tests/conformance/port``) already covers every client.
 """
 
 from __future__ import annotations

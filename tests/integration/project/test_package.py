@@ -12,7 +12,7 @@ import pytest
 import ilmek
 from ilmek.types import Result
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 BACKEND_MODULES = (
     "sqlite3",

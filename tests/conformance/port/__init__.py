@@ -1,0 +1,1 @@
+"""The checkpointer port suite: one set of tests, run on every backend of ``tests/conftest.py``."""

@@ -5,7 +5,7 @@ every kind, ``migrate()`` racing across processes, the caller's open
 transaction, advisory-lock holds across processes, connections killed
 mid-run, SQLSTATE classification of real driver errors, query plans at scale
 and JSONB round trips. The port's behaviour on every backend is
-``tests/conformance/port/test_conformance.py``'s.
+``tests/conformance/port/``'s.
 
 Cross-process tests run ``tests/support/pgworker.py``; side effects are counted in
 an append-only effects file, so effects of a killed process count too.

@@ -1,7 +1,8 @@
 """A worker program that runs one ilmek graph in its own process, so tests can kill it.
 
-``tests/integration/crash/test_crash.py`` starts it with ``python -m tests.support.crashworker``, SIGKILLs
-it at chosen moments and races two of it against each other. What belongs
+The crash tests (``tests/integration/crash/``) start it with ``python -m
+tests.support.crashworker`` (through ``tests/support/crash.py``), SIGKILL it
+at chosen moments and race two of it against each other. What belongs
 here: the graphs those tests run (importable, so a test can also run them
 in-process to learn what an uninterrupted run produces), the effects file
 that counts what really ran, and the command line.

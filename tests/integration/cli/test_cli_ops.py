@@ -46,7 +46,6 @@ from ilmek.checkpoint.sqlite import SqliteCheckpointer
 from ilmek.graph import CompiledGraph
 from ilmek.loading import load_graph
 from ilmek.types import ThreadInfo
-from tests.integration.crash.test_crash import Workers
 from tests.support.cli_support import (
     REPO_ROOT,
     cli,
@@ -57,6 +56,7 @@ from tests.support.cli_support import (
     paused_order,
     raw_controls,
 )
+from tests.support.crash import Workers
 from tests.support.crashworker import LEASE_SECONDS, Effects
 from tests.support.pgcluster import dsn_to_url
 

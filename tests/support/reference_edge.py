@@ -26,6 +26,9 @@ from ilmek import (
 from ilmek.types import new_checkpoint_id
 from tests.support.helpers import Calls
 
+ITEMS = {"items": channel.last_write([])}
+"""One last-write channel ``items``: the state of the replay edge-case graphs."""
+
 
 def linear(fn: Callable[..., Any], **more_channels: Any) -> CompiledGraph:
     """One node ``work`` between START and END, with an append channel ``log``."""

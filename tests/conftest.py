@@ -13,7 +13,7 @@ import pytest
 
 from ilmek import Checkpointer
 from ilmek.checkpoint.postgres import PostgresCheckpointer
-from tests.support.backends import BACKENDS, Backend
+from tests.support.backends import BACKENDS, Backend, opened_backend
 
 pytest_plugins = ["tests.support.conftest_postgres"]
 
@@ -28,9 +28,8 @@ def postgres_template_setup(postgres_template_dsn: str) -> None:
 @pytest.fixture(params=sorted(BACKENDS))
 def backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
     """The store a test runs on, one per backend."""
-    store = BACKENDS[request.param](request, tmp_path_factory)
-    yield store
-    store.close()
+    with opened_backend(request.param, request, tmp_path_factory) as store:
+        yield store
 
 
 @pytest.fixture

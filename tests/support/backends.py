@@ -7,7 +7,9 @@ reference suite's conftest picks three of them.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg2
@@ -257,3 +259,15 @@ BACKENDS: dict[str, type[Backend]] = {
     "postgres-psycopg3-pool": PostgresPsycopg3PoolBackend,
     "postgres-sqlalchemy": PostgresSqlAlchemyBackend,
 }
+
+
+@contextlib.contextmanager
+def opened_backend(
+    name: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Backend]:
+    """The backend called ``name`` for one test; every checkpointer it opened is closed at the end."""
+    store = BACKENDS[name](request, tmp_path_factory)
+    try:
+        yield store
+    finally:
+        store.close()

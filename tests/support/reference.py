@@ -11,10 +11,54 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ilmek import END, START, CompiledGraph, GraphBuilder, RetryPolicy, channel, command, graph, send
+from ilmek import (
+    END,
+    START,
+    Checkpointer,
+    CompiledGraph,
+    GraphBuilder,
+    RetryPolicy,
+    channel,
+    command,
+    graph,
+    send,
+)
 from tests.support.helpers import Calls
 
 T = TypeVar("T")
+
+SUPPORT_SPEC: dict[str, Any] = {
+    "name": "support",
+    "channels": {
+        "messages": {"reducer": "append"},
+        "intent": {"reducer": "last_write"},
+    },
+    "nodes": [
+        {"id": "classify", "type": "set_intent", "config": {"intent": "buy"}},
+        {"id": "buy", "type": "say", "config": {"text": "bought"}},
+        {"id": "browse", "type": "say", "config": {"text": "browsed"}},
+    ],
+    "edges": [
+        {"from": "__start__", "to": "classify"},
+        {"from": "classify", "to": "buy", "when": {"channel": "intent", "eq": "buy"}},
+        {"from": "classify", "to": "browse", "when": {"channel": "intent", "neq": "buy"}},
+        {"from": "buy", "to": "__end__"},
+        {"from": "browse", "to": "__end__"},
+    ],
+}
+"""spec.test.ts's DOC, exactly as a TypeScript or .NET builder writes it: "exactly the kind of
+document a drag-and-drop builder would store in a row". Never edit it: copy it first."""
+
+SUPPORT_REGISTRY: dict[str, Any] = {
+    "set_intent": lambda config: lambda state: {"intent": config["intent"]},
+    "say": lambda config: lambda state: {"messages": [config["text"]]},
+}
+"""The node types ``SUPPORT_SPEC`` names, as spec.test.ts registers them."""
+
+
+def dotnet_opts(checkpointer: Checkpointer, thread_id: str, **more: Any) -> dict[str, Any]:
+    """The .NET suite's ``Opts(cp, threadId)``: a run's thread and checkpointer, and ``more``."""
+    return {"thread_id": thread_id, "checkpointer": checkpointer, **more}
 
 
 def linear(name: str, fn: Callable[..., Any]) -> CompiledGraph:

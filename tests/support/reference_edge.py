@@ -67,6 +67,22 @@ def chain_graph() -> CompiledGraph:
     )
 
 
+def greet_graph() -> CompiledGraph:
+    """Graph "greet": a ``hello`` step greeting ``who``, then a pause asking ``{"hello": ...}``; logs both."""
+
+    def greet(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        hello = ctx.step("hello", lambda: f"hello {state['who']}")
+        return {"log": [f"{hello}/{ctx.interrupt({'hello': hello})}"]}
+
+    return (
+        graph("greet", {"who": channel.last_write(""), "log": channel.append()})
+        .node("greet", greet)
+        .edge(START, "greet")
+        .edge("greet", END)
+        .compile()
+    )
+
+
 def make_checkpoint(thread_id: str, **fields: Any) -> Checkpoint:
     """A bare checkpoint of ``thread_id`` with a fresh id; keywords set any other field."""
     return Checkpoint(id=fields.pop("id", None) or new_checkpoint_id(), thread_id=thread_id, **fields)

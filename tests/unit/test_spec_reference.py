@@ -21,36 +21,15 @@ import pytest
 from ilmek import END, START, GraphError, channel, graph, run
 from ilmek.predicates import Predicate, json_equal, truthy
 from ilmek.spec import from_spec, to_spec
+from tests.support.reference import SUPPORT_REGISTRY, SUPPORT_SPEC
 
 pytestmark = pytest.mark.timeout(60)
 
 NodeFactory = Callable[[Mapping[str, Any]], Callable[..., Any]]
 
 # spec.test.ts's DOC: "exactly the kind of document a drag-and-drop builder would store in a row".
-DOC: dict[str, Any] = {
-    "name": "support",
-    "channels": {
-        "messages": {"reducer": "append"},
-        "intent": {"reducer": "last_write"},
-    },
-    "nodes": [
-        {"id": "classify", "type": "set_intent", "config": {"intent": "buy"}},
-        {"id": "buy", "type": "say", "config": {"text": "bought"}},
-        {"id": "browse", "type": "say", "config": {"text": "browsed"}},
-    ],
-    "edges": [
-        {"from": "__start__", "to": "classify"},
-        {"from": "classify", "to": "buy", "when": {"channel": "intent", "eq": "buy"}},
-        {"from": "classify", "to": "browse", "when": {"channel": "intent", "neq": "buy"}},
-        {"from": "buy", "to": "__end__"},
-        {"from": "browse", "to": "__end__"},
-    ],
-}
-
-REGISTRY: dict[str, NodeFactory] = {
-    "set_intent": lambda config: lambda state: {"intent": config["intent"]},
-    "say": lambda config: lambda state: {"messages": [config["text"]]},
-}
+DOC = SUPPORT_SPEC
+REGISTRY: dict[str, NodeFactory] = SUPPORT_REGISTRY
 
 
 def doc() -> dict[str, Any]:

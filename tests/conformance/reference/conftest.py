@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from ilmek import Checkpointer
-from tests.support.backends import BACKENDS, Backend
+from tests.support.backends import Backend, opened_backend
 
 REFERENCE_BACKENDS = ("memory", "sqlite-file", "postgres-pool")
 
@@ -23,9 +23,8 @@ def ref_backend(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Backend]:
     """The store a reference test runs on: memory, a SQLite file, then Postgres."""
-    store = BACKENDS[request.param](request, tmp_path_factory)
-    yield store
-    store.close()
+    with opened_backend(request.param, request, tmp_path_factory) as store:
+        yield store
 
 
 @pytest.fixture

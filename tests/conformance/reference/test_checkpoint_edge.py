@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from ilmek import END, START, Checkpointer, channel, graph, history, resume, run
+from ilmek import START, Checkpointer, channel, graph, history, resume, run
 from ilmek.errors import InvalidArgumentError
 from ilmek.types import new_checkpoint_id, split_task_id, task_id_for, thread_of_task
-from tests.support.reference_edge import done, keys_of, make_checkpoint
+from tests.support.reference_edge import done, greet_graph, keys_of, make_checkpoint
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -106,17 +106,7 @@ def test_delete_thread_drops_its_journals_and_nobody_elses(ref_checkpointer: Che
 def test_a_fresh_run_on_a_deleted_threads_id_never_replays_it(ref_checkpointer: Checkpointer) -> None:
     """checkpoint.edge · "a fresh run on a deleted thread's id never replays the deleted conversation"."""
 
-    def greet(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        hello = ctx.step("hello", lambda: f"hello {state['who']}")
-        return {"log": [f"{hello}/{ctx.interrupt({'hello': hello})}"]}
-
-    g = (
-        graph("greet", {"who": channel.last_write(""), "log": channel.append()})
-        .node("greet", greet)
-        .edge(START, "greet")
-        .edge("greet", END)
-        .compile()
-    )
+    g = greet_graph()
     options: dict[str, Any] = {"thread_id": "reused", "checkpointer": ref_checkpointer}
     run(g, {"who": "alice"}, **options)
     ref_checkpointer.delete_thread("reused")

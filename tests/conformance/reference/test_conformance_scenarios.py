@@ -25,6 +25,8 @@ from ilmek import (
 )
 from tests.support.helpers import Calls
 from tests.support.reference import (
+    SUPPORT_REGISTRY,
+    SUPPORT_SPEC,
     approve_each_item,
     charge_then_flaky_api,
     checkout,
@@ -129,33 +131,6 @@ def test_5_a_crashed_superstep_replays_with_zero_re_executed_steps(ref_checkpoin
     retried = run(g, {}, **opts)
     assert "done" == retried.status
     assert 1 == calls["expensive"]
-
-
-SUPPORT_SPEC: dict[str, Any] = {
-    "name": "support",
-    "channels": {
-        "messages": {"reducer": "append"},
-        "intent": {"reducer": "last_write"},
-    },
-    "nodes": [
-        {"id": "classify", "type": "set_intent", "config": {"intent": "buy"}},
-        {"id": "buy", "type": "say", "config": {"text": "bought"}},
-        {"id": "browse", "type": "say", "config": {"text": "browsed"}},
-    ],
-    "edges": [
-        {"from": "__start__", "to": "classify"},
-        {"from": "classify", "to": "buy", "when": {"channel": "intent", "eq": "buy"}},
-        {"from": "classify", "to": "browse", "when": {"channel": "intent", "neq": "buy"}},
-        {"from": "buy", "to": "__end__"},
-        {"from": "browse", "to": "__end__"},
-    ],
-}
-"""spec.test.ts's document, exactly as a TypeScript or .NET builder writes it."""
-
-SUPPORT_REGISTRY: dict[str, Any] = {
-    "set_intent": lambda config: lambda state: {"intent": config["intent"]},
-    "say": lambda config: lambda state: {"messages": [config["text"]]},
-}
 
 
 def test_6_compile_spec_then_to_spec_round_trips() -> None:

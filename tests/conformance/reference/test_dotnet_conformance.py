@@ -38,6 +38,7 @@ from tests.support.reference import (
     command_without_goto,
     compile_allowing_a_warning,
     crashes_once_after_a_step,
+    dotnet_opts,
     fails_twice,
     goto_over_a_static_edge,
     goto_sends,
@@ -50,16 +51,11 @@ from tests.support.reference import (
 )
 
 
-def _opts(checkpointer: Checkpointer, thread_id: str, **more: Any) -> dict[str, Any]:
-    """The .NET suite's ``Opts(cp, threadId)``."""
-    return {"thread_id": thread_id, "checkpointer": checkpointer, **more}
-
-
 def test_12_1_step_runs_once_across_resume(ref_checkpointer: Checkpointer) -> None:
     """ConformanceTests.cs · "§12.1 a step executes exactly once across an interrupt/resume cycle"."""
     calls = Calls()
     g = checkout(calls)
-    opts = _opts(ref_checkpointer, "t-checkout")
+    opts = dotnet_opts(ref_checkpointer, "t-checkout")
 
     paused = run(g, None, **opts)
     assert "interrupted" == paused.status
@@ -76,7 +72,7 @@ def test_12_1_step_runs_once_across_resume(ref_checkpointer: Checkpointer) -> No
 def test_12_2_two_interrupts_resolve_independently(ref_checkpointer: Checkpointer) -> None:
     """ConformanceTests.cs · "§12.2 two interrupts in one node resolve independently, one resume each"."""
     g = two_interrupts()
-    opts = _opts(ref_checkpointer, "t-double")
+    opts = dotnet_opts(ref_checkpointer, "t-double")
 
     assert "interrupt#0" == run(g, None, **opts).pending[0].key
 
@@ -94,7 +90,7 @@ def test_12_3_an_interrupt_in_a_loop_resumes_correctly(ref_checkpointer: Checkpo
     iteration"."""
     calls = Calls()
     g = approve_each_item(calls)
-    opts = _opts(ref_checkpointer, "t-loop")
+    opts = dotnet_opts(ref_checkpointer, "t-loop")
 
     p1 = run(g, {"items": ["a", "b"]}, **opts)
     assert "approve:a#0" == p1.pending[0].key
@@ -117,7 +113,7 @@ def test_12_5_a_crash_replays_without_re_running_steps(ref_checkpointer: Checkpo
     """ConformanceTests.cs · "§12.5 a crashed superstep replays with zero re-executed steps" (input None)."""
     calls = Calls()
     g = crashes_once_after_a_step(calls)
-    opts = _opts(ref_checkpointer, "t-flaky")
+    opts = dotnet_opts(ref_checkpointer, "t-flaky")
 
     crashed = run(g, None, **opts)
     assert "error" == crashed.status
@@ -205,7 +201,7 @@ def test_12_7_strict_mode_catches_divergence(ref_checkpointer: Checkpointer) -> 
     """ConformanceTests.cs · "§12.7 strict mode raises when a journaled step vanishes on replay"."""
     take_branch = [True]
     g = wobbly(take_branch)
-    opts = _opts(ref_checkpointer, "t-wobbly")
+    opts = dotnet_opts(ref_checkpointer, "t-wobbly")
     assert "interrupted" == run(g, None, **opts).status
 
     take_branch[0] = False
@@ -221,7 +217,7 @@ def test_strict_mode_is_optional(ref_checkpointer: Checkpointer) -> None:
     """ConformanceTests.cs · "strict mode can be turned off for a run"."""
     take_branch = [True]
     g = wobbly(take_branch)
-    opts = _opts(ref_checkpointer, "t-lax", strict=False)
+    opts = dotnet_opts(ref_checkpointer, "t-lax", strict=False)
     assert "interrupted" == run(g, None, **opts).status
 
     take_branch[0] = False
@@ -232,7 +228,7 @@ def test_strict_mode_is_optional(ref_checkpointer: Checkpointer) -> None:
 def test_12_8_concurrent_pauses_get_their_own_answers(ref_checkpointer: Checkpointer) -> None:
     """ConformanceTests.cs · "§12.8 concurrent pauses resolve to their own answers"."""
     g = two_pauses()
-    opts = _opts(ref_checkpointer, "t-fanout")
+    opts = dotnet_opts(ref_checkpointer, "t-fanout")
 
     paused = run(g, None, **opts)
     assert "interrupted" == paused.status
@@ -263,7 +259,7 @@ def test_12_9_send_fans_out_once_per_payload() -> None:
 def test_fan_out_interrupts_are_distinct(ref_checkpointer: Checkpointer) -> None:
     """ConformanceTests.cs · "an interrupt in one fan-out branch does not collide with its siblings"."""
     g = send_pauses()
-    opts = _opts(ref_checkpointer, "t-fanout-hitl")
+    opts = dotnet_opts(ref_checkpointer, "t-fanout-hitl")
 
     paused = run(g, None, **opts)
     assert 2 == len(paused.pending)
@@ -301,7 +297,7 @@ def test_12_11_retry_does_not_re_run_completed_steps(ref_checkpointer: Checkpoin
     """ConformanceTests.cs · "§12.11 a retried node re-runs its body but NOT its completed steps"."""
     calls = Calls()
 
-    result = run(charge_then_flaky_api(calls), None, **_opts(ref_checkpointer, "t-retry"))
+    result = run(charge_then_flaky_api(calls), None, **dotnet_opts(ref_checkpointer, "t-retry"))
 
     assert "done" == result.status
     assert (1, 3) == (calls["charge"], calls["call_api"])
@@ -316,6 +312,6 @@ def test_an_interrupt_is_not_retried(ref_checkpointer: Checkpointer) -> None:
     """ConformanceTests.cs · "an interrupt is never treated as a retryable error"."""
     calls = Calls()
 
-    paused = run(asks_under_retry(calls), None, **_opts(ref_checkpointer, "t-int-retry"))
+    paused = run(asks_under_retry(calls), None, **dotnet_opts(ref_checkpointer, "t-int-retry"))
     assert "interrupted" == paused.status
     assert 1 == calls["asks"]

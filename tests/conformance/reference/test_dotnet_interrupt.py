@@ -49,13 +49,9 @@ from ilmek import (
 )
 from ilmek.events import CheckpointEvent, InterruptEvent, NodeEnd, NodeStart, RunEnd, RunStart, StateEvent
 from tests.support.helpers import Calls
+from tests.support.reference import dotnet_opts
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def _opts(checkpointer: Checkpointer, thread_id: str, **more: Any) -> dict[str, Any]:
-    """The .NET suite's ``Opts(cp, thread)``."""
-    return {"thread_id": thread_id, "checkpointer": checkpointer, **more}
 
 
 def _ask(before_pause: Callable[[], None] | None = None) -> CompiledGraph:
@@ -87,7 +83,7 @@ def test_resuming_a_finished_thread_is_refused(ref_checkpointer: Checkpointer) -
     """InterruptTests.DoubleResumeRefused: "resuming a thread that already completed is refused: it is not
     interrupted"."""
     g = _ask()
-    opts = _opts(ref_checkpointer, "t-double")
+    opts = dotnet_opts(ref_checkpointer, "t-double")
     run(g, None, **opts)
     assert "done" == resume(g, "yes", **opts).status
 
@@ -104,7 +100,7 @@ def test_a_keyed_resume_with_an_unknown_id_is_refused_and_the_right_id_still_wor
     """InterruptTests.WrongIdRefusedThreadSurvives: "a keyed resume with an unknown id is refused, and the
     thread stays resumable by the right id"."""
     g = _ask()
-    opts = _opts(ref_checkpointer, "t-wrong-id")
+    opts = dotnet_opts(ref_checkpointer, "t-wrong-id")
     run(g, None, **opts)
 
     with pytest.raises(ResumeError, match="work:interrupt#0"):
@@ -117,7 +113,7 @@ def test_an_empty_set_of_keyed_answers_is_refused(ref_checkpointer: Checkpointer
     """InterruptTests.EmptyKeyedRefused: "an empty keyed answer set is refused without touching the
     journal"."""
     g = _ask()
-    opts = _opts(ref_checkpointer, "t-empty")
+    opts = dotnet_opts(ref_checkpointer, "t-empty")
     run(g, None, **opts)
 
     with pytest.raises(ResumeError):
@@ -137,7 +133,7 @@ def test_resuming_a_thread_without_a_checkpoint_is_refused(ref_checkpointer: Che
     g = _ask()
 
     with pytest.raises(ResumeError, match="has no checkpoint"):
-        resume(g, "x", **_opts(ref_checkpointer, "never-ran"))
+        resume(g, "x", **dotnet_opts(ref_checkpointer, "never-ran"))
     with pytest.raises(ResumeError, match="has no checkpoint"):
         resume(g, "x")
     with pytest.raises(InvalidArgumentError, match="without a checkpointer"):
@@ -150,7 +146,7 @@ def test_new_input_on_a_paused_thread_is_refused_and_the_pause_survives(
     """InterruptTests.NewInputOnParkedThread: "new input on a parked thread is refused, the input is not
     folded, and the pause survives"."""
     g = _ask()
-    opts = _opts(ref_checkpointer, "t-parked")
+    opts = dotnet_opts(ref_checkpointer, "t-parked")
     run(g, None, **opts)
 
     with pytest.raises(ResumeError, match="waiting for") as refused:
@@ -173,7 +169,7 @@ def test_a_dict_answer_to_a_single_pause_is_the_answer(ref_checkpointer: Checkpo
     encoded JSON, so the answer comes back equal.
     """
     g = _ask()
-    opts = _opts(ref_checkpointer, "t-object")
+    opts = dotnet_opts(ref_checkpointer, "t-object")
     run(g, None, **opts)
     answer = {"work:interrupt#0": "decoy"}
 
@@ -185,7 +181,7 @@ def test_a_dict_answer_to_a_single_pause_is_the_answer(ref_checkpointer: Checkpo
 def test_none_is_an_answer(ref_checkpointer: Checkpointer) -> None:
     """InterruptTests.NullAnswer: "null is a legal answer"."""
     g = _ask()
-    opts = _opts(ref_checkpointer, "t-null")
+    opts = dotnet_opts(ref_checkpointer, "t-null")
     run(g, None, **opts)
 
     done = resume(g, None, **opts)
@@ -197,7 +193,7 @@ def test_resume_keyed_answers_a_single_pause_too(ref_checkpointer: Checkpointer)
     """InterruptTests.KeyedSinglePause: "ResumeKeyed works for a single pause, so a generic UI needs no
     special case"."""
     g = _ask()
-    opts = _opts(ref_checkpointer, "t-keyed-single")
+    opts = dotnet_opts(ref_checkpointer, "t-keyed-single")
     paused = run(g, None, **opts)
 
     done = resume_keyed(g, {pause.id: "k" for pause in paused.pending}, **opts)
@@ -221,7 +217,7 @@ def test_a_paused_run_ends_with_checkpoint_interrupt_and_run_end(ref_checkpointe
     it with one ``state`` event before the first ``node_start``; none
     follows the paused task.
     """
-    result = run(_ask(), None, **_opts(ref_checkpointer, "t-events"))
+    result = run(_ask(), None, **dotnet_opts(ref_checkpointer, "t-events"))
 
     checkpoint, interrupt, end = result.events[-3:]
     assert isinstance(checkpoint, CheckpointEvent)
@@ -241,7 +237,7 @@ def test_the_run_id_changes_across_a_resume_and_the_thread_id_does_not(
     """InterruptTests.RunIdChangesAcrossResume: "the run id changes across an interrupt/resume boundary; the
     thread id does not"."""
     g = _ask()
-    opts = _opts(ref_checkpointer, "t-ids")
+    opts = dotnet_opts(ref_checkpointer, "t-ids")
 
     first = run(g, None, **opts)
     second = resume(g, "x", **opts)
@@ -275,10 +271,10 @@ def test_running_from_an_older_checkpoint_forks_and_keeps_the_history(ref_checkp
         .edge("b", END)
         .compile()
     )
-    run(g, None, **_opts(ref_checkpointer, "t-fork"))
+    run(g, None, **dotnet_opts(ref_checkpointer, "t-fork"))
     (after_a,) = [c for c in ref_checkpointer.list("t-fork") if c.step == 1]
 
-    forked = run(g, {"log": "edited"}, **_opts(ref_checkpointer, "t-fork", checkpoint_id=after_a.id))
+    forked = run(g, {"log": "edited"}, **dotnet_opts(ref_checkpointer, "t-fork", checkpoint_id=after_a.id))
 
     assert ["a", "edited", "b"] == forked.state["log"]
     assert 2 == len([c for c in ref_checkpointer.list("t-fork") if c.parent_id == after_a.id])
@@ -288,10 +284,10 @@ def test_resuming_from_an_unknown_checkpoint_id_is_refused(ref_checkpointer: Che
     """InterruptTests.ResumeUnknownCheckpointId: "resuming from an unknown CheckpointId is refused as having
     no checkpoint"."""
     g = _ask()
-    run(g, None, **_opts(ref_checkpointer, "t-unknown-ckpt"))
+    run(g, None, **dotnet_opts(ref_checkpointer, "t-unknown-ckpt"))
 
     with pytest.raises(ResumeError):
-        resume(g, "x", **_opts(ref_checkpointer, "t-unknown-ckpt", checkpoint_id="ckpt-nope"))
+        resume(g, "x", **dotnet_opts(ref_checkpointer, "t-unknown-ckpt", checkpoint_id="ckpt-nope"))
 
 
 # --- cancelling (§10.3) -------------------------------------------------------------------------
@@ -311,7 +307,7 @@ def test_a_run_cancelled_before_it_starts_runs_no_node(ref_checkpointer: Checkpo
     cancel = threading.Event()
     cancel.set()
 
-    result = run(g, None, **_opts(ref_checkpointer, "t-pre", cancel=cancel))
+    result = run(g, None, **dotnet_opts(ref_checkpointer, "t-pre", cancel=cancel))
 
     assert ("aborted", "aborted") == (result.status, result.abort_reason)
     assert 0 == calls["a"]
@@ -360,7 +356,7 @@ def test_cancelling_mid_run_stops_at_the_superstep_boundary_and_the_thread_conti
     seen: list[bool] = []
 
     aborted = run(
-        _pipeline(cancel, calls, True, seen), None, **_opts(ref_checkpointer, "t-mid", cancel=cancel)
+        _pipeline(cancel, calls, True, seen), None, **dotnet_opts(ref_checkpointer, "t-mid", cancel=cancel)
     )
 
     assert "aborted" == aborted.status
@@ -369,7 +365,7 @@ def test_cancelling_mid_run_stops_at_the_superstep_boundary_and_the_thread_conti
     assert latest is not None
     assert ["second"] == [t.node for t in latest.next]
 
-    resumed = run(_pipeline(cancel, calls, False, seen), None, **_opts(ref_checkpointer, "t-mid"))
+    resumed = run(_pipeline(cancel, calls, False, seen), None, **dotnet_opts(ref_checkpointer, "t-mid"))
 
     assert "done" == resumed.status
     assert [True] == seen  # the cancelled run's node saw it; the continuation did not re-run it
@@ -411,12 +407,14 @@ def test_a_resume_aborted_before_its_superstep_resumes_cleanly_afterwards(
     afterwards"."""
     calls = Calls()
     g = _ask(lambda: calls.hit("before"))
-    run(g, None, **_opts(ref_checkpointer, "t-abort-resume"))
+    run(g, None, **dotnet_opts(ref_checkpointer, "t-abort-resume"))
     cancel = threading.Event()
     cancel.set()
 
-    assert "aborted" == resume(g, "yes", **_opts(ref_checkpointer, "t-abort-resume", cancel=cancel)).status
-    done = resume(g, "yes", **_opts(ref_checkpointer, "t-abort-resume"))
+    assert (
+        "aborted" == resume(g, "yes", **dotnet_opts(ref_checkpointer, "t-abort-resume", cancel=cancel)).status
+    )
+    done = resume(g, "yes", **dotnet_opts(ref_checkpointer, "t-abort-resume"))
 
     assert "done" == done.status
     assert 1 == calls["before"]
@@ -451,8 +449,8 @@ def test_concurrent_runs_on_distinct_threads_sharing_one_checkpointer_are_isolat
     names = [f"u{i}" for i in range(32)]
 
     with ThreadPoolExecutor(max_workers=8) as pool:
-        paused = list(pool.map(lambda n: run(g, {"who": n}, **_opts(ref_checkpointer, n)), names))
-        finished = list(pool.map(lambda n: resume(g, f"ok-{n}", **_opts(ref_checkpointer, n)), names))
+        paused = list(pool.map(lambda n: run(g, {"who": n}, **dotnet_opts(ref_checkpointer, n)), names))
+        finished = list(pool.map(lambda n: resume(g, f"ok-{n}", **dotnet_opts(ref_checkpointer, n)), names))
 
     assert [[n] for n in names] == [[p.payload for p in r.pending] for r in paused]
     assert [[f"hi {n}:ok-{n}"] for n in names] == [r.state["log"] for r in finished]
@@ -470,7 +468,7 @@ def test_concurrent_resumes_of_one_pause_never_re_run_the_step_before_it(
     """
     calls = Calls()
     g = _ask(lambda: calls.hit("before"))
-    opts = _opts(ref_checkpointer, "t-race")
+    opts = dotnet_opts(ref_checkpointer, "t-race")
     run(g, None, **opts)
     barrier = threading.Barrier(8)
 

@@ -31,13 +31,9 @@ from ilmek import (
     run,
 )
 from tests.support.helpers import Calls
+from tests.support.reference import dotnet_opts
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def _opts(checkpointer: Checkpointer, thread_id: str, **more: Any) -> dict[str, Any]:
-    """The .NET suite's ``Opts(cp, threadId)``."""
-    return {"thread_id": thread_id, "checkpointer": checkpointer, **more}
 
 
 def _two_pauses() -> CompiledGraph:
@@ -60,7 +56,7 @@ def test_a_keyed_resume_missing_an_answer_is_refused_and_records_nothing(
     """ResumeAtomicityTests.PartialKeyedResumeIsAtomic: "a keyed resume missing one answer is refused, names
     the missing id, and writes nothing"."""
     g = _two_pauses()
-    opts = _opts(ref_checkpointer, "t-partial")
+    opts = dotnet_opts(ref_checkpointer, "t-partial")
     paused = run(g, None, **opts)
     assert 2 == len(paused.pending)
 
@@ -80,7 +76,7 @@ def test_answers_for_ids_that_are_not_open_pauses_are_ignored(ref_checkpointer: 
     """ResumeAtomicityTests.ExtraAnswerIdsAreIgnored: "answers for ids that are not pending are ignored, as in
     the TypeScript reference"."""
     g = _two_pauses()
-    opts = _opts(ref_checkpointer, "t-extra")
+    opts = dotnet_opts(ref_checkpointer, "t-extra")
     run(g, None, **opts)
 
     finished = resume_keyed(
@@ -135,7 +131,7 @@ def test_a_resume_whose_node_fails_can_be_retried_with_the_same_answer(
     with the same answer"."""
     calls = Calls()
     g = _fails_once_after_answer(lambda: calls.hit("prepare"), _once())
-    opts = _opts(ref_checkpointer, "t-retry-resume")
+    opts = dotnet_opts(ref_checkpointer, "t-retry-resume")
     assert "interrupted" == run(g, None, **opts).status
 
     failed = resume(g, "yes", **opts)
@@ -160,14 +156,14 @@ def test_a_resume_cancelled_before_its_superstep_can_be_retried_with_the_same_an
     """
     calls = Calls()
     g = _fails_once_after_answer(lambda: calls.hit("prepare"), lambda: False)
-    assert "interrupted" == run(g, None, **_opts(ref_checkpointer, "t-cancel-resume")).status
+    assert "interrupted" == run(g, None, **dotnet_opts(ref_checkpointer, "t-cancel-resume")).status
     cancel = threading.Event()
     cancel.set()
 
-    aborted = resume(g, "yes", **_opts(ref_checkpointer, "t-cancel-resume", cancel=cancel))
+    aborted = resume(g, "yes", **dotnet_opts(ref_checkpointer, "t-cancel-resume", cancel=cancel))
 
     assert ("aborted", "aborted") == (aborted.status, aborted.abort_reason)
-    finished = resume(g, "yes", **_opts(ref_checkpointer, "t-cancel-resume"))
+    finished = resume(g, "yes", **dotnet_opts(ref_checkpointer, "t-cancel-resume"))
     assert ("done", ["yes"]) == (finished.status, finished.state["log"])
     assert 1 == calls["prepare"]
 
@@ -178,7 +174,7 @@ def test_after_a_resume_that_did_not_commit_a_different_answer_is_refused(
     """ResumeAtomicityTests.ChangedAnswerAfterFailedResumeIsRefused: "after a resume that did not commit, a
     DIFFERENT answer is refused and the original still works"."""
     g = _fails_once_after_answer(lambda: 0, _once())
-    opts = _opts(ref_checkpointer, "t-changed")
+    opts = dotnet_opts(ref_checkpointer, "t-changed")
     run(g, None, **opts)
     assert "error" == resume(g, "yes", **opts).status
 
@@ -207,7 +203,7 @@ def test_the_same_answer_is_compared_by_value(ref_checkpointer: Checkpointer) ->
         return {"log": [answer]}
 
     g = graph("object-answer", {"log": channel.append()}).node("work", work).edge(START, "work").compile()
-    opts = _opts(ref_checkpointer, "t-object")
+    opts = dotnet_opts(ref_checkpointer, "t-object")
     run(g, None, **opts)
     first = {"approved": True, "note": "ok"}
     assert "error" == resume(g, first, **opts).status
@@ -240,7 +236,7 @@ def test_after_a_failed_keyed_resume_of_two_pauses_the_same_answers_complete_it(
         .edge("b", END)
         .compile()
     )
-    opts = _opts(ref_checkpointer, "t-conc-fail")
+    opts = dotnet_opts(ref_checkpointer, "t-conc-fail")
     run(g, None, **opts)
     answers = {"a:interrupt#0": "A", "b:interrupt#0": "B"}
 

@@ -35,7 +35,7 @@ from ilmek import (
     run,
 )
 from tests.support.helpers import Calls
-from tests.support.reference_edge import done, keys_of, make_checkpoint, pending
+from tests.support.reference_edge import done, greet_graph, keys_of, make_checkpoint, pending
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -346,17 +346,7 @@ def test_a_step_runs_exactly_once_across_a_pause(ref_checkpointer: Checkpointer)
 def test_a_fresh_run_on_a_deleted_threads_id_never_replays_it(ref_checkpointer: Checkpointer) -> None:
     """contract · "a fresh run on a deleted thread's id never replays the deleted conversation"."""
 
-    def greet(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        hello = ctx.step("hello", lambda: f"hello {state['who']}")
-        return {"log": [f"{hello}/{ctx.interrupt({'hello': hello})}"]}
-
-    g = (
-        graph("greet", {"who": channel.last_write(""), "log": channel.append()})
-        .node("greet", greet)
-        .edge(START, "greet")
-        .edge("greet", END)
-        .compile()
-    )
+    g = greet_graph()
     options: dict[str, Any] = {"thread_id": "reused", "checkpointer": ref_checkpointer}
 
     assert {"hello": "hello alice"} == run(g, {"who": "alice"}, **options).pending[0].payload

@@ -94,12 +94,6 @@ def bouncer_dsn(pgbouncer: PgBouncer, postgres_dsn: str) -> Iterator[str]:
     pgbouncer.kill_database(parse_dsn(postgres_dsn)["dbname"])
 
 
-@pytest.fixture
-def effects(tmp_path: pathlib.Path) -> Effects:
-    """An empty effects file: one line per real execution of a step function."""
-    return Effects(tmp_path / "effects.log")
-
-
 class ServerLog:
     """The lines the test cluster logged since the test began (nothing for an external server)."""
 

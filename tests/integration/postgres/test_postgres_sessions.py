@@ -10,10 +10,11 @@ process count too.
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -23,6 +24,7 @@ import psycopg_pool
 import pytest
 
 from ilmek import (
+    CompiledGraph,
     PostgresCheckpointer,
     Result,
     ResumeError,
@@ -166,6 +168,27 @@ def terminate_sessions(dsn: str, application_name: str, *, spare_the_hold: bool 
     return len(pids)
 
 
+@contextlib.contextmanager
+def a_run_between_its_two_steps(
+    checkpointer: PostgresCheckpointer, effects: Effects
+) -> Iterator[tuple[Background, CompiledGraph]]:
+    """The two-step graph run on thread ``lost`` in the background, and that graph.
+
+    The block runs while the run waits between its two steps; then the run is let go and joined.
+    """
+    between = Between()
+    two_step = two_step_graph(effects, between)
+    background = Background(
+        lambda: run(two_step, TWO_STEP_INPUT, thread_id="lost", checkpointer=checkpointer)
+    )
+    try:
+        assert between.arrived.wait(30)
+        yield background, two_step
+    finally:
+        between.released.set()
+        background.join()
+
+
 POOLS: dict[str, Callable[[str], Any]] = {
     "psycopg2-pool": lambda dsn: psycopg2.pool.ThreadedConnectionPool(1, 6, dsn),
     "psycopg-pool": lambda dsn: psycopg_pool.ConnectionPool(dsn, min_size=1, max_size=6, open=True),
@@ -189,19 +212,10 @@ def test_a_pool_survives_its_connections_being_terminated_mid_run(
     """
     name = unique("victim")
     pool = POOLS[kind](application_dsn(postgres_dsn, name))
-    between = Between()
-    two_step = two_step_graph(effects, between)
     try:
         checkpointer = PostgresCheckpointer(pool)
-        background = Background(
-            lambda: run(two_step, TWO_STEP_INPUT, thread_id="lost", checkpointer=checkpointer)
-        )
-        try:
-            assert between.arrived.wait(30)
+        with a_run_between_its_two_steps(checkpointer, effects) as (background, two_step):
             assert terminate_sessions(postgres_dsn, name, spare_the_hold=True) >= 1
-        finally:
-            between.released.set()
-            background.join()
         assert background.error is None
         assert background.result is not None
         assert "done" == background.result.status, background.result.errors
@@ -227,22 +241,13 @@ def test_a_run_that_lost_its_hold_performs_no_further_step(postgres_dsn: str, ef
     """Once its hold's session is gone and another run has the thread, a run does not perform more steps."""
     name = unique("hold-lost")
     pool = psycopg2.pool.ThreadedConnectionPool(1, 6, application_dsn(postgres_dsn, name))
-    between = Between()
     try:
         checkpointer = PostgresCheckpointer(pool)
-        paused_graph = two_step_graph(effects, between)
-        first = Background(
-            lambda: run(paused_graph, TWO_STEP_INPUT, thread_id="lost", checkpointer=checkpointer)
-        )
-        try:
-            assert between.arrived.wait(30)
+        with a_run_between_its_two_steps(checkpointer, effects):
             terminate_the_hold(postgres_dsn, "lost")
             with fresh_checkpointer(postgres_dsn) as other:
                 second = run(two_step_graph(effects), None, thread_id="lost", checkpointer=other)
             assert "done" == second.status
-        finally:
-            between.released.set()
-            first.join()
     finally:
         pool.closeall()
     assert {"prepare": 1, "finish": 1} == effects.counts()
@@ -261,19 +266,10 @@ def test_a_single_connection_terminated_mid_run_fails_clearly_and_loses_nothing_
     """The one connection killed between two steps: a storage error naming the thread; a new run replays."""
     name = unique("victim")
     connection = SINGLE_CONNECTIONS[kind](application_dsn(postgres_dsn, name))
-    between = Between()
     try:
         checkpointer = PostgresCheckpointer(connection)
-        paused_graph = two_step_graph(effects, between)
-        background = Background(
-            lambda: run(paused_graph, TWO_STEP_INPUT, thread_id="lost", checkpointer=checkpointer)
-        )
-        try:
-            assert between.arrived.wait(30)
+        with a_run_between_its_two_steps(checkpointer, effects) as (background, _):
             assert 1 == terminate_sessions(postgres_dsn, name)
-        finally:
-            between.released.set()
-            background.join()
     finally:
         connection.close()
     if background.error is not None:

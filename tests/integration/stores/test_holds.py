@@ -8,6 +8,7 @@ whose holder's session is watched). Effects are counted outside the database.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
@@ -15,6 +16,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg2
@@ -574,32 +576,48 @@ def test_a_pool_of_two_runs_two_threads_at_once(postgres_dsn: str) -> None:
         pool.closeall()
 
 
+class FirstRun:
+    """A slow graph's run on thread ``first``, in a thread of its own, holding a pool's connection."""
+
+    def __init__(self, pool: Any) -> None:
+        self.checkpointer = PostgresCheckpointer(pool)
+        self.entered, self.release = threading.Event(), threading.Event()
+        self.outcome: list[Any] = []
+
+        def hold_on(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+            self.entered.set()
+            self.release.wait(20)
+            return {"log": ["first"]}
+
+        self.slow = graph("slow", {"log": channel.append()}).node("n", hold_on).edge(START, "n").compile()
+        self.runner = threading.Thread(
+            target=lambda: self.outcome.append(_run_catching(self.slow, "first", self.checkpointer))
+        )
+
+
+@contextlib.contextmanager
+def a_first_run_holding_a_connection(pool: Any) -> Iterator[FirstRun]:
+    """While the block runs, ``FirstRun`` is inside its node with the pool's connection; then it finishes."""
+    first = FirstRun(pool)
+    first.runner.start()
+    assert first.entered.wait(20)
+    try:
+        yield first
+    finally:
+        first.release.set()
+        first.runner.join()
+
+
 @pytest.mark.postgres
 def test_a_run_beyond_the_pools_size_says_how_to_size_it(postgres_dsn: str) -> None:
     """maxconn=1 and a second run while the first holds its connection: an ilmek error with sizing advice."""
     pool = psycopg2.pool.ThreadedConnectionPool(1, 1, postgres_dsn)
-    first_in, release = threading.Event(), threading.Event()
-
-    def hold_on(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        first_in.set()
-        release.wait(20)
-        return {"log": ["first"]}
-
-    slow = graph("slow", {"log": channel.append()}).node("n", hold_on).edge(START, "n").compile()
     try:
-        checkpointer = PostgresCheckpointer(pool)
-        first: list[Any] = []
-        runner = threading.Thread(target=lambda: first.append(_run_catching(slow, "first", checkpointer)))
-        runner.start()
-        assert first_in.wait(20)
-        try:
+        with a_first_run_holding_a_connection(pool) as first:
             with pytest.raises(TransientStorageError, match="size the pool") as caught:
-                run(slow, {}, thread_id="second", checkpointer=checkpointer)
+                run(first.slow, {}, thread_id="second", checkpointer=first.checkpointer)
             assert isinstance(caught.value.__cause__, psycopg2.pool.PoolError)
-        finally:
-            release.set()
-            runner.join()
-        assert "done" == first[0].status
+        assert "done" == first.outcome[0].status
     finally:
         pool.closeall()
 
@@ -615,36 +633,19 @@ def test_a_run_beyond_a_psycopg_pools_size_says_how_to_size_it(postgres_dsn: str
     import psycopg_pool
 
     pool = psycopg_pool.ConnectionPool(postgres_dsn, min_size=1, max_size=1, timeout=0.3, open=True)
-    first_in, release = threading.Event(), threading.Event()
-
-    def hold_on(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        first_in.set()
-        release.wait(20)
-        return {"log": ["first"]}
-
-    slow = graph("slow", {"log": channel.append()}).node("n", hold_on).edge(START, "n").compile()
     try:
-        checkpointer = PostgresCheckpointer(pool)
-        first: list[Any] = []
-        runner = threading.Thread(target=lambda: first.append(_run_catching(slow, "first", checkpointer)))
-        runner.start()
-        assert first_in.wait(20)
-        try:
-            with pytest.raises(StorageError) as caught:
-                run(slow, {}, thread_id="second", checkpointer=checkpointer)
-        finally:
-            release.set()
-            runner.join()
+        with a_first_run_holding_a_connection(pool) as first, pytest.raises(StorageError) as caught:
+            run(first.slow, {}, thread_id="second", checkpointer=first.checkpointer)
         failure = caught.value
         assert "ilmek.errors" == type(failure).__module__
         assert not isinstance(failure, psycopg.Error)
         assert isinstance(failure.__cause__, psycopg_pool.PoolTimeout)
         assert "size the pool" in str(failure)
         assert "psycopg_pool max_size" in str(failure)
-        assert "done" == first[0].status
-        assert checkpointer.get_thread("second") is None
+        assert "done" == first.outcome[0].status
+        assert first.checkpointer.get_thread("second") is None
         # Nothing leaked: the pool's one connection serves the next run.
-        assert "done" == run(slow, {}, thread_id="second", checkpointer=checkpointer).status
+        assert "done" == run(first.slow, {}, thread_id="second", checkpointer=first.checkpointer).status
     finally:
         pool.close()
 

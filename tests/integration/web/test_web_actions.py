@@ -14,7 +14,7 @@ import re
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -68,6 +68,12 @@ def follow(client: Client, reply: Any) -> str:
     return client.get(reply.location).text
 
 
+def submit(client: Client, page_url: str, action: str, values: Mapping[str, str] | None = None) -> str:
+    """Post the page's form for ``action``, ``values`` over its hidden fields; the page it leads to."""
+    url, fields = form(client, page_url, action)
+    return follow(client, client.post(url, {**fields, **(values or {})}))
+
+
 def latest_id(store: Checkpointer, thread_id: str) -> str | None:
     """The thread's latest checkpoint id (``None`` once it is deleted)."""
     latest = store.get(thread_id)
@@ -91,8 +97,7 @@ def test_an_option_button_answers_the_pause_and_the_run_finishes(client: Client,
 
 def test_the_json_answer_is_used_when_no_button_was_pressed(client: Client, store: Checkpointer) -> None:
     """answer.0 = "no" (as JSON text): the order is cancelled."""
-    url, fields = form(client, thread_url(THREADS["waiting"]), "answer")
-    follow(client, client.post(url, {**fields, "answer.0": ' "no" '}))
+    submit(client, thread_url(THREADS["waiting"]), "answer", {"answer.0": ' "no" '})
     state = ilmek.thread_state(graphs()["checkout"], store, THREADS["waiting"])
     assert ["order for 3 items", "answered 'no'", "cancelled"] == state["log"]
 
@@ -100,8 +105,7 @@ def test_the_json_answer_is_used_when_no_button_was_pressed(client: Client, stor
 def test_an_answer_that_is_not_json_answers_nothing(client: Client, store: Checkpointer) -> None:
     """answer.0 = yes (no quotes): an error note, the thread still waits on the same checkpoint."""
     before = latest_id(store, THREADS["waiting"])
-    url, fields = form(client, thread_url(THREADS["waiting"]), "answer")
-    page = follow(client, client.post(url, {**fields, "answer.0": "yes"}))
+    page = submit(client, thread_url(THREADS["waiting"]), "answer", {"answer.0": "yes"})
     assert "is not JSON" in page
     assert 'class="note error"' in page
     assert before == latest_id(store, THREADS["waiting"])
@@ -213,8 +217,7 @@ def test_several_pauses_are_answered_together(store: Checkpointer) -> None:
     run(both, {}, thread_id="two", checkpointer=store)
     client = Client(ilmek.web.app(store, both, allow_actions=True))
     assert "Waiting for 2 answers" in client.get(thread_url("two")).text
-    url, fields = form(client, thread_url("two"), "answer")
-    page = follow(client, client.post(url, {**fields, "answer.0": "1", "answer.1": '{"ok": true}'}))
+    page = submit(client, thread_url("two"), "answer", {"answer.0": "1", "answer.1": '{"ok": true}'})
     assert "Answered. The run finished." in page
     assert ["left=1", "right={'ok': True}"] == ilmek.thread_state(both, store, "two")["answers"]
 
@@ -230,8 +233,7 @@ def test_an_answer_that_makes_the_run_fail_says_how(store: Checkpointer) -> None
     failing = graph("picky", {"x": channel.last_write(0)}).node("pick", picky).edge(START, "pick").compile()
     run(failing, {}, thread_id="picky", checkpointer=store)
     client = Client(ilmek.web.app(store, failing, allow_actions=True))
-    url, fields = form(client, thread_url("picky"), "answer")
-    page = follow(client, client.post(url, {**fields, "answer.0": "7"}))
+    page = submit(client, thread_url("picky"), "answer", {"answer.0": "7"})
     assert "The run failed, node &#x27;pick&#x27;: ValueError: only 42 will do." in page
     assert "The last run failed" in page
 
@@ -249,14 +251,12 @@ def test_after_a_failed_answer_the_same_answer_is_offered_again(store: Checkpoin
     ledger = graph("ledger", {"x": channel.last_write(0)}).node("book", flaky).edge(START, "book").compile()
     run(ledger, {}, thread_id="ledger", checkpointer=store)
     client = Client(ilmek.web.app(store, ledger, allow_actions=True))
-    url, fields = form(client, thread_url("ledger"), "answer")
-    failed = follow(client, client.post(url, {**fields, "answer.0": "7"}))
+    failed = submit(client, thread_url("ledger"), "answer", {"answer.0": "7"})
     assert "Waiting for an answer: the last answer&#x27;s run failed" in failed
     assert "An answer was recorded, but the run that gave it failed" in failed
     assert re.search(r'<textarea name="answer\.0"[^>]*>7</textarea>', failed)
     fixed.set()
-    url, fields = form(client, thread_url("ledger"), "answer")
-    assert "Answered. The run finished." in follow(client, client.post(url, {**fields, "answer.0": "7"}))
+    assert "Answered. The run finished." in submit(client, thread_url("ledger"), "answer", {"answer.0": "7"})
     assert {"x": 7} == ilmek.thread_state(ledger, store, "ledger")
 
 
@@ -267,8 +267,7 @@ def test_answering_an_old_pause_differently_forks_a_branch(client: Client, store
     """The answered pause of a finished thread, answered "no": a fork, both branches in the tree."""
     thread_id = THREADS["answered"]
     pause = next(c for c in store.list(thread_id) if c.pending)
-    url, fields = form(client, thread_url(thread_id, pause.id), "fork")
-    page = follow(client, client.post(url, {**fields, "choice.0": '"no"'}))
+    page = submit(client, thread_url(thread_id, pause.id), "fork", {"choice.0": '"no"'})
     assert "Forked with a new answer. The run finished." in page
     assert 'class="edge fork"' in page
     sources = [c.metadata.get("source") for c in store.list(thread_id)]
@@ -298,8 +297,7 @@ def test_cancel_stops_a_running_thread_at_its_next_superstep(store: Checkpointer
         assert time.monotonic() < deadline, "the run never started"
         time.sleep(0.02)
     assert "ticking" in client.get("/?status=running").text
-    url, fields = form(client, thread_url("ticking"), "cancel")
-    page = follow(client, client.post(url, {**fields, "reason": "enough ticks"}))
+    page = submit(client, thread_url("ticking"), "cancel", {"reason": "enough ticks"})
     assert "Asked the run to stop" in page
     runner.join(10)
     assert ["aborted"] == [result.status for result in results]
@@ -370,8 +368,7 @@ def test_cancel_with_no_run_says_there_is_nothing_to_cancel(client: Client, stor
 
 def test_recover_continues_a_stalled_thread_to_its_end(client: Client, store: Checkpointer) -> None:
     """The batch stopped after one superstep: Recover runs transform and load."""
-    url, fields = form(client, thread_url(THREADS["stalled"]), "recover")
-    page = follow(client, client.post(url, fields))
+    page = submit(client, thread_url(THREADS["stalled"]), "recover")
     assert "Recovered. The run finished." in page
     assert {"rows": [{"sku": "A-1", "qty": 6}, {"sku": "B-7", "qty": 2}], "loaded": 2} == ilmek.thread_state(
         graphs()["nightly-batch"], store, THREADS["stalled"]
@@ -380,8 +377,7 @@ def test_recover_continues_a_stalled_thread_to_its_end(client: Client, store: Ch
 
 def test_recover_of_a_thread_that_fails_again_shows_the_failure(client: Client) -> None:
     """The CRM is still down: the note says the run failed, and why."""
-    url, fields = form(client, thread_url(THREADS["failed"]), "recover")
-    page = follow(client, client.post(url, fields))
+    page = submit(client, thread_url(THREADS["failed"]), "recover")
     assert (
         "Recovered. The run failed, node &#x27;fetch&#x27;: RuntimeError: upstream CRM answered 502" in page
     )
@@ -419,8 +415,7 @@ def test_a_running_thread_is_not_deleted(store: Checkpointer) -> None:
     client = Client(ilmek.web.app(store, allow_actions=True))
     thread_id = THREADS["answered"]
     with store.hold(thread_id):
-        url, fields = form(client, thread_url(thread_id), "delete")
-        page = follow(client, client.post(url, {**fields, "confirm": "yes"}))
+        page = submit(client, thread_url(thread_id), "delete", {"confirm": "yes"})
     assert "A run holds the thread: cancel it first" in page
     assert store.get(thread_id) is not None
 

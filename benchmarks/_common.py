@@ -494,7 +494,7 @@ _BENCH_DATABASE = "ilmek_bench"
 _STATUS_IDLE = 0
 """psycopg2's ``TRANSACTION_STATUS_IDLE``: no transaction open on the connection."""
 
-# A throwaway cluster from tests/pgcluster.py is tuned for tests (fsync and
+# A throwaway cluster from tests/support/pgcluster.py is tuned for tests (fsync and
 # full-page writes off, on tmpfs). Measured as it is, a commit would cost a
 # fraction of a durable one and the floor would mean nothing: the benchmark
 # turns durability back on and keeps the cluster on disk, like SQLite's file.
@@ -637,7 +637,7 @@ class _PostgresBareWriter(BareWriter):
 class PostgresTarget(Target):
     """A Postgres database reached through psycopg2 ``ThreadedConnectionPool`` s, tables ``bench_<name>_*``.
 
-    Without a DSN it starts a throwaway cluster (``tests/pgcluster.py``) in the
+    Without a DSN it starts a throwaway cluster (``tests/support/pgcluster.py``) in the
     system temporary folder, with fsync and full-page writes on, and stops it
     at the end. ``synchronous`` maps SQLite's levels onto the session setting
     ``synchronous_commit``: ``FULL`` waits for the WAL flush of every commit
@@ -692,7 +692,7 @@ class PostgresTarget(Target):
     # --- the server ---------------------------------------------------------------------
 
     def _start_cluster(self, parent: pathlib.Path | None) -> str:
-        from tests.pgcluster import PostgresCluster  # the repository root is on sys.path
+        from tests.support.pgcluster import PostgresCluster  # the repository root is on sys.path
 
         self._cluster = PostgresCluster.start(tmpdir=str(parent or tempfile.gettempdir()))
         try:

@@ -1,0 +1,376 @@
+"""The port suite, threads: any text as an id, ``delete_thread``, and the host API's thread listing.
+
+Where the contract leaves room, this suite decides:
+
+* A ``list_threads`` metadata filter matches a stored value that is equal and
+  of the same JSON type (``1`` matches neither ``True`` nor ``"1"``); a nested
+  dict matches as a whole value, whatever its key order, never as a subset.
+* A thread that has metadata but no checkpoint yet has ``checkpoint_id`` None
+  and step 0; its status is left open.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import attrs
+import pytest
+
+from ilmek import Checkpointer, JournalEntry
+from ilmek.types import ThreadStatus, task_id_for
+from tests.support.port import (
+    TASK,
+    UTC,
+    assert_gone,
+    channels_at,
+    ids_of,
+    make_checkpoint,
+    pause,
+    thread_info,
+    wait_for_clock_tick,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+# --- delete_thread and thread ids that look alike ---------------------------------------
+
+LOOKALIKE_IDS = [
+    "t",
+    "t%",
+    "t_",
+    "t2",
+    "T",
+    "t:x",
+    "t\\",
+    "t ",
+    "🧵",
+    'it\'s "quoted"',
+    "x'; DROP TABLE ilmek_checkpoints; --",
+]
+
+
+def populate(checkpointer: Checkpointer, thread_id: str) -> None:
+    """Give a thread two checkpoints, a journal and metadata, all naming the thread."""
+    checkpointer.put(thread_id, make_checkpoint(thread_id, "c0001", log=[thread_id], owner=thread_id))
+    checkpointer.put(
+        thread_id, make_checkpoint(thread_id, "c0002", "c0001", log=[thread_id, 2], owner=thread_id)
+    )
+    checkpointer.put_journal(
+        task_id_for(thread_id, "c0001", "agent"), [JournalEntry(key="k#0", value=thread_id)]
+    )
+    checkpointer.put_thread_metadata(thread_id, {"owner": thread_id})
+
+
+def assert_populated(checkpointer: Checkpointer, thread_id: str) -> None:
+    """Everything :func:`populate` wrote for the thread is there and names that thread."""
+    assert {"log": [thread_id, 2], "owner": thread_id} == channels_at(checkpointer, thread_id)
+    assert {"log": [thread_id], "owner": thread_id} == channels_at(checkpointer, thread_id, "c0001")
+    assert ["c0002", "c0001"] == ids_of(checkpointer.list(thread_id))
+    assert (JournalEntry(key="k#0", value=thread_id),) == checkpointer.get_journal(
+        task_id_for(thread_id, "c0001", "agent")
+    )
+    info = thread_info(checkpointer, thread_id)
+    assert (thread_id, "c0002", {"owner": thread_id}) == (info.id, info.checkpoint_id, dict(info.metadata))
+    assert [thread_id, 2] == checkpointer.read_channel(thread_id, "log")
+
+
+@pytest.mark.parametrize("thread_id", LOOKALIKE_IDS)
+def test_any_text_works_as_a_thread_id(checkpointer: Checkpointer, thread_id: str) -> None:
+    """Put, get, list, journals, the host API and delete all work for ids with %, _, quotes, emoji, SQL."""
+    populate(checkpointer, thread_id)
+
+    assert_populated(checkpointer, thread_id)
+    assert [thread_id] == ids_of(checkpointer.list_threads())
+
+    checkpointer.delete_thread(thread_id)
+
+    assert_gone(checkpointer, thread_id)
+
+
+def test_delete_thread_leaves_lookalike_threads_untouched(checkpointer: Checkpointer) -> None:
+    """Deleting any one of the look-alike ids removes only it; each is deleted in turn, then restored."""
+    for thread_id in LOOKALIKE_IDS:
+        populate(checkpointer, thread_id)
+
+    for target in LOOKALIKE_IDS:
+        checkpointer.delete_thread(target)
+
+        assert_gone(checkpointer, target)
+        for other in LOOKALIKE_IDS:
+            if other != target:
+                assert_populated(checkpointer, other)
+        populate(checkpointer, target)
+
+
+def test_delete_thread_of_an_unknown_thread_is_fine(checkpointer: Checkpointer) -> None:
+    """Deleting a thread that does not exist does nothing and raises nothing."""
+    populate(checkpointer, "t")
+
+    checkpointer.delete_thread("nobody")
+    checkpointer.delete_thread("t%")
+
+    assert_populated(checkpointer, "t")
+
+
+def test_a_deleted_thread_id_starts_afresh(checkpointer: Checkpointer) -> None:
+    """After ``delete_thread`` the id can be used again and nothing old shows through."""
+    populate(checkpointer, "t")
+    checkpointer.delete_thread("t")
+
+    checkpointer.put("t", make_checkpoint("t", "c0001", fresh=True))
+
+    assert {"fresh": True} == channels_at(checkpointer, "t")
+    assert ["c0001"] == ids_of(checkpointer.list("t"))
+    info = thread_info(checkpointer, "t")
+    assert {} == dict(info.metadata)
+    assert [] == checkpointer.read_channel("t", "log")
+
+
+# --- the host API: threads ----------------------------------------------------------------
+
+
+def put_with_status(
+    checkpointer: Checkpointer, thread_id: str, status: ThreadStatus, checkpoint_id: str = "c0001"
+) -> None:
+    """Put a checkpoint that leaves the thread ``done``, ``interrupted`` or ``unfinished``."""
+    checkpoint = make_checkpoint(thread_id, checkpoint_id)
+    if status == "interrupted":
+        # Pauses win over scheduled tasks: a paused superstep still lists its tasks.
+        checkpoint = attrs.evolve(checkpoint, next=(TASK,), pending=(pause(thread_id, checkpoint_id),))
+    elif status == "unfinished":
+        checkpoint = attrs.evolve(checkpoint, next=(TASK,))
+    checkpointer.put(thread_id, checkpoint)
+
+
+def test_list_threads_puts_the_most_recently_updated_first(checkpointer: Checkpointer) -> None:
+    """Threads list by their last update, newest first; a new checkpoint or new metadata moves one up."""
+    for thread_id in ("b", "c", "a"):
+        checkpointer.put(thread_id, make_checkpoint(thread_id, "c0001"))
+        wait_for_clock_tick()
+    assert ["a", "c", "b"] == ids_of(checkpointer.list_threads())
+
+    checkpointer.put("b", make_checkpoint("b", "c0002", "c0001"))
+    wait_for_clock_tick()
+    assert ["b", "a", "c"] == ids_of(checkpointer.list_threads())
+
+    checkpointer.put_thread_metadata("c", {"touched": True})
+    assert ["c", "b", "a"] == ids_of(checkpointer.list_threads())
+
+
+def test_list_threads_is_empty_without_threads(checkpointer: Checkpointer) -> None:
+    """A fresh store lists no threads."""
+    assert [] == checkpointer.list_threads()
+
+
+@pytest.mark.parametrize(
+    ("search", "expected"),
+    [
+        ("order", {"Order-42", "order-7", "ORDERS"}),
+        ("ORDER-", {"Order-42", "order-7"}),
+        ("rs", {"ORDERS"}),
+        ("%", {"t%"}),
+        ("_", {"t_"}),
+        ("\\", {"t\\x"}),
+        ("'", {"it's"}),
+        ("🧵", {"🧵 thread"}),
+        ("nothing like it", set()),
+    ],
+)
+def test_list_threads_search_is_a_case_insensitive_substring(
+    checkpointer: Checkpointer, search: str, expected: set[str]
+) -> None:
+    """``search`` keeps ids containing the text, ignoring ASCII case; %, _ and \\ are literal."""
+    for thread_id in ("Order-42", "order-7", "ORDERS", "invoice-1", "t%", "t_", "t\\x", "it's", "🧵 thread"):
+        checkpointer.put(thread_id, make_checkpoint(thread_id, "c0001"))
+
+    assert expected == set(ids_of(checkpointer.list_threads(search=search)))
+
+
+METADATA = {
+    "a": {
+        "team": "x",
+        "n": 1,
+        "flag": True,
+        "note": None,
+        "cfg": {"k": "v", "depth": 2},
+        "zero": 0,
+        "tags": ["a", "b"],
+    },
+    "b": {"team": "x", "n": True, "flag": False, "zero": False},
+    "c": {"team": "y", "n": 1, "cfg": {"k": "v"}, "tags": ["a"]},
+    "d": {"team": "x", "n": "1", "flag": 1},
+    "e": {},
+}
+
+
+@pytest.mark.parametrize(
+    ("metadata", "expected"),
+    [
+        pytest.param({"team": "x"}, {"a", "b", "d"}, id="str"),
+        pytest.param({"team": "x", "n": 1}, {"a"}, id="two-keys"),
+        pytest.param({"team": "y", "n": 1, "cfg": {"k": "v"}}, {"c"}, id="three-keys"),
+        pytest.param({"team": "X"}, set(), id="values-are-case-sensitive"),
+        pytest.param({"n": 1}, {"a", "c"}, id="int-is-not-bool-or-str"),
+        pytest.param({"n": True}, {"b"}, id="bool-is-not-int"),
+        pytest.param({"n": "1"}, {"d"}, id="str-is-not-int"),
+        pytest.param({"flag": True}, {"a"}, id="true-is-not-1"),
+        pytest.param({"zero": 0}, {"a"}, id="zero-is-not-false"),
+        pytest.param({"zero": False}, {"b"}, id="false-is-not-zero"),
+        pytest.param({"note": None}, {"a"}, id="none-needs-the-key"),
+        pytest.param({"missing": None}, set(), id="absent-key-is-not-none"),
+        pytest.param({"cfg": {"k": "v", "depth": 2}}, {"a"}, id="nested-dict"),
+        pytest.param({"tags": ["a", "b"]}, {"a"}, id="list"),
+    ],
+)
+def test_list_threads_metadata_filter_matches_equal_values_of_the_same_type(
+    checkpointer: Checkpointer, metadata: dict[str, Any], expected: set[str]
+) -> None:
+    """Every filter pair must be in the thread's metadata, equal and of the same type."""
+    for thread_id, thread_metadata in METADATA.items():
+        checkpointer.put_thread_metadata(thread_id, thread_metadata)
+
+    assert expected == set(ids_of(checkpointer.list_threads(metadata=metadata)))
+
+
+@pytest.mark.parametrize(
+    ("metadata", "expected"),
+    [
+        pytest.param({"cfg": {"k": "v"}}, {"c"}, id="dict-part"),
+        pytest.param({"cfg": {}}, set(), id="empty-dict"),
+        pytest.param({"tags": ["a"]}, {"c"}, id="list-part"),
+        pytest.param({"tags": ["b", "a"]}, set(), id="list-reordered"),
+        pytest.param({"tags": []}, set(), id="empty-list"),
+    ],
+)
+def test_list_threads_metadata_filter_compares_nested_values_whole(
+    checkpointer: Checkpointer, metadata: dict[str, Any], expected: set[str]
+) -> None:
+    """A dict or list in the filter must equal the stored one, not be contained in it."""
+    for thread_id, thread_metadata in METADATA.items():
+        checkpointer.put_thread_metadata(thread_id, thread_metadata)
+
+    assert expected == set(ids_of(checkpointer.list_threads(metadata=metadata)))
+
+
+def test_list_threads_metadata_filter_ignores_nested_key_order(checkpointer: Checkpointer) -> None:
+    """A nested dict filter matches an equal dict whose keys were written in another order."""
+    checkpointer.put_thread_metadata("a", {"cfg": {"k": "v", "depth": 2}})
+
+    assert ["a"] == ids_of(checkpointer.list_threads(metadata={"cfg": {"depth": 2, "k": "v"}}))
+
+
+@pytest.fixture
+def statuses(checkpointer: Checkpointer) -> Checkpointer:
+    """Threads ``d1``, ``d2`` (done), ``i1`` (interrupted), ``u1``, ``u2`` (unfinished)."""
+    for thread_id, status in [
+        ("d1", "done"),
+        ("i1", "interrupted"),
+        ("u1", "unfinished"),
+        ("d2", "done"),
+        ("u2", "unfinished"),
+    ]:
+        put_with_status(checkpointer, thread_id, status)
+    return checkpointer
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [("done", {"d1", "d2"}), ("interrupted", {"i1"}), ("unfinished", {"u1", "u2"})],
+)
+def test_list_threads_filters_by_status(
+    statuses: Checkpointer, status: ThreadStatus, expected: set[str]
+) -> None:
+    """Status comes from the latest checkpoint: pauses interrupted, tasks unfinished, else done."""
+    found = statuses.list_threads(status=status)
+
+    assert expected == set(ids_of(found))
+    assert {status} == {info.status for info in found}
+
+
+def test_status_follows_the_latest_checkpoint(checkpointer: Checkpointer) -> None:
+    """A thread's status is that of its greatest id, whatever order checkpoints were put in."""
+    put_with_status(checkpointer, "t", "interrupted", "c0001")
+    assert "interrupted" == thread_info(checkpointer, "t").status
+
+    put_with_status(checkpointer, "t", "done", "c0003")
+    put_with_status(checkpointer, "t", "unfinished", "c0002")
+
+    info = thread_info(checkpointer, "t")
+    assert ("done", "c0003") == (info.status, info.checkpoint_id)
+    assert [] == checkpointer.list_threads(status="unfinished")
+
+
+def test_list_threads_pages_without_overlap(checkpointer: Checkpointer) -> None:
+    """``offset`` and ``limit`` cut the same order into pages that neither overlap nor skip."""
+    for n in range(7):
+        put_with_status(checkpointer, f"thread-{n}", "done" if n % 2 else "unfinished")
+    everything = ids_of(checkpointer.list_threads())
+
+    pages = [ids_of(checkpointer.list_threads(offset=offset, limit=3)) for offset in (0, 3, 6, 9)]
+
+    assert 7 == len(everything)
+    assert [everything[0:3], everything[3:6], everything[6:7], []] == pages
+    assert everything[2:] == ids_of(checkpointer.list_threads(offset=2))
+    assert [] == checkpointer.list_threads(limit=0)
+    unfinished = ids_of(checkpointer.list_threads(status="unfinished"))
+    assert unfinished[1:3] == ids_of(checkpointer.list_threads(status="unfinished", offset=1, limit=2))
+
+
+def test_get_thread_describes_the_thread(checkpointer: Checkpointer) -> None:
+    """``get_thread`` has the id, UTC times (created <= updated), status, step, latest id and metadata."""
+    before = dt.datetime.now(UTC)
+    checkpointer.put("t", make_checkpoint("t", "c0001"))
+    checkpointer.put_thread_metadata("t", {"user": "ada", "tags": ["x"]})
+    first = thread_info(checkpointer, "t")
+    wait_for_clock_tick()
+    checkpointer.put("t", attrs.evolve(make_checkpoint("t", "c0002", "c0001"), next=(TASK,), step=4))
+    after = dt.datetime.now(UTC)
+
+    info = thread_info(checkpointer, "t")
+
+    assert ("t", "unfinished", 4, "c0002") == (info.id, info.status, info.step, info.checkpoint_id)
+    assert {"user": "ada", "tags": ["x"]} == dict(info.metadata)
+    assert dt.timedelta(0) == info.created_at.utcoffset() == info.updated_at.utcoffset()
+    assert first.created_at == info.created_at
+    assert before - dt.timedelta(seconds=1) <= info.created_at <= first.updated_at <= info.updated_at
+    assert first.updated_at < info.updated_at <= after + dt.timedelta(seconds=1)
+    assert [info] == checkpointer.list_threads()
+
+
+def test_get_thread_of_an_unknown_thread_is_none(checkpointer: Checkpointer) -> None:
+    """A thread never written has no summary."""
+    checkpointer.put("t", make_checkpoint("t", "c0001"))
+
+    assert None is checkpointer.get_thread("t%")
+
+
+def test_put_thread_metadata_replaces_it(checkpointer: Checkpointer) -> None:
+    """New metadata replaces the old whole, keys not repeated are gone."""
+    checkpointer.put("t", make_checkpoint("t", "c0001"))
+    checkpointer.put_thread_metadata("t", {"a": 1, "b": 2})
+    checkpointer.put_thread_metadata("t", {"b": 3})
+
+    assert {"b": 3} == dict(thread_info(checkpointer, "t").metadata)
+    assert ["t"] == ids_of(checkpointer.list_threads(metadata={"b": 3}))
+    assert [] == checkpointer.list_threads(metadata={"a": 1})
+
+
+def test_put_thread_metadata_works_before_any_checkpoint(checkpointer: Checkpointer) -> None:
+    """Metadata can name a thread before it runs; its first checkpoint keeps that metadata."""
+    checkpointer.put_thread_metadata("t", {"owner": "ada"})
+
+    info = thread_info(checkpointer, "t")
+    assert ("t", None, 0, {"owner": "ada"}) == (info.id, info.checkpoint_id, info.step, dict(info.metadata))
+    assert ["t"] == ids_of(checkpointer.list_threads(metadata={"owner": "ada"}))
+    assert None is checkpointer.get("t")
+
+    put_with_status(checkpointer, "t", "interrupted")
+
+    info = thread_info(checkpointer, "t")
+    assert ("c0001", "interrupted", {"owner": "ada"}) == (
+        info.checkpoint_id,
+        info.status,
+        dict(info.metadata),
+    )

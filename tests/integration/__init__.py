@@ -1,0 +1,1 @@
+"""Integration tests: servers, pools, other processes, frameworks, the CLI, a browser, the project."""

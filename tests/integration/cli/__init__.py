@@ -1,0 +1,1 @@
+"""The ilmek command line, in-process and as a user runs it."""

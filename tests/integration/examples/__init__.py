@@ -1,0 +1,1 @@
+"""The example applications (Django, Flask, the streaming checkout) run as a user would."""

@@ -1,0 +1,1 @@
+"""PostgreSQL only: the checkpointer on a real server, PgBouncer, faults, the test cluster."""

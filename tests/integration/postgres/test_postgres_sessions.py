@@ -1,0 +1,301 @@
+"""PostgresCheckpointer's holds across processes, and connections lost mid-run.
+
+Advisory-lock holds are tied to the holder's session: two processes resuming
+one pause charge once, a killed holder frees its thread as its session ends,
+and a run whose session was terminated performs no further step and loses
+nothing committed. Cross-process tests run ``tests/support/pgworker.py``; side
+effects are counted in an append-only effects file, so effects of a killed
+process count too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pathlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import psycopg2
+import psycopg2.pool
+import psycopg_pool
+import pytest
+
+from ilmek import (
+    CompiledGraph,
+    PostgresCheckpointer,
+    Result,
+    ResumeError,
+    StorageError,
+    ThreadBusyError,
+    resume,
+    run,
+    thread_state,
+)
+from tests.support.pgworker import (
+    CART,
+    CHECKOUT_DONE,
+    TWO_STEP_FINAL,
+    TWO_STEP_INPUT,
+    Effects,
+    checkout_graph,
+    run_checkout,
+    two_step_graph,
+)
+from tests.support.postgres import Worker, application_dsn, fresh_checkpointer, query, unique
+
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
+
+
+# --- holds across processes ----------------------------------------------------------------------
+
+
+def test_two_processes_resuming_one_pause_charge_once(
+    postgres_dsn: str, effects: Effects, tmp_path: pathlib.Path, workers: Callable[..., Worker]
+) -> None:
+    """A double-clicked approve from two processes: one completes, the other is refused; one charge."""
+    with fresh_checkpointer(postgres_dsn) as checkpointer:
+        paused = run(checkout_graph(effects), CART, thread_id="race", checkpointer=checkpointer)
+    assert "interrupted" == paused.status
+    go = tmp_path / "go"
+    arguments = ["--dsn", postgres_dsn, "--thread", "race", "--effects", str(effects.path)]
+    racers = [workers("resume", *arguments, "--answer", "yes", "--go-file", str(go)) for _ in range(2)]
+    for racer in racers:
+        racer.expect("ready")
+    go.touch()
+    outcomes = sorted(racer.outcome()["outcome"] for racer in racers)
+    assert "done" in outcomes
+    outcomes.remove("done")
+    assert outcomes[0] in ("busy", "resume_error")
+    assert {"create_order": 1, "charge:yes": 1} == effects.counts()
+    with fresh_checkpointer(postgres_dsn) as checkpointer:
+        assert CHECKOUT_DONE == thread_state(checkout_graph(effects), checkpointer, "race")
+
+
+def run_when_free(action: Callable[[], Result], seconds: float) -> tuple[Result, float]:
+    """Retry ``action`` while the thread is busy; the result and how long it took to get in."""
+    started = time.monotonic()
+    while True:
+        try:
+            return action(), time.monotonic() - started
+        except ThreadBusyError:
+            if time.monotonic() - started > seconds:
+                raise
+            time.sleep(0.02)
+
+
+@pytest.mark.parametrize("client", ["connection", "pool"])
+def test_a_killed_holder_releases_the_thread_as_its_session_ends(
+    postgres_dsn: str, effects: Effects, workers: Callable[..., Worker], client: str
+) -> None:
+    """A process SIGKILLed inside a long node frees the thread as its session ends; its step replays."""
+    arguments = ["--dsn", postgres_dsn, "--thread", "killed", "--effects", str(effects.path)]
+    holder = workers("linger", *arguments, "--client", client)
+    holder.expect("ready")
+    holder.expect("lingering")
+    two_step = two_step_graph(effects)
+    with fresh_checkpointer(postgres_dsn) as checkpointer:
+        with pytest.raises(ThreadBusyError):
+            run(two_step, None, thread_id="killed", checkpointer=checkpointer)
+        holder.kill()
+        # Only as long as the server takes to notice the closed socket: far below any lease.
+        result, waited = run_when_free(
+            lambda: run(two_step, None, thread_id="killed", checkpointer=checkpointer), seconds=4.0
+        )
+    assert "done" == result.status, result.errors
+    assert TWO_STEP_FINAL == result.state
+    assert {"prepare": 1, "finish": 1} == effects.counts()
+    print(f"\nthread free {waited * 1000:.0f} ms after SIGKILL ({client})")
+
+
+# --- connections lost mid-run -----------------------------------------------------------------
+
+
+class Between:
+    """Parks a node between its two steps until the test lets it go."""
+
+    def __init__(self) -> None:
+        self.arrived = threading.Event()
+        self.released = threading.Event()
+
+    def __call__(self, point: str) -> None:
+        self.arrived.set()
+        assert self.released.wait(30), "the test never let the node go on"
+
+
+class Background:
+    """``run`` on a thread of its own, keeping its result or exception."""
+
+    def __init__(self, action: Callable[[], Result]) -> None:
+        self.result: Result | None = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(action,))
+        self._thread.start()
+
+    def _run(self, action: Callable[[], Result]) -> None:
+        try:
+            self.result = action()
+        except BaseException as error:
+            self.error = error
+
+    def join(self) -> None:
+        self._thread.join(45)
+        assert not self._thread.is_alive(), "the run never returned"
+
+
+def terminate_sessions(dsn: str, application_name: str, *, spare_the_hold: bool = False) -> int:
+    """``pg_terminate_backend`` the sessions with that application name; wait until they are gone.
+
+    With ``spare_the_hold``, the session holding an advisory lock (the run's hold) is left alive.
+    """
+    spare = (
+        " AND pid NOT IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted)"
+        if spare_the_hold
+        else ""
+    )
+    victims = query(
+        dsn, f"SELECT pid FROM pg_stat_activity WHERE application_name = %s{spare}", (application_name,)
+    )
+    pids = [pid for (pid,) in victims]
+    for pid in pids:
+        query(dsn, "SELECT pg_terminate_backend(%s)", (pid,))
+    deadline = time.monotonic() + 10
+    while pids and query(dsn, "SELECT 1 FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)):
+        assert time.monotonic() < deadline, "terminated sessions did not go away"
+        time.sleep(0.01)
+    return len(pids)
+
+
+@contextlib.contextmanager
+def a_run_between_its_two_steps(
+    checkpointer: PostgresCheckpointer, effects: Effects
+) -> Iterator[tuple[Background, CompiledGraph]]:
+    """The two-step graph run on thread ``lost`` in the background, and that graph.
+
+    The block runs while the run waits between its two steps; then the run is let go and joined.
+    """
+    between = Between()
+    two_step = two_step_graph(effects, between)
+    background = Background(
+        lambda: run(two_step, TWO_STEP_INPUT, thread_id="lost", checkpointer=checkpointer)
+    )
+    try:
+        assert between.arrived.wait(30)
+        yield background, two_step
+    finally:
+        between.released.set()
+        background.join()
+
+
+POOLS: dict[str, Callable[[str], Any]] = {
+    "psycopg2-pool": lambda dsn: psycopg2.pool.ThreadedConnectionPool(1, 6, dsn),
+    "psycopg-pool": lambda dsn: psycopg_pool.ConnectionPool(dsn, min_size=1, max_size=6, open=True),
+}
+
+
+def close_client(client: Any) -> None:
+    if hasattr(client, "closeall"):
+        client.closeall()
+    else:
+        client.close()
+
+
+@pytest.mark.parametrize("kind", sorted(POOLS))
+def test_a_pool_survives_its_connections_being_terminated_mid_run(
+    postgres_dsn: str, effects: Effects, kind: str
+) -> None:
+    """Pooled write sessions killed between two steps: the next write retries on a new connection.
+
+    The hold's own session is spared: losing it is a lost hold, which must stop the run (see below).
+    """
+    name = unique("victim")
+    pool = POOLS[kind](application_dsn(postgres_dsn, name))
+    try:
+        checkpointer = PostgresCheckpointer(pool)
+        with a_run_between_its_two_steps(checkpointer, effects) as (background, two_step):
+            assert terminate_sessions(postgres_dsn, name, spare_the_hold=True) >= 1
+        assert background.error is None
+        assert background.result is not None
+        assert "done" == background.result.status, background.result.errors
+        assert TWO_STEP_FINAL == background.result.state
+    finally:
+        close_client(pool)
+    assert {"prepare": 1, "finish": 1} == effects.counts()
+    with fresh_checkpointer(postgres_dsn) as other:
+        assert TWO_STEP_FINAL == thread_state(two_step, other, "lost")
+
+
+def terminate_the_hold(dsn: str, thread_id: str) -> None:
+    """Terminate the session a run holds its thread through (the one its hold row names)."""
+    [(pid,)] = query(dsn, "SELECT holder FROM ilmek_holds WHERE thread_id = %s", (thread_id,))
+    query(dsn, "SELECT pg_terminate_backend(%s)", (pid,))
+    deadline = time.monotonic() + 10
+    while query(dsn, "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)):
+        assert time.monotonic() < deadline, "the terminated session did not go away"
+        time.sleep(0.01)
+
+
+def test_a_run_that_lost_its_hold_performs_no_further_step(postgres_dsn: str, effects: Effects) -> None:
+    """Once its hold's session is gone and another run has the thread, a run does not perform more steps."""
+    name = unique("hold-lost")
+    pool = psycopg2.pool.ThreadedConnectionPool(1, 6, application_dsn(postgres_dsn, name))
+    try:
+        checkpointer = PostgresCheckpointer(pool)
+        with a_run_between_its_two_steps(checkpointer, effects):
+            terminate_the_hold(postgres_dsn, "lost")
+            with fresh_checkpointer(postgres_dsn) as other:
+                second = run(two_step_graph(effects), None, thread_id="lost", checkpointer=other)
+            assert "done" == second.status
+    finally:
+        pool.closeall()
+    assert {"prepare": 1, "finish": 1} == effects.counts()
+
+
+SINGLE_CONNECTIONS: dict[str, Callable[[str], Any]] = {
+    "psycopg2-connection": psycopg2.connect,
+    "psycopg-connection": psycopg.connect,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SINGLE_CONNECTIONS))
+def test_a_single_connection_terminated_mid_run_fails_clearly_and_loses_nothing_committed(
+    postgres_dsn: str, effects: Effects, kind: str
+) -> None:
+    """The one connection killed between two steps: a storage error naming the thread; a new run replays."""
+    name = unique("victim")
+    connection = SINGLE_CONNECTIONS[kind](application_dsn(postgres_dsn, name))
+    try:
+        checkpointer = PostgresCheckpointer(connection)
+        with a_run_between_its_two_steps(checkpointer, effects) as (background, _):
+            assert 1 == terminate_sessions(postgres_dsn, name)
+    finally:
+        connection.close()
+    if background.error is not None:
+        failure = background.error
+    else:
+        assert background.result is not None
+        assert "error" == background.result.status
+        [(_, failure)] = background.result.errors
+    assert isinstance(failure, (StorageError, ThreadBusyError)), repr(failure)
+    assert "'lost'" in str(failure)
+    with fresh_checkpointer(postgres_dsn) as other:
+        result = run(two_step_graph(effects), None, thread_id="lost", checkpointer=other)
+    assert "done" == result.status, result.errors
+    assert TWO_STEP_FINAL == result.state
+    # ``prepare`` was recorded before the kill, so it replays. Before ``finish``
+    # the run confirmed its hold through its connection, found it gone, and did
+    # not run the step: the new run performs it, once.
+    assert {"prepare": 1, "finish": 1} == effects.counts()
+
+
+def test_a_resume_with_nothing_paused_is_resume_error_on_postgres(
+    postgres_dsn: str, effects: Effects
+) -> None:
+    """A resume racing a finished one finds nothing paused: ResumeError naming the thread, no charge."""
+    with fresh_checkpointer(postgres_dsn) as checkpointer:
+        run_checkout(checkpointer, effects, "finished")
+        with pytest.raises(ResumeError, match="'finished'"):
+            resume(checkout_graph(effects), "yes", thread_id="finished", checkpointer=checkpointer)
+    assert {"create_order": 1, "charge:yes": 1} == effects.counts()

@@ -1,0 +1,1 @@
+"""The project as shipped: the package's surface, distributions, README, benchmarks' smoke runs."""

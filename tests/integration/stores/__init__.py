@@ -1,0 +1,1 @@
+"""Real stores attacked (SQLite file, Postgres): holds, write path, deletes, bad input, clients."""

@@ -1,0 +1,1 @@
+"""The web console: its pages and actions over WSGI, served over HTTP, and in a real browser."""

@@ -1,0 +1,1 @@
+"""What the tests import or run but are not tests: servers, worker programs, backends, shared helpers."""

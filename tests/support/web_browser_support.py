@@ -1,0 +1,138 @@
+"""A headless Chromium for the console's browser tests and ``scripts/screenshots``.
+
+Debian's ``chromium`` and ``chromium-driver`` (``scripts/test`` installs them
+as root). The flags keep Chromium from reaching for the network on its own
+(sync, component updates, QUIC), which a closed network answers slowly or
+not at all, and from needing a sandbox or a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+    "--force-device-scale-factor=1",
+)
+
+
+def find_browser() -> tuple[str, str] | None:
+    """The Chromium binary and its driver, or ``None`` if either is missing."""
+    chromium = next(
+        (found for name in ("chromium", "chromium-browser") if (found := shutil.which(name)) is not None),
+        None,
+    )
+    driver = shutil.which("chromedriver") or (
+        "/usr/bin/chromedriver" if os.path.exists("/usr/bin/chromedriver") else None
+    )
+    if chromium is None or driver is None:
+        return None
+    return chromium, driver
+
+
+@contextlib.contextmanager
+def browser(width: int = 1360, height: int = 900) -> Iterator[Any]:
+    """A Selenium Chrome driver on a fresh profile, quit afterwards.
+
+    Raises:
+        RuntimeError: no Chromium or no chromedriver.
+    """
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    found = find_browser()
+    if found is None:
+        raise RuntimeError("no chromium and chromedriver (apt-get install chromium chromium-driver)")
+    chromium, driver_path = found
+    with tempfile.TemporaryDirectory(prefix="ilmek-chromium-") as profile:
+        options = webdriver.ChromeOptions()
+        options.binary_location = chromium
+        for flag in CHROMIUM_FLAGS:
+            options.add_argument(flag)
+        options.add_argument(f"--user-data-dir={profile}")
+        options.add_argument(f"--window-size={width},{height}")
+        driver = webdriver.Chrome(service=Service(driver_path), options=options)
+        driver.set_page_load_timeout(30)
+        try:
+            yield driver
+        finally:
+            driver.quit()
+
+
+def full_page_screenshot(driver: Any, path: pathlib.Path, width: int = 1360, max_height: int = 4000) -> None:
+    """The whole page as a PNG at ``path`` (the window grows to the page's height)."""
+    import base64
+
+    # The window's own size cuts a long page; Chrome's DevTools capture the whole.
+    height = int(driver.execute_script("return document.documentElement.scrollHeight"))
+    clip = {"x": 0, "y": 0, "width": width, "height": min(max(height, 400), max_height), "scale": 1}
+    shot = driver.execute_cdp_cmd(
+        "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(base64.b64decode(shot["data"]))
+
+
+def take_screenshots(out: pathlib.Path) -> list[pathlib.Path]:
+    """Screenshots of every page of the console on the sample store, written under ``out``."""
+    import urllib.parse
+
+    from ilmek import SqliteCheckpointer
+    from tests.support import web_support
+
+    written = []
+    with tempfile.TemporaryDirectory(prefix="ilmek-screens-") as folder:
+        checkpointer = SqliteCheckpointer(pathlib.Path(folder) / "shop.db")
+        try:
+            threads = web_support.populate(checkpointer, hostile=False)
+            with (
+                web_support.serving(checkpointer, web_support.graphs(), allow_actions=True) as server,
+                browser() as driver,
+            ):
+                base = server.url.rstrip("/")
+
+                def shoot(name: str, path: str) -> None:
+                    driver.set_window_size(1360, 900)
+                    driver.get(base + path)
+                    target = out / f"console-{name}.png"
+                    full_page_screenshot(driver, target)
+                    written.append(target)
+
+                def thread(role: str, **params: str) -> str:
+                    return "/thread?" + urllib.parse.urlencode({"id": threads[role], **params})
+
+                shoot("inbox", "/")
+                shoot("thread", thread("waiting"))
+                shoot("fork", thread("forked"))
+                shoot("failed", thread("failed"))
+        finally:
+            checkpointer.close()
+    return written
+
+
+def main() -> int:
+    """``scripts/screenshots [FOLDER]``: write the README's screenshots (default: docs/)."""
+    out = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "docs")
+    for path in take_screenshots(out):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,151 @@
+"""ilmek.serde against forged data: a type tag never imports or runs anything; only the registry names."""
+
+from __future__ import annotations
+
+import ast
+import base64
+import decimal
+import importlib.util
+import inspect
+import sys
+import uuid
+from pathlib import Path
+
+import attrs
+import pytest
+
+from ilmek import serde
+from ilmek.errors import SerializationError
+from tests.support.serde_values import STORED, forged, recording_imports
+
+# --------------------------------------------------------------------------- security
+
+
+@pytest.fixture
+def trap_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Path]:
+    """An importable module, never imported yet, that leaves a file behind if it is."""
+    module_name = f"ilmek_trap_{uuid.uuid4().hex}"
+    marker = tmp_path / "imported"
+    (tmp_path / f"{module_name}.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).touch()\nclass Evil:\n    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert importlib.util.find_spec(module_name) is not None
+    assert module_name not in sys.modules
+    return module_name, marker
+
+
+@pytest.mark.parametrize("tag", ["obj", "enum"])
+def test_forged_type_naming_an_importable_module_imports_nothing(
+    tag: str, trap_module: tuple[str, Path]
+) -> None:
+    """A forged tag naming a real, importable module's class neither imports nor runs it."""
+    module_name, marker = trap_module
+    text = forged(tag, {}, type=f"{module_name}.Evil")
+    with recording_imports() as imports, pytest.raises(SerializationError) as caught:
+        serde.decode(text)
+    assert (False, False) == (module_name in sys.modules, marker.exists())
+    assert [] == imports
+    assert f"{module_name}.Evil" == caught.value.type_name
+    assert "not registered in this process" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "type_name",
+    [
+        "os.system",
+        "subprocess.Popen",
+        "collections.OrderedDict",
+        "builtins.eval",
+        "antigravity.geohash",
+        "this.s",
+        "pickle.loads",
+    ],
+)
+@pytest.mark.parametrize("tag", ["obj", "enum"])
+def test_forged_type_naming_a_real_class_is_refused(tag: str, type_name: str) -> None:
+    """Forged types naming real callables are refused without any import or lookup."""
+    never_imported = [name for name in ("antigravity", "this") if name not in sys.modules]
+    assert ["antigravity", "this"] == never_imported  # importing them has side effects
+    text = forged(tag, {"args": ["touch", "/tmp/ilmek-pwned"]}, type=type_name)
+    with recording_imports() as imports, pytest.raises(SerializationError) as caught:
+        serde.decode(text)
+    assert [] == imports
+    assert (STORED, type_name) == (caught.value.where, caught.value.type_name)
+    assert ["antigravity", "this"] == [name for name in never_imported if name not in sys.modules]
+
+
+def test_forged_type_inside_plain_data_is_refused(trap_module: tuple[str, Path]) -> None:
+    """A forged tag deep inside ordinary-looking data is found and refused."""
+    module_name, marker = trap_module
+    payload = {
+        "messages": [
+            {"role": "user", "content": {"__ilmek__": "obj", "type": f"{module_name}.Evil", "v": {}}}
+        ]
+    }
+    with pytest.raises(SerializationError, match="not registered in this process"):
+        serde.from_jsonable(payload)
+    assert (False, False) == (module_name in sys.modules, marker.exists())
+
+
+def test_unknown_zone_key_imports_nothing() -> None:
+    """A zone key missing from the system database does not fall back to importing tzdata.
+
+    The standard library's ``zoneinfo`` itself is the one import allowed: ilmek
+    loads it the first time a stored zone is read, whatever the key.
+    """
+    text = forged("datetime", "2024-01-01T00:00:00+00:00", zone="Nowhere/Atlantis")
+    with recording_imports() as imports:
+        serde.decode(text)
+    assert [] == [name for name in imports if name != "zoneinfo"]
+
+
+def test_serde_source_uses_no_code_loading_facilities() -> None:
+    """serde.py imports no pickle/importlib/marshal and calls no eval/exec/__import__."""
+    tree = ast.parse(Path(inspect.getfile(serde)).read_text())
+    imported: set[str] = set()
+    bare_calls: set[str] = set()
+    method_calls: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported.add((node.module or "").split(".")[0])
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            bare_calls.add(node.func.id)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            method_calls.add(node.func.attr)
+    forbidden_modules = {"pickle", "marshal", "importlib", "shelve", "copyreg", "pydoc", "dill"}
+    assert set() == imported & forbidden_modules
+    assert set() == bare_calls & {"eval", "exec", "compile", "__import__"}
+    assert set() == method_calls & {"import_module", "__import__", "locate", "find_class"}
+
+
+def test_decoding_uses_only_the_registry_for_names() -> None:
+    """A class registered under a name is found; the same class by its import path is not."""
+    unique = f"aliased-{uuid.uuid4().hex}"
+
+    @attrs.frozen
+    class Aliased:
+        value: int
+
+    serde.register(Aliased, name=unique)
+    by_registry = serde.decode(forged("obj", {"value": 1}, type=unique))
+    assert Aliased(1) == by_registry
+    with pytest.raises(SerializationError, match="not registered in this process"):
+        serde.decode(forged("obj", {"value": 1}, type=f"{Aliased.__module__}.{Aliased.__qualname__}"))
+
+
+def test_base64_payload_is_validated_strictly() -> None:
+    """Non-alphabet characters in a bytes payload are an error, not silently dropped."""
+    assert b"hi" == serde.decode(forged("bytes", base64.b64encode(b"hi").decode()))
+    with pytest.raises(SerializationError):
+        serde.decode(forged("bytes", "aG k="))
+
+
+def test_decimal_garbage_is_refused_even_without_the_trap() -> None:
+    """A caller's decimal context without the InvalidOperation trap cannot turn garbage into NaN."""
+    with decimal.localcontext() as context:
+        context.traps[decimal.InvalidOperation] = False
+        with pytest.raises(SerializationError):
+            serde.decode(forged("decimal", "garbage"))

@@ -100,9 +100,18 @@ def test_unknown_zone_key_imports_nothing() -> None:
     assert [] == [name for name in imports if name != "zoneinfo"]
 
 
-def test_serde_source_uses_no_code_loading_facilities() -> None:
-    """serde.py imports no pickle/importlib/marshal and calls no eval/exec/__import__."""
-    tree = ast.parse(Path(inspect.getfile(serde)).read_text())
+SERDE_SOURCES = sorted(Path(inspect.getfile(serde)).parent.glob("*.py"))
+
+
+def test_serde_is_read_from_every_module_of_its_package() -> None:
+    """The check below reads the whole package (a split module could not slip past it)."""
+    assert {"__init__.py", "encoding.py", "decoding.py", "registry.py"} <= {p.name for p in SERDE_SOURCES}
+
+
+@pytest.mark.parametrize("source", SERDE_SOURCES, ids=lambda p: p.name)
+def test_serde_source_uses_no_code_loading_facilities(source: Path) -> None:
+    """No module of ilmek.serde imports pickle/importlib/marshal or calls eval/exec/__import__."""
+    tree = ast.parse(source.read_text())
     imported: set[str] = set()
     bare_calls: set[str] = set()
     method_calls: set[str] = set()

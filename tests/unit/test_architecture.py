@@ -13,7 +13,7 @@ import pathlib
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "ilmek"
 
 DRIVERS_AND_FRAMEWORKS = ("sqlite3", "psycopg2", "psycopg", "psycopg_pool", "sqlalchemy", "django", "flask")

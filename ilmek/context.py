@@ -14,7 +14,7 @@ import functools
 import threading
 import types
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .errors import GraphError, InterruptSignal, NondeterminismError, ResumeError
 from .types import JournalEntry
@@ -24,9 +24,23 @@ if TYPE_CHECKING:
 
     from .graph import CompiledGraph
 
-__all__ = ["NodeContext", "PlanContext", "TaskJournal"]
+__all__ = ["NodeContext", "PlanContext", "StepGate", "TaskJournal"]
 
 T = TypeVar("T")
+
+
+class StepGate(Protocol):
+    """What a run lets through before a step's function runs, and hears of once it is over."""
+
+    def enter(self) -> None:
+        """Called before the function: the run is open and holds its thread, with lease enough to record.
+
+        Raises:
+            ThreadBusyError: the run lost its thread (or is closing); the function must not run.
+        """
+
+    def leave(self) -> None:
+        """Called once the function returned and its record is written, or it raised."""
 
 
 class TaskJournal:
@@ -212,7 +226,7 @@ class NodeContext(PlanContext):
         journal: TaskJournal,
         emit: Callable[[Any], None],
         strict: bool,
-        verify: Callable[[], None] | None = None,
+        gate: StepGate | None = None,
         can_pause: bool = True,
         **plan: Any,
     ) -> None:
@@ -221,7 +235,7 @@ class NodeContext(PlanContext):
         self.task_id = task_id
         self._journal = journal
         self._emit = emit
-        self._verify = verify
+        self._gate = gate
         self._can_pause = can_pause
         self._body_thread: int | None = None
         self.strict = strict
@@ -270,15 +284,21 @@ class NodeContext(PlanContext):
                     thread_id=self.thread_id,
                 )
             return entry.value  # type: ignore[no-any-return]
-        if self._verify is not None:
-            # Make sure the thread is still ours before the effect, not after.
-            self._verify()
-        self._journal.enter_step()
+        gate = self._gate
+        if gate is not None:
+            # Make sure the thread is still ours before the effect, not after;
+            # the run then waits for this step before it gives the thread back.
+            gate.enter()
         try:
-            value = fn(*args, **kwargs)
+            self._journal.enter_step()
+            try:
+                value = fn(*args, **kwargs)
+            finally:
+                self._journal.leave_step()
+            self._journal.record(JournalEntry(key=full, kind="step", value=value))
         finally:
-            self._journal.leave_step()
-        self._journal.record(JournalEntry(key=full, kind="step", value=value))
+            if gate is not None:
+                gate.leave()
         return value
 
     def interrupt(self, payload: Any = None, key: str | None = None) -> Any:

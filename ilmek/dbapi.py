@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
+from . import forks
 from .errors import IlmekError, StorageError, TransientStorageError
 from .redact import mask_secrets
 
@@ -268,6 +269,10 @@ class Adapter(abc.ABC):
         retry_attempts: Tries of a transaction that fails transiently.
         retry_backoff: Seconds before the first retry (doubling, jittered).
         retry_max_backoff: The longest wait between tries.
+        retry_for: At most this many seconds of tries in all (``None``: no
+            bound but the attempts). Where the driver already waits out a
+            lock before it fails (SQLite's busy timeout), trying again after
+            each full wait would multiply it: the whole wait is bounded instead.
     """
 
     paramstyle: str = "qmark"
@@ -275,6 +280,7 @@ class Adapter(abc.ABC):
     retry_attempts: int = 6
     retry_backoff: float = 0.02
     retry_max_backoff: float = 1.0
+    retry_for: float | None = None
 
     def __init__(self) -> None:
         self._savepoints = itertools.count(1)
@@ -442,6 +448,7 @@ class Adapter(abc.ABC):
         """
         delay = self.retry_backoff
         attempt = 1
+        deadline = None if self.retry_for is None else time.monotonic() + self.retry_for
         while True:
             joined = self.joins
             try:
@@ -457,7 +464,8 @@ class Adapter(abc.ABC):
                 where = f" for thread {thread_id!r}" if thread_id is not None else ""
                 # Inside the caller's transaction a failure has already aborted
                 # it: a retry would run in a transaction that is gone.
-                if kind == "transient" and attempt < self.retry_attempts and not joined:
+                in_time = deadline is None or time.monotonic() + delay < deadline
+                if kind == "transient" and attempt < self.retry_attempts and in_time and not joined:
                     _LOG.info(
                         "retrying after a transient database error (%s), attempt %d",
                         describe_error(error),
@@ -612,7 +620,8 @@ class LockedConnection:
 
     def __init__(self, connection: Any) -> None:
         self.connection = connection
-        self._lock = threading.RLock()
+        # A forked child gets a fresh lock (a parent thread may have held this one).
+        self._lock = forks.ForkSafeLock(threading.RLock)
 
     @contextlib.contextmanager
     def borrow(self) -> Iterator[Any]:

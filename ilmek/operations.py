@@ -14,6 +14,7 @@ from typing import Any
 
 from . import checks
 from .checkpoint.base import Checkpointer
+from .checkpoint.holds import Hold
 from .engine import RunOptions, collect_result
 from .errors import ConcurrentUpdateError, InvalidArgumentError, ThreadBusyError
 from .execution.lifecycle import Run, Start
@@ -77,9 +78,13 @@ def stalled_threads(
     return found if limit is None else found[:limit]
 
 
-def _unchanged(checkpointer: Checkpointer, found: ThreadInfo) -> bool:
-    """Whether the thread still reads as it did when it was listed as stalled."""
-    now = checkpointer.get_thread(found.id)
+def _unchanged(checkpointer: Checkpointer, found: ThreadInfo, hold: Hold) -> bool:
+    """Whether the thread still reads as it did when it was listed as stalled (read under ``hold``).
+
+    Read through the run's own connection: a recovering run uses one
+    connection of a pool, as every run does.
+    """
+    now = checkpointer.read_thread(found.id, hold=hold)
     return now is not None and (now.checkpoint_id, now.updated_at, now.status, now.error) == (
         found.checkpoint_id,
         found.updated_at,

@@ -18,14 +18,13 @@ backend stores the same way.
 
 from __future__ import annotations
 
-import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
 
-from .. import serde
+from .. import forks, serde
 from ..types import ChannelChange, Extend, Replace
 from ._records import EncodedChange, corrupt
 
@@ -308,7 +307,7 @@ class ValueCache:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._size = 0
-        self._lock = threading.Lock()
+        self._lock = forks.ForkSafeLock()
 
     def get(self, key: Hashable) -> Any:
         with self._lock:

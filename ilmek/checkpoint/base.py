@@ -26,6 +26,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
+from .. import forks
 from ..errors import CheckpointNotFoundError, ConcurrentUpdateError
 from ..types import ChannelChange, Checkpoint, JournalEntry, ThreadError, ThreadInfo, task_id_for
 from .holds import Hold, HoldLostError, LocalHold, busy_error, new_token
@@ -77,8 +78,9 @@ class Checkpointer(abc.ABC):
 
     def __init__(self) -> None:
         self._local_holds: dict[str, LocalHold] = {}
-        self._local_holds_lock = threading.Lock()
-        self._commit_lock = threading.RLock()
+        self._local_holds_generation = forks.generation()
+        self._local_holds_lock = forks.ForkSafeLock()
+        self._commit_lock = forks.ForkSafeLock(threading.RLock)
 
     # --- the port -----------------------------------------------------------------
 
@@ -216,6 +218,9 @@ class Checkpointer(abc.ABC):
 
     def _take_local_hold(self, thread_id: str) -> LocalHold:
         with self._local_holds_lock:
+            if self._local_holds_generation != forks.generation():
+                # A forked child: the parent's runs hold nothing of the child's copy.
+                self._local_holds, self._local_holds_generation = {}, forks.generation()
             if thread_id in self._local_holds:
                 raise busy_error(thread_id)
             handle = LocalHold(thread_id, new_token(), self._forget_local_hold)
@@ -404,6 +409,10 @@ class Checkpointer(abc.ABC):
     def get_thread(self, thread_id: str) -> ThreadInfo | None:
         """One thread's summary, or ``None`` if it does not exist."""
         raise NotImplementedError(f"{type(self).__name__} does not track threads")
+
+    def read_thread(self, thread_id: str, *, hold: Hold | None = None) -> ThreadInfo | None:
+        """:meth:`get_thread`, on behalf of the run that holds ``hold`` (through its connection)."""
+        return self.get_thread(thread_id)
 
     def put_thread_metadata(self, thread_id: str, metadata: Mapping[str, Any]) -> None:
         """Replace a thread's metadata (creating the thread's record if needed)."""

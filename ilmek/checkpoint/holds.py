@@ -16,10 +16,20 @@ A wall clock that jumps forward by more than a lease on a SQLite machine
 can therefore let another run take a live thread; its next write then fails
 rather than land.
 
+Liveness has one rule: a hold counts until its lease expires. An ended
+database session proves nothing about its holder (ilmek reconnects by
+itself; servers restart, fail over and time idle sessions out; poolers
+recycle server connections), so no backend takes a thread from a holder
+whose lease still runs.
+
 Renewal happens wherever the run's driver waits (it checks the deadline,
 not whether its queue was idle) and, for holds whose connection may be used
 from any thread, on the :class:`Keeper` thread too, so a stream whose
 reader stops reading for a while keeps its hold.
+
+A forked child never renews, confirms or gives back a hold of its parent's
+(:mod:`ilmek.forks`): its copy of the hold is *inherited*, and any write
+through it fails as a lost hold.
 """
 
 from __future__ import annotations
@@ -31,16 +41,31 @@ import threading
 import time
 from collections.abc import Callable
 
+from .. import forks
 from ..errors import ThreadBusyError
 from ..logs import logger
 
-__all__ = ["Hold", "HoldLostError", "Keeper", "LocalHold", "busy_error", "new_token"]
+__all__ = [
+    "INHERITED",
+    "RECORD_MARGIN",
+    "Hold",
+    "HoldLostError",
+    "Keeper",
+    "LocalHold",
+    "busy_error",
+    "new_token",
+]
 
 
 #: Renew once this share of the lease has passed since the last renewal.
 RENEW_AT = 0.25
 #: Refuse to start a new step once this share has passed without a renewal.
 TRUST_UNTIL = 0.75
+#: A step's function starts only with at least this share of the lease left,
+#: so that its record can still be written under the hold.
+RECORD_MARGIN = 1 - TRUST_UNTIL
+
+INHERITED = "it was inherited across os.fork(); a child never renews or gives back its parent's holds"
 
 
 class HoldLostError(ThreadBusyError):
@@ -88,10 +113,11 @@ class Hold:
     #: renew the hold from its thread. When false (a connection bound to the
     #: caller's thread), everything goes through the thread driving the run.
     any_thread: bool = False
-    #: Whether another run may take the thread the moment the holder's
-    #: session ends (Postgres): then only a round trip to the database can
-    #: confirm the hold before a step's effect.
-    takeover_at_once: bool = False
+    #: Whether a step's effect waits for the database to confirm the hold
+    #: (Postgres: holders on other machines judge the lease by the
+    #: database's clock, and this machine's monotonic clock does not count a
+    #: suspended virtual machine's sleep).
+    confirms_each_step: bool = False
 
     def __init__(self, thread_id: str, token: str, *, lease_seconds: float | None = None) -> None:
         #: Whether the hold is stored yet. A deferred hold is taken by the
@@ -105,7 +131,9 @@ class Hold:
         self.on_cancel: Callable[[str], None] | None = None
         self._lost: str | None = None
         self._released = False
+        self._abandoned = False
         self._renewed = time.monotonic()
+        self._generation = forks.generation()
         # Serializes the run's own storage work with renewals from the keeper.
         self.lock = threading.RLock()
 
@@ -118,8 +146,27 @@ class Hold:
 
     @property
     def released(self) -> bool:
-        """Whether :meth:`release` ran (or the final commit gave the hold back)."""
+        """Whether :meth:`release` ran (or the final commit gave the hold back, or it was abandoned)."""
         return self._released
+
+    @property
+    def abandoned(self) -> bool:
+        """Whether the run let the hold go without giving it back (:meth:`abandon`)."""
+        return self._abandoned
+
+    @property
+    def inherited(self) -> bool:
+        """Whether this is a forked child's copy of its parent's hold (never to be used)."""
+        return self._generation != forks.generation()
+
+    def abandon(self) -> None:
+        """Stop keeping the hold without giving it back: its row lapses when its lease ends.
+
+        For a run that ends while one of its steps may still be acting:
+        giving the thread back would let another run repeat that step beside it.
+        """
+        self._abandoned = True
+        self._released = True
 
     def mark_lost(self, why: str) -> HoldLostError:
         """Remember that the hold is gone; return the error to raise."""
@@ -188,7 +235,7 @@ class Hold:
 
     def must_confirm(self) -> bool:
         """Whether :meth:`verify` must ask the database before a step's effect."""
-        return not self._released and (not self.taken or self.takeover_at_once or self.needs_confirmation())
+        return not self._released and (not self.taken or self.confirms_each_step or self.needs_confirmation())
 
     def verify(self) -> None:
         """Confirm the hold is still this run's, just before a step's side effect.
@@ -198,6 +245,8 @@ class Hold:
         """
         if self._lost is not None:
             raise lost_error(self.thread_id, self._lost)
+        if self.inherited:
+            raise self.mark_lost(INHERITED)
         if not self.taken:
             self.take()
         elif self.renewal_due() or self.needs_confirmation():
@@ -230,6 +279,8 @@ class Hold:
         """
         if self._lost is not None:
             raise lost_error(self.thread_id, self._lost)
+        if self.inherited:
+            raise self.mark_lost(INHERITED)
 
     def release(self) -> None:
         """Give the thread back; safe to call twice."""
@@ -266,6 +317,12 @@ class Keeper:
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
 
+    def after_fork(self) -> None:
+        """In a forked child: forget the parent's holds; a new keeper thread starts with the child's first."""
+        self._heap = []
+        self._wake = threading.Condition()
+        self._thread = None
+
     def add(self, hold: Hold) -> None:
         """Start renewing ``hold`` until it is released or lost."""
         if not hold.any_thread or hold.lease_seconds is None:
@@ -296,7 +353,7 @@ class Keeper:
             self._tend(hold)
 
     def _tend(self, hold: Hold) -> None:
-        if hold.released or hold.lost:
+        if hold.released or hold.lost or hold.inherited:
             return
         if hold.lock.acquire(blocking=False):
             try:
@@ -316,3 +373,5 @@ class Keeper:
 
 KEEPER = Keeper()
 """The process's keeper; SQL backends register their holds with it."""
+
+forks.on_fork_in_child(KEEPER.after_fork)

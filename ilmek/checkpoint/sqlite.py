@@ -20,6 +20,7 @@ import time
 import weakref
 from typing import Any, ClassVar
 
+from .. import forks
 from ..dbapi import Adapter, ErrorKind, LockedConnection, Session, Statement
 from ..errors import InvalidArgumentError, StorageError, TransientStorageError
 from .django import DjangoAdapter, is_django_connection
@@ -95,11 +96,14 @@ class _SqliteAdapter(Adapter):
 
     paramstyle = "qmark"
 
-    def __init__(self, connections: _Connections, *, joins: bool) -> None:
+    def __init__(self, connections: _Connections, *, joins: bool, busy_timeout: float | None = None) -> None:
         super().__init__()
         self._connections = connections
         self.joins = joins
         self.any_thread = connections.any_thread and not joins
+        # Each try already waits up to the busy timeout for the lock: the
+        # tries together wait no longer than one busy timeout.
+        self.retry_for = busy_timeout
 
     def connection(self) -> contextlib.AbstractContextManager[Any]:
         return self._connections.borrow()
@@ -179,12 +183,18 @@ class _OwnedConnection(_Connections):
 
 
 class _ThreadConnection:
-    """A thread's connection; closed when the thread ends and its locals go."""
+    """A thread's connection; closed when the thread ends and its locals go.
 
-    __slots__ = ("__weakref__", "connection")
+    It remembers the fork generation it was opened in: a forked child never
+    uses (nor closes) a connection of its parent's, and opens its own.
+    """
+
+    __slots__ = ("__weakref__", "closer", "connection", "generation")
 
     def __init__(self, connection: sqlite3.Connection) -> None:
         self.connection = connection
+        self.generation = forks.generation()
+        self.closer = weakref.finalize(self, _close_quietly, connection)
 
 
 def _close_quietly(connection: sqlite3.Connection) -> None:
@@ -218,7 +228,7 @@ class _PerThreadConnections(_Connections):
         self._open = open_connection
         self._local = threading.local()
         self._live: weakref.WeakSet[_ThreadConnection] = weakref.WeakSet()
-        self._lock = threading.Lock()
+        self._lock = forks.ForkSafeLock()
         self._closed = False
 
     def borrow(self) -> contextlib.AbstractContextManager[Any]:
@@ -227,29 +237,37 @@ class _PerThreadConnections(_Connections):
     def this_threads(self) -> sqlite3.Connection:
         """The calling thread's connection, opened on first use."""
         holder: _ThreadConnection | None = getattr(self._local, "holder", None)
+        if holder is not None and holder.generation != forks.generation():
+            # The parent's connection, inherited by a forked child: SQLite must
+            # not see it used (or closed) across the fork. The child opens its own.
+            holder.closer.detach()
+            holder = None
         if holder is None:
             with self._lock:
                 if self._closed:
                     raise StorageError("the SqliteCheckpointer is closed; open a new one")
-            connection = self._open()
-            holder = _ThreadConnection(connection)
-            weakref.finalize(holder, _close_quietly, connection)
+            holder = _ThreadConnection(self._open())
             with self._lock:
                 self._live.add(holder)
             self._local.holder = holder
         return holder.connection
 
+    def _own(self) -> list[_ThreadConnection]:
+        """The open connections of this process (not a forked child's inherited ones)."""
+        current = forks.generation()
+        return [holder for holder in self._live if holder.generation == current]
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            holders = list(self._live)
+            holders = self._own()
         for holder in holders:
             _close_quietly(holder.connection)
 
     def open_count(self) -> int:
         """How many thread connections are open now (for tests of thread-per-request servers)."""
         with self._lock:
-            return len(self._live)
+            return len(self._own())
 
 
 class SqliteCheckpointer(SqlCheckpointer):
@@ -368,7 +386,9 @@ def _open_file(
     try:
         if target == ":memory:":
             return target, _SqliteAdapter(
-                _OwnedConnection(_connect(target, busy_timeout, synchronous)), joins=False
+                _OwnedConnection(_connect(target, busy_timeout, synchronous)),
+                joins=False,
+                busy_timeout=busy_timeout,
             )
         path = pathlib.Path(target).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -382,7 +402,9 @@ def _open_file(
             f"could not open the SQLite file {target!r}: {type(error).__name__}: {error}",
         ) from error
     return target, _SqliteAdapter(
-        _PerThreadConnections(lambda: _connect(target, busy_timeout, synchronous)), joins=False
+        _PerThreadConnections(lambda: _connect(target, busy_timeout, synchronous)),
+        joins=False,
+        busy_timeout=busy_timeout,
     )
 
 

@@ -10,11 +10,16 @@ sets the run's cancel event).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 
 from ..checkpoint.holds import Hold
 from ..errors import IlmekError
 from ..logs import logger
 from .setup import RunSetup
+
+#: How long a run that ends waits for its running steps when its hold has
+#: no lease (inside the caller's transaction).
+_UNLEASED_WAIT = 5.0
 
 __all__ = ["HoldKeeper"]
 
@@ -59,3 +64,37 @@ class HoldKeeper:
         if isinstance(reason, BaseException):
             return str(reason) or type(reason).__name__
         return str(reason) if reason is not None else "aborted"
+
+    def close_wait(self) -> float:
+        """How long a run that ends waits for its running steps: one lease (the hold stays live meanwhile)."""
+        lease = self.hold.lease_seconds
+        return lease if lease is not None else _UNLEASED_WAIT
+
+    def let_go(self, *, stopped: bool, when_idle: Callable[[Callable[[], None]], None]) -> None:
+        """Give the thread back once the run's steps ``stopped``; else leave the hold to lapse.
+
+        A hold that cannot lapse (one kept in this process only) is given
+        back by ``when_idle`` instead, once the last running step is over.
+        """
+        hold = self.hold
+        if not stopped and not hold.released:
+            logger("ilmek.run").warning(
+                "a step of thread %r was still running when its run ended; the thread stays held "
+                "until the step is over or its lease lapses, so that no other run repeats it beside it",
+                self._setup.thread_id,
+                extra={"thread_id": self._setup.thread_id},
+            )
+            if hold.lease_seconds is None and hold.any_thread:
+                when_idle(hold.release)
+            else:
+                hold.abandon()
+            return
+        try:
+            hold.release()
+        except Exception as error:
+            logger("ilmek.run").warning(
+                "could not give back the hold on thread %r (it lapses with its lease): %s",
+                self._setup.thread_id,
+                error,
+                extra={"thread_id": self._setup.thread_id},
+            )

@@ -88,7 +88,7 @@ class Run:
             else None
         )
         self.may_run_inline = False
-        self.only_if: Callable[[], bool] | None = None
+        self.only_if: Callable[[Hold], bool] | None = None
         self.answer_only_at: str | None = None
         self._event = EventStamper(self.setup.run_id, self.setup.thread_id)
 
@@ -120,7 +120,7 @@ class Run:
                 try:
                     yield from driving.drive()
                 finally:
-                    driving.runner.close()
+                    driving.let_go()
         except IlmekError as error:
             if error.run_id is None:
                 error.run_id = setup.run_id
@@ -150,10 +150,27 @@ class _Driving:
     def setup(self) -> RunSetup:
         return self.run.setup
 
+    def let_go(self) -> None:
+        """The run is over, however it ended: stop its tasks, then give the thread back.
+
+        The thread is given back only once no step function of the run is
+        running (each running step is waited for, up to a lease, and its
+        record written); a step still running after that keeps the hold
+        abandoned, to lapse with its lease, rather than let another run
+        repeat the step beside it. Giving back never raises over the run's
+        own outcome.
+        """
+        stopped = False
+        try:
+            stopped = self.runner.close(wait_seconds=self.keeper.close_wait())
+        finally:
+            # Interrupted while waiting (a second Ctrl-C) counts as still running.
+            self.keeper.let_go(stopped=stopped, when_idle=self.runner.when_idle)
+
     def drive(self) -> Iterator[Event]:
         setup, hold = self.setup, self.hold
         only_if = self.run.only_if
-        if only_if is not None and not only_if():
+        if only_if is not None and not only_if(hold):
             raise ConcurrentUpdateError(
                 f"thread {setup.thread_id!r} changed after it was chosen for this run; nothing was run",
                 thread_id=setup.thread_id,

@@ -21,11 +21,23 @@ from ..errors import IlmekError, InterruptSignal
 from ..graph import NodeSpec
 from ..types import ScheduledTask
 
-__all__ = ["Done", "Emit", "Message", "Request", "Retry", "RunClosed", "TaskRun"]
+__all__ = ["Done", "Emit", "Message", "Request", "Retry", "RunClosed", "StepLeft", "StorageFailed", "TaskRun"]
 
 
 class RunClosed(IlmekError):
     """The run was closed (its stream abandoned); nothing more is written."""
+
+
+class StorageFailed(BaseException):
+    """Internal: the run's own storage failed under a node (recording a step, checking the hold).
+
+    A :class:`BaseException`, so a node's ``except Exception`` cannot take the
+    run's failure for its own: it ends the task, then the run raises ``error``.
+    """
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 @attrs.define(eq=False)
@@ -39,7 +51,7 @@ class TaskRun:
     #: True from dispatch until its ``Done`` is served: a message from a
     #: task that is no longer live is dropped, never misattributed.
     live: bool = True
-    outcome: str = "running"  # ok | interrupt | error
+    outcome: str = "running"  # ok | interrupt | error | storage
     update: dict[str, Any] = attrs.Factory(dict)
     command: Command | None = None
     error: BaseException | None = None
@@ -76,6 +88,12 @@ class Done:
         self.task = task
 
 
+class StepLeft:
+    """A step's function returned (its record written) or raised: the driver looks again."""
+
+    __slots__ = ()
+
+
 class Request:
     """Storage work a worker hands to the driving thread, and waits for."""
 
@@ -87,4 +105,4 @@ class Request:
         self.error: BaseException | None = None
 
 
-Message = Emit | Retry | Done | Request
+Message = Emit | Retry | Done | Request | StepLeft

@@ -99,6 +99,12 @@ class Superstep:
         hold = self._keeper.hold
         if hold.lost or any(isinstance(r.error, HoldLostError) for r in runs):
             raise hold.mark_lost("a write of this superstep was refused")
+        storage = next((r.error for r in runs if r.outcome == "storage" and r.error is not None), None)
+        if storage is not None:
+            # The database failed the run, not a node: the thread stays as a
+            # crash leaves it (its planned tasks, every step recorded so far)
+            # and the caller's retry continues it.
+            raise storage
         errors = tuple((r.spec.name, r.error) for r in runs if r.outcome == "error" and r.error is not None)
         if errors:
             raise RunEnds("error", base, values, errors=errors)
@@ -168,7 +174,7 @@ class Superstep:
                 task_id=task_run.task_id,
                 journal=task_run.journal,
                 emit=self._runner.emitter(task_run),
-                verify=self._runner.verify,
+                gate=self._runner.gate,
                 can_pause=setup.can_pause,
                 strict=setup.strict,
                 graph=setup.graph,

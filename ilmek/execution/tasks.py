@@ -6,26 +6,38 @@ driver as a :class:`~ilmek.execution.messages.Request` and waits, so a
 caller's database connection is only ever used from the caller's thread,
 and a run that was abandoned can write nothing more. The driver serves
 those requests, renews the hold when due and turns the other messages into
-events while it waits for the tasks (:meth:`TaskRunner.collect`).
+events while it waits for the tasks.
+
+Steps are gated (:class:`_Steps`): a step's function starts only while the
+run is open and holds its thread, and the runner counts the functions
+running. Closing the run (a stream closed or collected, Ctrl-C, an error)
+first refuses new steps, then waits for the running ones and records what
+they return, and only then may the thread be given back
+(:meth:`TaskRunner.close`). Where the hold cannot be renewed while the
+driver is away (a connection bound to the caller's thread), the driver does
+not hand an event to the stream's reader while a step is running: a
+suspended reader can never let the lease lapse under a step whose record
+is still to be written.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import serde
 from ..checkpoint.holds import HoldLostError
-from ..context import NodeContext
+from ..context import NodeContext, StepGate
 from ..control import Command
-from ..errors import IlmekError, InterruptSignal, NondeterminismError, ReducerError
+from ..errors import IlmekError, InterruptSignal, NondeterminismError, ReducerError, StorageError
 from ..events import CustomEvent, Event, NodeEnd, NodeError, NodeRetry, NodeStart
 from ..logs import logger
 from ..types import JournalEntry
 from .keeping import HoldKeeper
-from .messages import Done, Emit, Message, Request, Retry, RunClosed, TaskRun
+from .messages import Done, Emit, Message, Request, Retry, RunClosed, StepLeft, StorageFailed, TaskRun
 from .setup import EventStamper, RunSetup
 
 if TYPE_CHECKING:
@@ -42,11 +54,19 @@ class TaskRunner:
         self._keeper = keeper
         self._event = event
         self._queue: queue.SimpleQueue[Message] = queue.SimpleQueue()
+        #: No new step may start (the run is ending); records of running ones still land.
+        self._closing = False
+        #: Nothing more is written at all.
         self._closed = False
         self._close_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._driver: int | None = None
         self._inline = False
+        #: Step functions let through and not yet over (recorded, or raised).
+        self._in_flight = 0
+        #: What to do once the last of them is over, after the run ended.
+        self._on_idle: Callable[[], None] | None = None
+        self.gate: StepGate = _Steps(self)
 
     # --- what nodes get -----------------------------------------------------------
 
@@ -69,18 +89,58 @@ class TaskRunner:
 
         return persist
 
-    def verify(self) -> None:
-        """Called on a worker before a step's effect: is the run open, and the thread still ours?"""
-        if self._closed:
-            raise RunClosed(
-                f"the run of thread {self._setup.thread_id!r} was closed; step not run",
-                thread_id=self._setup.thread_id,
-            )
+    def _let_step_in(self) -> None:
+        """Before a step's effect: is the run open, and the thread still ours with lease to spare?
+
+        Where the hold cannot be kept while the driver is away, the driver
+        itself lets the step in (so it is not handing events to a reader
+        meanwhile, see ``_collect``); elsewhere the step is counted here.
+        """
         hold = self._keeper.hold
         if hold.lost:
             hold.verify()
+        if not hold.any_thread:
+            self._ask_driver(self._admit_checked)
+            return
         if hold.must_confirm():
             self._ask_driver(hold.verify)
+        self._admit()
+
+    def _admit_checked(self) -> None:
+        self._keeper.hold.verify()
+        self._admit()
+
+    def _admit(self) -> None:
+        with self._close_lock:
+            if self._closing:
+                raise RunClosed(
+                    f"the run of thread {self._setup.thread_id!r} was closed; step not run",
+                    thread_id=self._setup.thread_id,
+                )
+            self._in_flight += 1
+
+    def _step_over(self) -> None:
+        with self._close_lock:
+            self._in_flight -= 1
+            idle = self._on_idle if self._closed and not self._in_flight else None
+            if idle is not None:
+                self._on_idle = None
+        self._queue.put(StepLeft())
+        if idle is not None:
+            idle()
+
+    def when_idle(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once no step function of the ended run is running (now, if none is)."""
+        with self._close_lock:
+            if self._in_flight:
+                self._on_idle = callback
+                return
+        callback()
+
+    def steps_running(self) -> int:
+        """How many step functions of the run are running now."""
+        with self._close_lock:
+            return self._in_flight
 
     # --- running a superstep's tasks ----------------------------------------------
 
@@ -136,45 +196,62 @@ class TaskRunner:
         return self._pool
 
     def _collect(self, runs: Sequence[TaskRun]) -> Iterator[Event]:
-        """Serve the workers until every task is done, yielding events live."""
+        """Serve the workers until every task is done, yielding events live.
+
+        Where the hold is renewed only by the driver, events wait while a
+        step's function runs, and go to the reader once no step is running.
+        """
         remaining = len(runs)
+        held_back: list[Event] = []
+        renewed_elsewhere = self._keeper.hold.any_thread
         while remaining:
             try:
                 message: Message | None = self._queue.get(timeout=self._keeper.seconds_until_renewal())
             except queue.Empty:
                 message = None
             self._keeper.keep()
-            if message is None:
-                continue
-            if isinstance(message, Request):
-                self._serve(message)
-            elif isinstance(message, Done):
-                remaining -= 1
-                event = self._finished(message.task)
+            if message is not None:
+                if isinstance(message, Done):
+                    remaining -= 1
+                event = self._event_of(message)
                 if event is not None:
-                    yield event
-            elif not message.task.live:
-                logger("ilmek.run").info(
-                    "dropped a %s from task %r, which is no longer running",
-                    "custom event" if isinstance(message, Emit) else "retry notice",
-                    message.task.task_id,
-                    extra={"thread_id": self._setup.thread_id},
-                )
-            elif isinstance(message, Emit):
-                yield self._event(
-                    CustomEvent,
-                    payload=message.payload,
-                    node=message.task.spec.name,
-                    task_id=message.task.task_id,
-                )
-            else:
-                yield self._event(
-                    NodeRetry,
-                    node=message.task.spec.name,
-                    attempt=message.attempt,
-                    error=message.error,
-                    task_id=message.task.task_id,
-                )
+                    held_back.append(event)
+            if held_back and (renewed_elsewhere or not self.steps_running()):
+                events, held_back = held_back, []
+                yield from events
+        yield from held_back
+
+    def _event_of(self, message: Message) -> Event | None:
+        """Serve a request, or turn a message into its event (None: it has none)."""
+        if isinstance(message, Request):
+            self._serve(message)
+            return None
+        if isinstance(message, StepLeft):
+            return None
+        if isinstance(message, Done):
+            return self._finished(message.task)
+        if not message.task.live:
+            logger("ilmek.run").info(
+                "dropped a %s from task %r, which is no longer running",
+                "custom event" if isinstance(message, Emit) else "retry notice",
+                message.task.task_id,
+                extra={"thread_id": self._setup.thread_id},
+            )
+            return None
+        if isinstance(message, Emit):
+            return self._event(
+                CustomEvent,
+                payload=message.payload,
+                node=message.task.spec.name,
+                task_id=message.task.task_id,
+            )
+        return self._event(
+            NodeRetry,
+            node=message.task.spec.name,
+            attempt=message.attempt,
+            error=message.error,
+            task_id=message.task.task_id,
+        )
 
     def _finished(self, task_run: TaskRun) -> Event | None:
         """A task is done: its node_end or node_error event."""
@@ -209,7 +286,17 @@ class TaskRunner:
         request.done.set()
 
     def _ask_driver(self, work: Callable[[], None]) -> None:
-        """Run ``work`` on the driving thread (the only one that touches storage) and wait."""
+        """Run ``work`` on the driving thread (the only one that touches storage) and wait.
+
+        A storage failure is the run's, not the node's: it travels as
+        :class:`StorageFailed`, which the node's own handlers cannot catch.
+        """
+        try:
+            self._on_driver(work)
+        except StorageError as error:
+            raise StorageFailed(error) from error
+
+    def _on_driver(self, work: Callable[[], None]) -> None:
         if self._inline or threading.get_ident() == self._driver:
             # A task running inline (on the driving thread, or on a thread it
             # started): nobody else would serve the request.
@@ -257,6 +344,9 @@ class TaskRunner:
                 return
             except (HoldLostError, RunClosed) as error:
                 task_run.outcome, task_run.error = "error", error
+                return
+            except StorageFailed as failed:
+                task_run.outcome, task_run.error = "storage", failed.error
                 return
             except Exception as error:
                 if policy is not None and not cancel.is_set() and policy.should_retry(attempt, error):
@@ -337,18 +427,71 @@ class TaskRunner:
 
     # --- the end ------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Refuse further writes, record what is already waiting, and let the workers go."""
+    def close(self, wait_seconds: float) -> bool:
+        """End the run's tasks: no new step starts, running ones are waited for, then nothing is written.
+
+        While it waits (at most ``wait_seconds``) it keeps the hold and
+        records what running steps return: those steps already had their
+        effect. Tasks not started are cancelled; a task outside a step may
+        go on computing, but it can write nothing and start no step.
+
+        Returns:
+            Whether no step function is running any more (else one still
+            is, and the thread must not be given back while it may act).
+        """
         with self._close_lock:
-            self._closed = True
+            self._closing = True
+        deadline = time.monotonic() + wait_seconds
+        stopped = True
+        try:
+            while True:
+                self._serve_waiting()
+                if not self.steps_running():
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    stopped = False
+                    break
+                self._keeper.keep()
+                wait = self._keeper.seconds_until_renewal()
+                try:
+                    message = self._queue.get(timeout=left if wait is None else min(left, max(wait, 0.01)))
+                except queue.Empty:
+                    continue
+                if isinstance(message, Request):
+                    self._serve(message)
+        finally:
+            with self._close_lock:
+                self._closed = True
+            self._serve_waiting()
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+        return stopped
+
+    def _serve_waiting(self) -> None:
+        """Serve every request already queued (a step that finished had its effect: record it)."""
         while True:
             try:
                 message = self._queue.get_nowait()
             except queue.Empty:
-                break
+                return
             if isinstance(message, Request):
-                # A step that finished before the stream was abandoned already
-                # had its effect: record it rather than lose the record.
                 self._serve(message)
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _Steps:
+    """The run's :class:`~ilmek.context.StepGate`: lets a step in, and counts it until it is over."""
+
+    __slots__ = ("_runner",)
+
+    def __init__(self, runner: TaskRunner) -> None:
+        self._runner = runner
+
+    def enter(self) -> None:
+        try:
+            self._runner._let_step_in()
+        except StorageError as error:
+            raise StorageFailed(error) from error
+
+    def leave(self) -> None:
+        self._runner._step_over()

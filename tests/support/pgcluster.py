@@ -493,6 +493,27 @@ class PostgresCluster(PostgresServer):
             )
         self._wait_ready()
 
+    def stop_for(self, seconds: float) -> None:
+        """Stop the server (a fast shutdown: sessions end), wait ``seconds``, start it again on the same port.
+
+        An outage: every connection breaks, and nothing answers until the server is back.
+        """
+        proc = self._run("pg_ctl", "stop", "-w", "-t", "60", "-m", "fast", "-D", self.datadir, timeout=90)
+        if proc.returncode != 0:
+            raise RuntimeError(f"pg_ctl stop failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}")
+        time.sleep(seconds)
+        proc = self._run(
+            "pg_ctl", "start", "-w", "-t", "60", "-D", self.datadir,
+            "-l", self.logfile, "-o", f"-p {self.port}",
+            timeout=90,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"pg_ctl start failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}\n"
+                f"--- tail of {self.logfile} ---\n{self._log_tail()}"
+            )
+        self._wait_ready()
+
     def postmaster_pid(self) -> int | None:
         """Return the running postmaster's pid (from postmaster.pid), or None."""
         try:

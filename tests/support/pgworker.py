@@ -22,6 +22,7 @@ Usage::
     python -m tests.support.pgworker migrate --dsn DSN [--go-file F]
     python -m tests.support.pgworker resume --dsn DSN --thread T --effects F --answer A [--go-file F]
     python -m tests.support.pgworker linger --dsn DSN --thread T --effects F [--client connection|pool]
+        [--lease SECONDS]
 """
 
 from __future__ import annotations
@@ -188,7 +189,7 @@ def do_resume(args: argparse.Namespace) -> dict[str, Any]:
 
 def do_linger(args: argparse.Namespace) -> dict[str, Any]:
     client = open_client(args.dsn, args.client)
-    checkpointer = PostgresCheckpointer(client)
+    checkpointer = PostgresCheckpointer(client, lease_seconds=args.lease)
     announce("ready")
 
     def reached(point: str) -> None:
@@ -218,6 +219,7 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--answer")
     parser.add_argument("--go-file")
     parser.add_argument("--client", choices=["connection", "pool"], default="connection")
+    parser.add_argument("--lease", type=float, default=5.0, help="the checkpointer's lease_seconds")
     return parser.parse_args(argv)
 
 

@@ -24,6 +24,8 @@ class Store:
         self.kind = kind
         self.opened: list[Checkpointer] = []
         self.pools: list[Any] = []
+        #: Connections and clients a test opened itself, closed after its checkpointers.
+        self.closing: list[Any] = []
         if kind == "sqlite":
             self.path = tmp_path / "holds.db"
         else:
@@ -45,6 +47,8 @@ class Store:
             checkpointer.close()
         for pool in self.pools:
             pool.closeall()
+        for resource in self.closing:
+            resource.close()
 
 
 @pytest.fixture(params=["sqlite", "postgres"], name="store")

@@ -7,10 +7,10 @@ returns rows. One small adapter per kind (a module each) is chosen once, by
 type, against the driver classes the caller's own code already imported.
 
 Values are stored as JSONB. A hold is a row with a lease that the run
-renews, fenced by a token on every write; the row records the database
-session of the holder's last write, so when that session ends (the holder
-was killed) another run may take the thread at once instead of waiting for
-the lease. Nothing relies on server-side prepared statements or on session
+renews, fenced by a token on every write, and judged by the database's
+clock: a killed holder's thread frees up when its lease lapses, and a
+holder whose session merely ended (a reconnect, a failover, a pooler)
+keeps it. Nothing relies on server-side prepared statements or on session
 state, so a transaction-mode pooler in front works.
 """
 
@@ -54,7 +54,7 @@ _TAKE_HOLD = """    IF p_take THEN
             holder = excluded.holder,
             acquired_at = CASE WHEN h.owner = excluded.owner THEN h.acquired_at ELSE excluded.acquired_at END,
             cancel_reason = CASE WHEN h.owner = excluded.owner THEN h.cancel_reason ELSE NULL END
-        WHERE h.owner = excluded.owner OR h.expires_at < {now} OR {gone_h};
+        WHERE h.owner = excluded.owner OR {lapsed_h};
         IF NOT FOUND THEN
             busy := true;
             RETURN;
@@ -258,6 +258,8 @@ _UPGRADES: dict[int, list[Migration]] = {
         "DROP TABLE {p}_journals_v1",
     ],
     2: [_SUPERSTEP_FUNCTION, _ANSWER_FUNCTION],
+    # The functions take a hold by its lease alone, as every other statement does.
+    3: [_SUPERSTEP_FUNCTION, _ANSWER_FUNCTION],
 }
 
 _TABLE_EXISTS = Statement("SELECT to_regclass(:name) IS NOT NULL")
@@ -330,17 +332,14 @@ class PostgresCheckpointer(SqlCheckpointer):
     JSON_IN: ClassVar[str] = "CAST({} AS jsonb)"
     JSON_OUT: ClassVar[str] = "{}::text"
     NOW: ClassVar[str] = "EXTRACT(EPOCH FROM clock_timestamp())"
+    # The holder's session, for operators reading the table (pg_stat_activity);
+    # it decides nothing (see HOLD_LAPSED).
     HOLDER: ClassVar[str] = "pg_backend_pid()"
-    # The holder's session, looked up by its pid with the function under the
-    # pg_stat_activity view: the view's joins cost more to plan than the
-    # rest of the statement that asks.
-    HOLDER_GONE: ClassVar[str] = (
-        "({alias}.holder IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_stat_get_activity({alias}.holder)))"
-    )
+    CONFIRMS_EACH_STEP: ClassVar[bool] = True
     FIND: ClassVar[str] = "strpos(lower(t.thread_id), :needle) > 0"
     LOCK_SHARE: ClassVar[str] = " FOR SHARE"
     WRITES_IN_ONE_STATEMENT: ClassVar[bool] = True
-    SCHEMA_VERSION: ClassVar[int] = 3
+    SCHEMA_VERSION: ClassVar[int] = 4
 
     def __init__(
         self,
@@ -377,7 +376,7 @@ class PostgresCheckpointer(SqlCheckpointer):
             ) from error
         adapter = adapter_for(connection)
         if isinstance(adapter, SingleConnectionAdapter):
-            adapter._owned = True
+            adapter.owned = True
         return cls(adapter, table_prefix=table_prefix, **options)
 
     def table_exists(self, session: Session, table: str) -> bool:

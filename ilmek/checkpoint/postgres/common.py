@@ -13,7 +13,9 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from ... import forks
 from ...dbapi import Adapter, ErrorKind, LockedConnection, Pin, Session
+from ...errors import StorageError
 from .errors import classify_postgres_error, is_pool_exhausted
 
 __all__ = ["POOL_ADVICE", "PoolAdapter", "PoolPin", "PostgresAdapter", "SingleConnectionAdapter"]
@@ -121,19 +123,44 @@ class _Alone:
 
 
 class SingleConnectionAdapter(PostgresAdapter):
-    """One connection of the caller's (or ours, from ``connect``), shared by threads in turn."""
+    """One connection of the caller's (or ours, from ``connect``), shared by threads in turn.
+
+    The caller may use their connection too, from their own thread, without
+    ilmek's lock: ilmek then uses it only from the thread driving a run (the
+    hold keeper never writes through it), so no statement of the caller's
+    can land inside a transaction ilmek commits. A connection ilmek opened
+    itself is ilmek's alone, renewed from any thread, and refused in a
+    forked child (it is the parent's socket).
+    """
 
     def __init__(self, connection: Any, *, joins: bool, owned: bool = False) -> None:
         super().__init__()
         self._shared = LockedConnection(connection)
         self.joins = joins
         self._owned = owned
+        self.any_thread = owned
+        self._generation = forks.generation()
+
+    @property
+    def owned(self) -> bool:
+        """Whether ilmek opened the connection (``connect``), and so closes it."""
+        return self._owned
+
+    @owned.setter
+    def owned(self, value: bool) -> None:
+        self._owned = value
+        self.any_thread = value
 
     def connection(self) -> contextlib.AbstractContextManager[Any]:
+        if self._owned and self._generation != forks.generation():
+            raise StorageError(
+                "this PostgresCheckpointer's own connection was opened before os.fork(), so it is the "
+                "parent's socket: open a new checkpointer in the child (PostgresCheckpointer.connect)"
+            )
         return self._shared.borrow()
 
     def close(self) -> None:
-        if self._owned:
+        if self._owned and self._generation == forks.generation():
             self._shared.connection.close()
 
 
@@ -143,7 +170,7 @@ class PoolPin(Pin):
     def __init__(self, adapter: PoolAdapter) -> None:
         self._adapter = adapter
         self._connection: Any = None
-        self._lock = threading.RLock()
+        self._lock = forks.ForkSafeLock(threading.RLock)
 
     @contextlib.contextmanager
     def _use(self) -> Iterator[Any]:
@@ -204,7 +231,7 @@ class PoolAdapter(PostgresAdapter):
     def __init__(self) -> None:
         super().__init__()
         self._broken: set[int] = set()
-        self._broken_lock = threading.Lock()
+        self._broken_lock = forks.ForkSafeLock()
 
     @contextlib.contextmanager
     def _borrow(self) -> Iterator[Any]:

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from ... import forks
 from ...dbapi import ErrorKind
 from .common import PostgresAdapter
 from .errors import sqlstate
@@ -35,7 +36,7 @@ class GenericAdapter(PostgresAdapter):
         self._client = client
         self.paramstyle = getattr(client, "paramstyle", "pyformat")
         self.joins = joins
-        self._lock = threading.RLock()
+        self._lock = forks.ForkSafeLock(threading.RLock)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[Any]:

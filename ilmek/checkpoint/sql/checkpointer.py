@@ -29,7 +29,7 @@ from ...dbapi import Adapter, Session
 from ...errors import InvalidArgumentError
 from ...types import ChannelChange, Checkpoint, JournalEntry, ThreadError, ThreadInfo
 from ..base import ANY_LATEST, Checkpointer, _AnyLatest
-from ..holds import Hold
+from ..holds import INHERITED, Hold
 from .holds import HoldRows, SqlHold
 from .journals import Journals
 from .reads import Reads
@@ -59,13 +59,16 @@ class SqlCheckpointer(Checkpointer):
     JSON_OUT: ClassVar[str] = "{}"
     NOW: ClassVar[str] = ":now"
     HOLDER: ClassVar[str] = "NULL"
-    HOLDER_GONE: ClassVar[str] = "1 = 0"
     FIND: ClassVar[str] = "instr(lower(t.thread_id), :needle) > 0"
     LOCK_SHARE: ClassVar[str] = ""
     #: Whether an UPDATE that assigns an indexed column rewrites its index
     #: entries even when the value does not change (SQLite does; Postgres
     #: keeps such an update in place).
     REWRITES_ASSIGNED_INDEXES: ClassVar[bool] = False
+    #: Whether a step's effect waits for a read confirming the run's lease
+    #: (where holders on several machines share the database; see
+    #: :attr:`ilmek.checkpoint.holds.Hold.confirms_each_step`).
+    CONFIRMS_EACH_STEP: ClassVar[bool] = False
     #: Whether the schema has a superstep function (Postgres): then a
     #: superstep's writes are one call of it, one round trip.
     WRITES_IN_ONE_STATEMENT: ClassVar[bool] = False
@@ -183,6 +186,8 @@ class SqlCheckpointer(Checkpointer):
         alone = alone or not write
         self.ensure_schema()
         if isinstance(hold, SqlHold):
+            if hold.inherited:
+                raise hold.mark_lost(INHERITED)
             if write and not hold.taken and not takes_hold:
                 hold.take()
             with hold.lock:
@@ -344,6 +349,9 @@ class SqlCheckpointer(Checkpointer):
 
     def get_thread(self, thread_id: str) -> ThreadInfo | None:
         return self._threads.get_thread(thread_id)
+
+    def read_thread(self, thread_id: str, *, hold: Hold | None = None) -> ThreadInfo | None:
+        return self._threads.get_thread(thread_id, hold=hold)
 
     def put_thread_metadata(self, thread_id: str, metadata: Mapping[str, Any]) -> None:
         self._threads.put_thread_metadata(thread_id, metadata)

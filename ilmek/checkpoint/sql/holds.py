@@ -15,15 +15,15 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from ... import checks
+from ... import checks, forks
 from ...dbapi import Adapter, Pin, Session
-from ..holds import KEEPER, Hold, busy_error, new_token
+from ..holds import KEEPER, RECORD_MARGIN, Hold, busy_error, new_token
 from .statements import Statements
 
 if TYPE_CHECKING:
     from .checkpointer import SqlCheckpointer
 
-__all__ = ["HOLD_GONE", "HoldRows", "SqlHold"]
+__all__ = ["HOLD_GONE", "HoldRows", "SqlHold", "release_quietly"]
 
 _LOG = logging.getLogger("ilmek.storage")
 
@@ -50,15 +50,19 @@ class SqlHold(Hold):
         *,
         lease_seconds: float | None,
         any_thread: bool,
-        takeover_at_once: bool,
+        confirms_each_step: bool,
         taken: bool = True,
     ) -> None:
         super().__init__(thread_id, token, lease_seconds=lease_seconds)
         self._rows = rows
         self.pin = pin
         self.any_thread = any_thread
-        self.takeover_at_once = takeover_at_once
+        self.confirms_each_step = confirms_each_step
         self.taken = taken
+        #: Whether a statement of this run wrote its hold row (committed or
+        #: not, in ilmek's transaction or the caller's): then giving the hold
+        #: back deletes the row, whoever commits the transaction.
+        self.row_written = False
         #: The thread's status and updated_at as this run's last commit left
         #: them (None until a commit of this run set them): under the hold
         #: nobody else changes them, so a move that keeps both needs not
@@ -84,14 +88,41 @@ class SqlHold(Hold):
                 self._rows.confirm(self)
 
     def release(self) -> None:
+        if self.inherited:
+            # The parent's row and the parent's connection: neither is the child's to touch.
+            self._released = True
+            return
         try:
             with self.lock:
-                if self.taken and not self._released and not self.lost:
+                if (self.taken or self.row_written) and not self._released and not self.lost:
                     self._rows.release(self)
         finally:
             self._released = True
             # Given back whether the hold went with the final commit or here.
             self.pin.release()
+
+    def abandon(self) -> None:
+        super().abandon()
+        if not self.inherited:
+            # The run's workers touch no storage once it ends: the connection may go back.
+            self.pin.release()
+
+
+def release_quietly(hold: Hold) -> None:
+    """Give ``hold`` back; a failure is logged, never raised over the run's own outcome.
+
+    Whatever ended the run (its result, or the error it raises) is what the
+    caller must see; a hold that could not be given back lapses on its own.
+    """
+    try:
+        hold.release()
+    except Exception as error:
+        _LOG.warning(
+            "could not give back the hold on thread %r (it lapses with its lease): %s",
+            hold.thread_id,
+            error,
+            extra={"thread_id": hold.thread_id},
+        )
 
 
 class HoldRows:
@@ -101,6 +132,11 @@ class HoldRows:
         self._owner = owner
         self._adapter = adapter
         self._statements = statements
+        #: Hold rows this process failed to delete (the database refused the
+        #: release), by thread: its next take of the thread deletes them first.
+        self._orphans: dict[str, str] = {}
+        self._orphans_lock = forks.ForkSafeLock()
+        self._orphans_generation = forks.generation()
 
     @contextlib.contextmanager
     def holding(self, thread_id: str, *, deferred: bool) -> Iterator[Hold]:
@@ -120,31 +156,26 @@ class HoldRows:
             # keep the thread until the caller commits; nothing to renew.
             lease_seconds=None if joined else owner.lease_seconds,
             any_thread=owner.any_thread and not joined,
-            takeover_at_once=owner.HOLDER != "NULL" and not joined,
+            confirms_each_step=owner.CONFIRMS_EACH_STEP and not joined,
             taken=False,
         )
         try:
             if not deferred:
                 self.take_now(handle)
             yield handle
-        except BaseException:
-            try:
-                handle.release()
-            except Exception as error:
-                # The failure that ended the run is the one to report; the
-                # lease lapses on its own.
-                _LOG.warning(
-                    "could not give back the hold on thread %r: %s",
-                    thread_id,
-                    error,
-                    extra={"thread_id": thread_id},
-                )
-            raise
-        handle.release()
+        finally:
+            release_quietly(handle)
 
     def take(self, session: Session, hold: SqlHold) -> None:
         """Inside a write: take the thread for ``hold``, or raise ThreadBusyError (rolling back)."""
-        granted = self._owner.advisory_lock(session, hold.thread_id, wait=False) and session.query(
+        if not self._owner.advisory_lock(session, hold.thread_id, wait=False):
+            raise busy_error(hold.thread_id)
+        orphan = self._orphan_of(hold.thread_id)
+        if orphan is not None:
+            # This process's earlier run of the thread could not give its hold back.
+            session.execute(self._statements.named("release_hold"), thread_id=hold.thread_id, owner=orphan)
+            session.after_commit(lambda: self._forget_orphan(hold.thread_id, orphan))
+        granted = session.query(
             self._statements.named("acquire_hold"),
             thread_id=hold.thread_id,
             owner=hold.token,
@@ -153,6 +184,19 @@ class HoldRows:
         )
         if not granted:
             raise busy_error(hold.thread_id)
+        hold.row_written = True
+
+    def _orphan_of(self, thread_id: str) -> str | None:
+        with self._orphans_lock:
+            if self._orphans_generation != forks.generation():
+                # A forked child's copy: those rows are the parent's to mend.
+                self._orphans, self._orphans_generation = {}, forks.generation()
+            return self._orphans.get(thread_id)
+
+    def _forget_orphan(self, thread_id: str, token: str) -> None:
+        with self._orphans_lock:
+            if self._orphans.get(thread_id) == token:
+                del self._orphans[thread_id]
 
     def take_now(self, hold: SqlHold) -> None:
         """Take a hold that is not taken yet, in a transaction of its own."""
@@ -208,29 +252,52 @@ class HoldRows:
         )
 
     def confirm(self, hold: SqlHold) -> None:
-        """A read that the hold's row still carries the run's token (and a live lease)."""
-        held = self._owner.transact(
-            lambda session: self.owns(session, hold),
+        """A read that the hold's row still carries the run's token, with enough lease left for a record.
+
+        With less left than :data:`~ilmek.checkpoint.holds.RECORD_MARGIN` of
+        the lease (a process that slept, a machine that was suspended), the
+        lease is renewed first, which fails if another run took the thread.
+        """
+        rows = self._owner.transact(
+            lambda session: session.query(
+                self._statements.named("hold_lease_left"),
+                thread_id=hold.thread_id,
+                owner=hold.token,
+                now=time.time(),
+            ),
             what="check the hold",
             thread_id=hold.thread_id,
             write=False,
             hold=hold,
         )
-        if not held:
+        if not rows:
             raise hold.mark_lost(HOLD_GONE)
+        left = rows[0][0]
+        if not isinstance(left, (int, float)) or left < self._owner.lease_seconds * RECORD_MARGIN:
+            self.renew(hold)
 
     def delete(self, session: Session, hold: Hold) -> None:
         """Inside a write: delete the hold's row (the run's last write gives it back)."""
         session.execute(self._statements.named("release_hold"), thread_id=hold.thread_id, owner=hold.token)
 
     def release(self, hold: SqlHold) -> None:
-        """Give the hold back in a transaction of its own."""
-        self._owner.transact(
-            lambda session: self.delete(session, hold),
-            what="release the hold",
-            thread_id=hold.thread_id,
-            hold=hold,
-        )
+        """Give the hold back in a transaction of its own.
+
+        If the database refuses (a full disk, an outage), the row is
+        remembered: this checkpointer's next take of the thread deletes it,
+        and until then it lapses with its lease.
+        """
+        try:
+            self._owner.transact(
+                lambda session: self.delete(session, hold),
+                what="release the hold",
+                thread_id=hold.thread_id,
+                hold=hold,
+            )
+        except Exception:
+            with self._orphans_lock:
+                self._orphans[hold.thread_id] = hold.token
+            raise
 
     def request_cancel(self, thread_id: str, reason: str = "cancelled") -> bool:
         """Store a cancel request on the live hold of ``thread_id``; whether there was one."""

@@ -4,6 +4,12 @@ Channel values are rebuilt from a checkpoint's manifest by
 :func:`~ilmek.checkpoint._delta.read_channels`, through a process-wide value
 cache filled only after reads and commits ilmek owns. Manifests never change
 once committed, so the ones this process saw are remembered too.
+
+A read is several statements, each its own snapshot: a delete or a prune
+that commits between the checkpoint's row and its values leaves values
+missing. That is not damage: a read that finds values missing while the
+checkpoint row is gone reads again (a run then starts after the delete), or
+says the checkpoint is gone (:class:`~ilmek.errors.CheckpointNotFoundError`).
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ... import checks
 from ...dbapi import Session
-from ...errors import CheckpointNotFoundError
+from ...errors import CheckpointNotFoundError, CorruptCheckpointError
 from ...types import Checkpoint, LazyChannels
 from .. import _records
 from .._delta import ChannelRef, ValueCache, manifest_from_plain, read_channel_slice, read_channels
@@ -27,6 +33,23 @@ if TYPE_CHECKING:
     from .checkpointer import SqlCheckpointer
 
 __all__ = ["Reads"]
+
+#: Reads of the latest checkpoint begun again when a delete or prune took its values meanwhile.
+_REREADS = 3
+
+
+class _Vanished(Exception):
+    """Internal: a checkpoint (and its values) was deleted or pruned while it was being read."""
+
+
+def gone_error(thread_id: str, checkpoint_id: str) -> CheckpointNotFoundError:
+    """The error for a checkpoint deleted or pruned after it was listed, before its values were read."""
+    return CheckpointNotFoundError(
+        f"checkpoint {checkpoint_id!r} of thread {thread_id!r} was pruned or deleted while it was being "
+        "read; list the thread's checkpoints again",
+        thread_id=thread_id,
+        checkpoint_id=checkpoint_id,
+    )
 
 
 class Reads:
@@ -66,12 +89,26 @@ class Reads:
         return manifest_from_plain(plain, thread_id=thread_id, checkpoint_id=checkpoint_id)
 
     def channel_values(
-        self, session: Session, thread_id: str, manifest: Mapping[str, ChannelRef]
+        self,
+        session: Session,
+        thread_id: str,
+        manifest: Mapping[str, ChannelRef],
+        checkpoint_id: str | None = None,
     ) -> dict[str, Any]:
-        """The values a manifest points at (through the cache, which only reads ilmek owns fill)."""
-        return read_channels(
-            self.store(session), thread_id, manifest, self.values, remember=not session.joined
-        )
+        """The values a manifest points at (through the cache, which only reads ilmek owns fill).
+
+        With ``checkpoint_id``: values found missing while that checkpoint's
+        row is gone too raise ``_Vanished`` (a delete or prune committed
+        meanwhile), not corruption.
+        """
+        try:
+            return read_channels(
+                self.store(session), thread_id, manifest, self.values, remember=not session.joined
+            )
+        except CorruptCheckpointError:
+            if checkpoint_id is not None and self.manifest(session, thread_id, checkpoint_id) is None:
+                raise _Vanished from None
+            raise
 
     # --- checkpoints ------------------------------------------------------------------
 
@@ -81,7 +118,15 @@ class Reads:
         """A checkpoint with its values (the latest when no id is given), through the hold's connection."""
         thread_id = checks.thread_id(thread_id)
         checkpoint_id = checks.latest_or_checkpoint_id(checkpoint_id)
+        for _ in range(_REREADS):
+            try:
+                return self._load(thread_id, checkpoint_id, hold)
+            except _Vanished:
+                if checkpoint_id is not None:
+                    return None  # that checkpoint is gone: an unknown id reads as None
+        raise gone_error(thread_id, "(latest)")
 
+    def _load(self, thread_id: str, checkpoint_id: str | None, hold: Hold | None) -> Checkpoint | None:
         def work(session: Session) -> Checkpoint | None:
             if checkpoint_id is None:
                 rows = session.query(self._statements.named("latest_checkpoint"), thread_id=thread_id)
@@ -95,7 +140,7 @@ class Reads:
             found_id = row[0]
             plain = _records.load_plain(row[5], thread_id=thread_id, checkpoint_id=found_id)
             manifest = manifest_from_plain(plain, thread_id=thread_id, checkpoint_id=found_id)
-            values = self.channel_values(session, thread_id, manifest)
+            values = self.channel_values(session, thread_id, manifest, found_id)
             if not session.joined:
                 session.after_commit(lambda: self.remember_manifest(thread_id, found_id, manifest))
             return checkpoint_from_row(thread_id, row, values)
@@ -137,12 +182,15 @@ class Reads:
         manifest = manifest_from_plain(plain, thread_id=thread_id, checkpoint_id=checkpoint_id)
 
         def load() -> dict[str, Any]:
-            values: dict[str, Any] = self._owner.transact(
-                lambda session: self.channel_values(session, thread_id, manifest),
-                what="read checkpoint values",
-                thread_id=thread_id,
-                write=False,
-            )
+            try:
+                values: dict[str, Any] = self._owner.transact(
+                    lambda session: self.channel_values(session, thread_id, manifest, checkpoint_id),
+                    what="read checkpoint values",
+                    thread_id=thread_id,
+                    write=False,
+                )
+            except _Vanished:
+                raise gone_error(thread_id, checkpoint_id) from None
             return values
 
         return LazyChannels(load)
@@ -165,11 +213,13 @@ class Reads:
 
         def work(session: Session) -> builtins.list[Any]:
             manifest = None
+            found_id = checkpoint_id
             if checkpoint_id is None:
                 rows = session.query(self._statements.named("latest_checkpoint"), thread_id=thread_id)
                 if rows:
-                    plain = _records.load_plain(rows[0][5], thread_id=thread_id, checkpoint_id=rows[0][0])
-                    manifest = manifest_from_plain(plain, thread_id=thread_id, checkpoint_id=rows[0][0])
+                    found_id = rows[0][0]
+                    plain = _records.load_plain(rows[0][5], thread_id=thread_id, checkpoint_id=found_id)
+                    manifest = manifest_from_plain(plain, thread_id=thread_id, checkpoint_id=found_id)
             else:
                 manifest = self.manifest(session, thread_id, checkpoint_id)
             if manifest is None:
@@ -181,7 +231,12 @@ class Reads:
             ref = manifest.get(channel)
             if ref is None:
                 return []
-            return read_channel_slice(self.store(session), thread_id, ref, offset, limit)
+            try:
+                return read_channel_slice(self.store(session), thread_id, ref, offset, limit)
+            except CorruptCheckpointError:
+                if found_id is not None and self.manifest(session, thread_id, found_id) is None:
+                    raise gone_error(thread_id, found_id) from None
+                raise
 
         result: builtins.list[Any] = self._owner.transact(
             work, what="read a channel", thread_id=thread_id, write=False

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import builtins
 import logging
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ... import forks
 from ...dbapi import Adapter, Session, Statement
 from ...errors import SchemaVersionError
 from .. import _records
@@ -54,7 +54,7 @@ class Schema:
         self._adapter = adapter
         self._statements = statements
         self._ready = False
-        self._lock = threading.Lock()
+        self._lock = forks.ForkSafeLock()
 
     @property
     def prefix(self) -> str:

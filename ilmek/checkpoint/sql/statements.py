@@ -4,8 +4,9 @@ Templates use ``:name`` parameters and a few fields filled in per dialect
 and table prefix: ``{p}`` is the table prefix, ``{ji_<col>}`` wraps a JSON
 parameter, ``{jo_<col>}`` reads a JSON column as text, ``{now}`` is the
 current time in epoch seconds (the database's clock where it has one),
-``{holder}`` identifies the writer's session and ``{gone_<alias>}`` is true
-when the session recorded in a hold row ended. :class:`Statements` renders
+``{holder}`` identifies the writer's session (for operators to read, never
+to decide anything) and ``{lapsed_h}`` is :data:`HOLD_LAPSED`, the one
+liveness rule. :class:`Statements` renders
 them once per checkpointer and caches the result.
 """
 
@@ -66,8 +67,19 @@ THREAD_COLUMNS = (
 )
 """A thread row joined with its live hold, as :func:`~ilmek.checkpoint.sql.rows.thread_from_row` reads it."""
 
-LIVE_HOLD = "h.expires_at >= {now} AND NOT ({gone_h})"
-"""A hold counts while its lease runs and its holder's session is alive."""
+HOLD_LAPSED = "{alias}.expires_at < {now}"
+"""The one liveness rule: a hold row counts until its lease expires, and then no longer.
+
+Written once, here: every statement that takes, claims, lists or cancels a
+hold, in Python and in the schema's functions, reads it as ``{lapsed_h}``.
+Nothing else counts: a holder's ended session proves nothing (ilmek
+reconnects on its own; servers restart and fail over, idle sessions time
+out, poolers recycle server connections), so a live run never loses its
+thread to one of those.
+"""
+
+LIVE_HOLD = "NOT ({lapsed_h})"
+"""A hold that still counts (the negation of :data:`HOLD_LAPSED`)."""
 
 SQL: dict[str, str] = {
     "schema_version": "SELECT value FROM {p}_meta WHERE key = 'schema_version'",
@@ -218,13 +230,17 @@ SQL: dict[str, str] = {
         "holder = excluded.holder, "
         "acquired_at = CASE WHEN h.owner = excluded.owner THEN h.acquired_at ELSE excluded.acquired_at END, "
         "cancel_reason = CASE WHEN h.owner = excluded.owner THEN h.cancel_reason ELSE NULL END "
-        "WHERE h.owner = excluded.owner OR h.expires_at < {now} OR {gone_h} RETURNING owner"
+        "WHERE h.owner = excluded.owner OR {lapsed_h} RETURNING owner"
     ),
     "fence": (
         "UPDATE {p}_holds SET expires_at = {now} + :ttl, holder = {holder} "
         "WHERE thread_id = :thread_id AND owner = :owner RETURNING cancel_reason"
     ),
     "holds_owner": "SELECT 1 FROM {p}_holds WHERE thread_id = :thread_id AND owner = :owner",
+    # How much of the run's lease is left, by the clock that judges it.
+    "hold_lease_left": (
+        "SELECT expires_at - {now} FROM {p}_holds WHERE thread_id = :thread_id AND owner = :owner"
+    ),
     "release_hold": "DELETE FROM {p}_holds WHERE thread_id = :thread_id AND owner = :owner",
     "request_cancel": (
         "UPDATE {p}_holds AS h SET cancel_reason = :reason WHERE thread_id = :thread_id "
@@ -266,7 +282,7 @@ CLAIM_FOR_DELETE = (
     "SELECT t.thread_id, :owner, {now} + :ttl, {now}, {holder}, NULL FROM {p}_threads AS t "
     "WHERE t.thread_id IN ({in}) "
     "ON CONFLICT (thread_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at, "
-    "holder = excluded.holder WHERE h.expires_at < {now} OR {gone_h} RETURNING thread_id"
+    "holder = excluded.holder WHERE {lapsed_h} RETURNING thread_id"
 )
 """Hold every listed thread no live run holds, for the deleting transaction; returns those held."""
 
@@ -328,7 +344,7 @@ def format_sql(dialect: type[SqlCheckpointer], template: str, table_prefix: str)
         for alias in ("t", "i"):
             fields[f"jo_{alias}_{column}"] = dialect.JSON_OUT.format(f"{alias}.{column}")
     fields["ji_empty"] = dialect.JSON_IN.format("'{}'")
-    fields["gone_h"] = dialect.HOLDER_GONE.format(alias="h")
+    fields["lapsed_h"] = HOLD_LAPSED.format(alias="h", now=dialect.NOW)
     return template.format(**fields)
 
 

@@ -268,8 +268,12 @@ class Supersteps:
             self._holds.take(session, hold)
         moved, reason = self._advance_thread(session, write)
         if not moved:
-            # This very commit landed before (its answer was lost).
-            if taking:
+            # This very commit landed before (its answer was lost). If it was
+            # the run's first write too, the take above wrote the hold row
+            # again: the run's last write deletes it, as the first try did.
+            if write.release_hold and hold is not None:
+                self._holds.delete(session, hold)
+            elif taking:
                 assert isinstance(hold, SqlHold)
                 session.after_commit(lambda: self._holds.took(hold, write.started))
             return

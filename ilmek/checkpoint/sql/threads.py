@@ -20,7 +20,7 @@ from ...types import ThreadInfo
 from .. import _records
 from .._delta import blob_ids, manifest_from_plain
 from ..base import checkpoints_to_keep
-from ..holds import busy_error, new_token
+from ..holds import Hold, busy_error, new_token
 from .rows import thread_from_row
 from .statements import (
     CHUNK,
@@ -113,8 +113,8 @@ class Threads:
             infos = matching[offset : None if limit is None else offset + limit]
         return infos
 
-    def get_thread(self, thread_id: str) -> ThreadInfo | None:
-        """See :meth:`ilmek.checkpoint.base.Checkpointer.get_thread`."""
+    def get_thread(self, thread_id: str, *, hold: Hold | None = None) -> ThreadInfo | None:
+        """See :meth:`ilmek.checkpoint.base.Checkpointer.get_thread` (``hold``: through its connection)."""
         thread_id = checks.thread_id(thread_id)
         rows = self._owner.transact(
             lambda session: session.query(
@@ -123,6 +123,7 @@ class Threads:
             what="read the thread",
             thread_id=thread_id,
             write=False,
+            hold=hold,
         )
         return thread_from_row(rows[0]) if rows else None
 

@@ -8,6 +8,7 @@ the suite does.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
@@ -19,7 +20,7 @@ import psycopg2.pool
 import pytest
 
 from examples.retrying import run_reliably
-from ilmek import START, IlmekError, StorageError, channel, graph, run
+from ilmek import START, IlmekError, StorageError, ThreadBusyError, channel, graph, run
 from ilmek.checkpoint.postgres import PostgresCheckpointer
 from tests.support.conftest_postgres import unavailable
 from tests.support.helpers import Calls
@@ -169,3 +170,118 @@ def test_with_the_server_gone_a_run_fails_with_an_ilmek_error(cluster: PostgresC
         assert isinstance(caught.value.__cause__, psycopg2.OperationalError)
     finally:
         pool.closeall()
+
+
+# --- outages while a run is inside a step ------------------------------------------------------------
+
+
+def step_across(calls: Calls, seconds: float, inside: threading.Event | None = None) -> Any:
+    """A node with a quick step, then a step whose function lasts ``seconds`` (an outage comes meanwhile)."""
+
+    def body(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        ctx.step("before", calls.hit, f"{ctx.thread_id}:before")
+
+        def during() -> str:
+            calls.hit(f"{ctx.thread_id}:during")
+            if inside is not None:
+                inside.set()
+            time.sleep(seconds)
+            return "ok"
+
+        return {"log": [ctx.step("during", during)]}
+
+    return graph("across", {"log": channel.append()}).node("work", body).edge(START, "work").compile()
+
+
+def test_a_run_inside_a_step_when_the_server_restarts_keeps_its_thread_and_finishes(
+    cluster: PostgresCluster,
+) -> None:
+    """The server restarts (every session ends) while a run is inside a 3 s step: nobody takes the thread
+    meanwhile, the run records the step over a new connection and finishes; each step ran once."""
+    calls = Calls()
+    inside = threading.Event()
+    g = step_across(calls, 3.0, inside)
+    pool = psycopg2.pool.ThreadedConnectionPool(1, 4, cluster.dsn)
+    other_pool = psycopg2.pool.ThreadedConnectionPool(1, 2, cluster.dsn)
+    outcome: dict[str, Any] = {}
+    try:
+        checkpointer = PostgresCheckpointer(pool)
+
+        def first() -> None:
+            try:
+                outcome["result"] = run_reliably(
+                    g, {"log": ["in"]}, thread_id="restarted", checkpointer=checkpointer
+                )
+            except BaseException as error:
+                outcome["error"] = error
+
+        runner = threading.Thread(target=first)
+        runner.start()
+        assert inside.wait(30)
+        cluster.restart()
+        with pytest.raises(ThreadBusyError):
+            run(g, None, thread_id="restarted", checkpointer=PostgresCheckpointer(other_pool))
+        runner.join(60)
+    finally:
+        pool.closeall()
+        other_pool.closeall()
+    assert "error" not in outcome, repr(outcome.get("error"))
+    assert ("done", ["in", "ok"]) == (outcome["result"].status, outcome["result"].state["log"])
+    assert {"restarted:before": 1, "restarted:during": 1} == dict(calls)
+
+
+def test_fifty_runs_inside_steps_through_a_one_second_outage_all_finish_under_the_retry_loop(
+    cluster: PostgresCluster,
+) -> None:
+    """The server is down for a second while 50 runs on a psycopg2 pool are inside steps. A storage failure
+    is the run's, never the node's, so run() raises it and the README's retry loop continues the thread:
+    all 50 finish, and no step whose record landed runs again."""
+    calls = Calls()
+    runs = 50
+    inside = threading.Barrier(runs + 1)
+
+    def body(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        ctx.step("before", calls.hit, f"{ctx.thread_id}:before")
+
+        def during() -> str:
+            calls.hit(f"{ctx.thread_id}:during")
+            with contextlib.suppress(threading.BrokenBarrierError):
+                inside.wait(30)
+            time.sleep(0.5)
+            return "ok"
+
+        return {"log": [ctx.step("during", during)]}
+
+    g = graph("outage", {"log": channel.append()}).node("work", body).edge(START, "work").compile()
+    pool = psycopg2.pool.ThreadedConnectionPool(1, runs + 10, cluster.dsn)
+    results: dict[str, Any] = {}
+    failures: list[BaseException] = []
+    checkpointer = PostgresCheckpointer(pool, lease_seconds=2.0)
+
+    def work(n: int) -> None:
+        try:
+            results[f"r{n}"] = run_reliably(
+                g, {"log": ["in"]}, thread_id=f"r{n}", checkpointer=checkpointer, attempts=12
+            )
+        except BaseException as error:
+            failures.append(error)
+
+    workers = [threading.Thread(target=work, args=(n,)) for n in range(runs)]
+    try:
+        for worker in workers:
+            worker.start()
+        inside.wait(60)  # every run is inside its step
+        cluster.stop_for(1.0)
+        for worker in workers:
+            worker.join(120)
+    finally:
+        pool.closeall()
+    assert [] == failures
+    assert runs == len(results)
+    assert all(("done", ["in", "ok"]) == (r.status, r.state["log"]) for r in results.values())
+    # Recorded before the outage: never again. The step the outage hit may have run twice (its record
+    # did not land), never more.
+    assert {f"r{n}:before": 1 for n in range(runs)} == {
+        k: v for k, v in calls.items() if k.endswith(":before")
+    }
+    assert all(calls[f"r{n}:during"] in (1, 2) for n in range(runs))

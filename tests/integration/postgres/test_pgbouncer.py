@@ -477,3 +477,67 @@ def test_a_run_inside_a_node_holds_its_thread_against_another_pool(
     assert {"slow": 2} == effects.counts()
     with direct_checkpointer(postgres_dsn) as direct:
         assert {"n": 6} == thread_state(held, direct, "held")
+
+
+@pytest.mark.parametrize("kind", CLIENT_KINDS)
+def test_a_run_inside_a_step_keeps_its_thread_while_pgbouncer_recycles_its_server_connections(
+    kind: str, bouncer_dsn: str, postgres_dsn: str, effects: Effects
+) -> None:
+    """Behind a transaction-mode pooler the session recorded in a hold row is a server connection of the
+    pooler's, which it recycles at will (here every one is terminated while a run is inside a step): the
+    run keeps its thread (another run is refused), goes on through the pooler and finishes; its step runs
+    once."""
+    inside, release = threading.Event(), threading.Event()
+
+    def slow(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        def charge() -> str:
+            effects.record("charge")
+            inside.set()
+            assert release.wait(30)
+            return "charged"
+
+        return {"n": state["n"] + 1, "receipt": ctx.step("charge", charge)}
+
+    held = (
+        graph("bouncer-recycled", {"n": channel.last_write(0), "receipt": channel.last_write()})
+        .node("slow", slow)
+        .edge(START, "slow")
+        .compile()
+    )
+    first: list[Any] = []
+    with (
+        pooled_checkpointer(kind, bouncer_dsn, size=4) as one,
+        pooled_checkpointer(kind, bouncer_dsn, size=4) as other,
+    ):
+        holder = threading.Thread(
+            target=lambda: first.append(run(held, {"n": 1}, thread_id="recycled", checkpointer=one))
+        )
+        holder.start()
+        try:
+            assert inside.wait(30)
+            killed = admin_query(
+                postgres_dsn,
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND backend_type = 'client backend'",
+            )
+            assert killed[0][0] >= 1
+            with pytest.raises(ThreadBusyError):
+                run(held, {"n": 5}, thread_id="recycled", checkpointer=other)
+        finally:
+            release.set()
+            holder.join(30)
+        assert 1 == len(first), "the first run did not return"
+        assert ("done", {"n": 2, "receipt": "charged"}) == (first[0].status, first[0].state)
+    assert {"charge": 1} == effects.counts()
+
+
+def admin_query(dsn: str, sql: str) -> list[tuple[Any, ...]]:
+    """A statement straight on the server (not through the pooler), committed."""
+    connection = psycopg2.connect(dsn)
+    try:
+        with connection, connection.cursor() as cursor:
+            cursor.execute(sql)
+            return cursor.fetchall() if cursor.description is not None else []
+    finally:
+        connection.close()

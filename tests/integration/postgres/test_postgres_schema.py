@@ -64,23 +64,41 @@ def test_migrate_from_four_processes_at_once_succeeds_in_all(
         run_checkout(checkpointer, effects, "after-migrate")
 
 
-def test_migrate_brings_a_schema_2_store_with_a_paused_thread_to_3(empty_dsn: str, effects: Effects) -> None:
-    """Schema 3 adds the superstep function: a store at 2 is refused until migrated, then resumes."""
+@pytest.mark.parametrize("old_version", [2, 3])
+def test_migrate_brings_an_older_store_with_a_paused_thread_to_the_current_version(
+    empty_dsn: str, effects: Effects, old_version: int
+) -> None:
+    """Schema 3 added the superstep and answer functions; schema 4 rewrote them to take a hold by its lease
+    alone. A store at an older version is refused until migrated, then resumes."""
+    current = PostgresCheckpointer.SCHEMA_VERSION
     with fresh_checkpointer(empty_dsn) as checkpointer:
         checkpointer.migrate()
         checkout = checkout_graph(effects)
-        paused = run(checkout, CART, thread_id="from-2", checkpointer=checkpointer)
+        paused = run(checkout, CART, thread_id="from-old", checkpointer=checkpointer)
         assert "interrupted" == paused.status
-    # What schema 2 was: the same tables, without the function.
+    # The same tables; the functions as that version had them (schema 2: none at all).
     query(empty_dsn, "DROP FUNCTION ilmek_superstep")
-    query(empty_dsn, "UPDATE ilmek_meta SET value = '2' WHERE key = 'schema_version'")
+    query(empty_dsn, "DROP FUNCTION ilmek_answer")
+    query(empty_dsn, "UPDATE ilmek_meta SET value = %s WHERE key = 'schema_version'", (str(old_version),))
     with fresh_checkpointer(empty_dsn) as checkpointer:
-        with pytest.raises(SchemaVersionError, match=r"version 2, this ilmek uses version 3: run migrate"):
-            resume(checkout, "yes", thread_id="from-2", checkpointer=checkpointer)
+        with pytest.raises(
+            SchemaVersionError,
+            match=rf"version {old_version}, this ilmek uses version {current}: run migrate",
+        ):
+            resume(checkout, "yes", thread_id="from-old", checkpointer=checkpointer)
         checkpointer.migrate()
-        assert [("3",)] == query(empty_dsn, "SELECT value FROM ilmek_meta WHERE key = 'schema_version'")
-        assert [(1,)] == query(empty_dsn, "SELECT count(*) FROM pg_proc WHERE proname = 'ilmek_superstep'")
-        finished = resume(checkout, "yes", thread_id="from-2", checkpointer=checkpointer)
+        assert [(str(current),)] == query(
+            empty_dsn, "SELECT value FROM ilmek_meta WHERE key = 'schema_version'"
+        )
+        functions = query(
+            empty_dsn,
+            "SELECT proname, prosrc FROM pg_proc "
+            "WHERE proname IN ('ilmek_superstep', 'ilmek_answer') ORDER BY 1",
+        )
+        assert ["ilmek_answer", "ilmek_superstep"] == [name for name, _ in functions]
+        # A session that ended decides nothing: the functions read no session's activity.
+        assert [] == [name for name, source in functions if "pg_stat" in source]
+        finished = resume(checkout, "yes", thread_id="from-old", checkpointer=checkpointer)
     assert ("done", CHECKOUT_DONE) == (finished.status, finished.state)
     assert {"create_order": 1, "charge:yes": 1} == effects.counts()
 

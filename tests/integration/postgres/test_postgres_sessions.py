@@ -1,8 +1,10 @@
 """PostgresCheckpointer's holds across processes, and connections lost mid-run.
 
-Advisory-lock holds are tied to the holder's session: two processes resuming
-one pause charge once, a killed holder frees its thread as its session ends,
-and a run whose session was terminated performs no further step and loses
+A hold counts until its lease lapses, whatever happens to the holder's
+database session: two processes resuming one pause charge once, a killed
+holder frees its thread when its lease lapses (not when its session ends), a
+run whose session was terminated keeps its thread and finishes on a new
+connection, and a run whose lease lapsed performs no further step and loses
 nothing committed. Cross-process tests run ``tests/support/pgworker.py``; side
 effects are counted in an append-only effects file, so effects of a killed
 process count too.
@@ -87,12 +89,22 @@ def run_when_free(action: Callable[[], Result], seconds: float) -> tuple[Result,
 
 
 @pytest.mark.parametrize("client", ["connection", "pool"])
-def test_a_killed_holder_releases_the_thread_as_its_session_ends(
+def test_a_killed_holder_frees_its_thread_when_its_lease_lapses_not_before(
     postgres_dsn: str, effects: Effects, workers: Callable[..., Worker], client: str
 ) -> None:
-    """A process SIGKILLed inside a long node frees the thread as its session ends; its step replays."""
-    arguments = ["--dsn", postgres_dsn, "--thread", "killed", "--effects", str(effects.path)]
-    holder = workers("linger", *arguments, "--client", client)
+    """A process SIGKILLed inside a long node: its session ends at once, but its thread stays held until
+    its lease lapses (an ended session proves nothing); then another run takes it and the step replays."""
+    lease = 1.5
+    name = unique("lingerer")
+    arguments = [
+        "--dsn",
+        application_dsn(postgres_dsn, name),
+        "--thread",
+        "killed",
+        "--effects",
+        str(effects.path),
+    ]
+    holder = workers("linger", *arguments, "--client", client, "--lease", str(lease))
     holder.expect("ready")
     holder.expect("lingering")
     two_step = two_step_graph(effects)
@@ -100,14 +112,22 @@ def test_a_killed_holder_releases_the_thread_as_its_session_ends(
         with pytest.raises(ThreadBusyError):
             run(two_step, None, thread_id="killed", checkpointer=checkpointer)
         holder.kill()
-        # Only as long as the server takes to notice the closed socket: far below any lease.
-        result, waited = run_when_free(
-            lambda: run(two_step, None, thread_id="killed", checkpointer=checkpointer), seconds=4.0
+        killed_at = time.monotonic()
+        # The session is gone at once; the hold is not.
+        deadline = time.monotonic() + 10
+        while query(postgres_dsn, "SELECT 1 FROM pg_stat_activity WHERE application_name = %s", (name,)):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        result, _ = run_when_free(
+            lambda: run(two_step, None, thread_id="killed", checkpointer=checkpointer), seconds=lease + 4.0
         )
+        waited = time.monotonic() - killed_at
     assert "done" == result.status, result.errors
     assert TWO_STEP_FINAL == result.state
     assert {"prepare": 1, "finish": 1} == effects.counts()
-    print(f"\nthread free {waited * 1000:.0f} ms after SIGKILL ({client})")
+    # Free only once the lease (renewed every quarter of it) could have lapsed.
+    assert waited >= lease * 0.5, waited
+    print(f"\nthread free {waited * 1000:.0f} ms after SIGKILL ({client}, lease {lease} s)")
 
 
 # --- connections lost mid-run -----------------------------------------------------------------
@@ -237,17 +257,45 @@ def terminate_the_hold(dsn: str, thread_id: str) -> None:
         time.sleep(0.01)
 
 
-def test_a_run_that_lost_its_hold_performs_no_further_step(postgres_dsn: str, effects: Effects) -> None:
-    """Once its hold's session is gone and another run has the thread, a run does not perform more steps."""
-    name = unique("hold-lost")
+@pytest.mark.parametrize("kind", sorted(POOLS))
+def test_a_run_whose_hold_session_is_terminated_keeps_its_thread_and_finishes(
+    postgres_dsn: str, effects: Effects, kind: str
+) -> None:
+    """The session a run holds its thread through is terminated between two steps (a failover, an idle
+    timeout, a pooler recycling it): the thread stays the run's (another run is refused), the run goes on
+    over a new connection, and each step runs once."""
+    name = unique("hold-killed")
+    pool = POOLS[kind](application_dsn(postgres_dsn, name))
+    try:
+        checkpointer = PostgresCheckpointer(pool)
+        with a_run_between_its_two_steps(checkpointer, effects) as (background, _):
+            terminate_the_hold(postgres_dsn, "lost")
+            with fresh_checkpointer(postgres_dsn) as other, pytest.raises(ThreadBusyError):
+                run(two_step_graph(effects), None, thread_id="lost", checkpointer=other)
+        assert background.error is None, repr(background.error)
+        assert background.result is not None
+        assert ("done", TWO_STEP_FINAL) == (background.result.status, background.result.state)
+    finally:
+        close_client(pool)
+    assert {"prepare": 1, "finish": 1} == effects.counts()
+
+
+def test_a_run_whose_lease_lapsed_and_was_taken_performs_no_further_step(
+    postgres_dsn: str, effects: Effects
+) -> None:
+    """A run parked past its lease (a frozen process, say) while another run took the thread: its next step
+    is refused before its function runs; the thread was finished by the other run, each step once."""
+    name = unique("hold-lapsed")
     pool = psycopg2.pool.ThreadedConnectionPool(1, 6, application_dsn(postgres_dsn, name))
     try:
         checkpointer = PostgresCheckpointer(pool)
-        with a_run_between_its_two_steps(checkpointer, effects):
-            terminate_the_hold(postgres_dsn, "lost")
+        with a_run_between_its_two_steps(checkpointer, effects) as (background, _):
+            # The lease lapses by the database's clock while the run is away.
+            query(postgres_dsn, "UPDATE ilmek_holds SET expires_at = 0 WHERE thread_id = 'lost'")
             with fresh_checkpointer(postgres_dsn) as other:
                 second = run(two_step_graph(effects), None, thread_id="lost", checkpointer=other)
             assert "done" == second.status
+        assert isinstance(background.error, ThreadBusyError), repr(background.error)
     finally:
         pool.closeall()
     assert {"prepare": 1, "finish": 1} == effects.counts()
@@ -263,29 +311,29 @@ SINGLE_CONNECTIONS: dict[str, Callable[[str], Any]] = {
 def test_a_single_connection_terminated_mid_run_fails_clearly_and_loses_nothing_committed(
     postgres_dsn: str, effects: Effects, kind: str
 ) -> None:
-    """The one connection killed between two steps: a storage error naming the thread; a new run replays."""
+    """The caller's one connection killed between two steps: run() raises a storage error naming the thread
+    (a connection of the caller's cannot be replaced); its hold lapses and a new run replays what landed."""
     name = unique("victim")
     connection = SINGLE_CONNECTIONS[kind](application_dsn(postgres_dsn, name))
+    lease = 1.0
     try:
-        checkpointer = PostgresCheckpointer(connection)
+        checkpointer = PostgresCheckpointer(connection, lease_seconds=lease)
         with a_run_between_its_two_steps(checkpointer, effects) as (background, _):
             assert 1 == terminate_sessions(postgres_dsn, name)
     finally:
         connection.close()
-    if background.error is not None:
-        failure = background.error
-    else:
-        assert background.result is not None
-        assert "error" == background.result.status
-        [(_, failure)] = background.result.errors
-    assert isinstance(failure, (StorageError, ThreadBusyError)), repr(failure)
+    failure = background.error
+    assert isinstance(failure, StorageError), repr(failure)
     assert "'lost'" in str(failure)
     with fresh_checkpointer(postgres_dsn) as other:
-        result = run(two_step_graph(effects), None, thread_id="lost", checkpointer=other)
+        result, _ = run_when_free(
+            lambda: run(two_step_graph(effects), None, thread_id="lost", checkpointer=other),
+            seconds=lease + 4,
+        )
     assert "done" == result.status, result.errors
     assert TWO_STEP_FINAL == result.state
     # ``prepare`` was recorded before the kill, so it replays. Before ``finish``
-    # the run confirmed its hold through its connection, found it gone, and did
+    # the run confirmed its hold through its connection, found it dead, and did
     # not run the step: the new run performs it, once.
     assert {"prepare": 1, "finish": 1} == effects.counts()
 

@@ -1,0 +1,567 @@
+"""A thread is held exactly as long as its run can still act, attacked where a hold's life ends early or
+late: a stream closed (or collected, or Ctrl-C'd) inside a step, a reader that stops reading on a client
+bound to the caller's thread, a lost answer on a run's only write, a release the database refuses, a
+SQLite writer frozen with the lock, a lease confirmed just before it lapses.
+
+Each test counts the effects of steps outside the database (an append-only file, or a counter) and runs
+on real stores: a SQLite file and a fresh Postgres database.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import psycopg2
+import psycopg2.extensions
+import psycopg2.pool
+import pytest
+
+from ilmek import (
+    END,
+    START,
+    HoldLostError,
+    ThreadBusyError,
+    TransientStorageError,
+    channel,
+    graph,
+    run,
+    stream,
+)
+from ilmek.checkpoint.base import Checkpointer
+from ilmek.checkpoint.postgres import PostgresCheckpointer
+from ilmek.checkpoint.sqlite import SqliteCheckpointer
+from ilmek.graph import CompiledGraph
+from tests.support.backends import ExecuteClient
+from tests.support.helpers import Calls
+from tests.support.hold_lifetime import effect_count, slow_charge_graph
+from tests.support.stores import Store, execute, rows_of, store_fixture  # noqa: F401 - the store fixture
+
+pytestmark = pytest.mark.timeout(90)
+
+REPO = os.getcwd()
+
+
+# --- a stream that ends while a step is running ---------------------------------------------------------
+
+
+def store_argument(store: Store) -> str:
+    return str(store.path) if store.kind == "sqlite" else store.dsn
+
+
+class SecondProcess:
+    """Another process that, once the thread exists, runs it (``run(g, None)``) until it gets in."""
+
+    def __init__(self, store: Store, effects: str, thread_id: str) -> None:
+        if store.kind == "sqlite":
+            SqliteCheckpointer(store.path).close()  # the file and its tables, before both processes open it
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.support.hold_lifetime",
+                store.kind,
+                store_argument(store),
+                effects,
+                thread_id,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        assert "trying" in line, self.process.communicate(timeout=30)[1]
+
+    def outcome(self) -> dict[str, Any]:
+        stdout, stderr = self.process.communicate(timeout=60)
+        assert 0 == self.process.returncode, stderr
+        return dict(json.loads(stdout.strip().splitlines()[-1]))
+
+
+def started_stream(
+    store: Store, effects: str, thread_id: str, seconds: float, lease: float
+) -> tuple[Iterator[Any], threading.Event]:
+    """A stream of the slow charge, read up to the moment its step's function is running."""
+    started = threading.Event()
+    checkpointer = store.open(lease_seconds=lease)
+    events = stream(
+        slow_charge_graph(effects, started, seconds), {}, thread_id=thread_id, checkpointer=checkpointer
+    )
+    for event in events:
+        if event.type == "custom":  # emitted from inside the step's function
+            break
+    assert started.is_set(), "the step never started"
+    return events, started
+
+
+@pytest.mark.parametrize("ending", ["close", "ctrl-c", "collected"])
+def test_a_stream_ended_inside_a_step_keeps_the_thread_until_the_step_is_recorded(
+    store: Store, tmp_path: Any, ending: str
+) -> None:
+    """A stream abandoned while a step's function runs (``break``/close, Ctrl-C on the reading thread, a
+    consumer garbage collected), with another process trying the thread all along: the thread is given back
+    only once the step's function returned and its record landed, so the other process replays the step and
+    never runs it beside the first. The effect happens once."""
+    effects = str(tmp_path / "effects.txt")
+    lease = 4.0
+    other = SecondProcess(store, effects, "closed")
+    events, _ = started_stream(store, effects, "closed", seconds=1.5, lease=lease)
+    began = time.monotonic()
+    if ending == "close":
+        events.close()  # type: ignore[attr-defined]
+    elif ending == "ctrl-c":
+        with pytest.raises(KeyboardInterrupt):
+            events.throw(KeyboardInterrupt)  # type: ignore[attr-defined]
+    else:
+        del events
+        gc.collect()
+    waited = time.monotonic() - began
+    outcome = other.outcome()
+    assert ("done", {"receipt": "charged"}) == (outcome["status"], outcome["state"])
+    assert 1 == effect_count(effects)
+    # The end waited for the step (under its 1.5 s), not for the lease to lapse.
+    assert 0.5 < waited < lease, waited
+    assert outcome["refused"] > 0
+
+
+def test_a_step_still_running_after_its_run_ended_leaves_the_hold_to_lapse(
+    store: Store, tmp_path: Any
+) -> None:
+    """A step that outlasts the wait (longer than the lease): the run leaves its hold to lapse instead of
+    giving it back, so no other run gets the thread while the step may still act within the lease."""
+    effects = str(tmp_path / "effects.txt")
+    started = threading.Event()
+    checkpointer = store.open(lease_seconds=0.6)
+    events = stream(slow_charge_graph(effects, started, 3.0), {}, thread_id="long", checkpointer=checkpointer)
+    for event in events:
+        if event.type == "custom":  # emitted from inside the step's function
+            break
+    assert started.is_set()
+    events.close()  # type: ignore[attr-defined]
+    ended = time.monotonic()
+    other = store.open(lease_seconds=0.6)
+    # Right after the end (the step is still in its function): the thread is not free.
+    with pytest.raises(ThreadBusyError):
+        run(slow_charge_graph(effects), None, thread_id="long", checkpointer=other)
+    assert time.monotonic() - ended < 0.6
+    # Once the lease lapsed it is: that step's record never landed, so it runs again (at least once).
+    time.sleep(1.0)
+    assert "done" == run(slow_charge_graph(effects), None, thread_id="long", checkpointer=other).status
+    assert 2 == effect_count(effects)
+
+
+# --- a reader that stops reading, on clients bound to the caller's thread -----------------------------
+
+
+def thread_bound_checkpointer(kind: str, store: Store, lease: float) -> Checkpointer:
+    """A checkpointer whose storage only the caller's thread may use (nothing renews its hold meanwhile)."""
+    if kind == "sqlite-connection":
+        SqliteCheckpointer(store.path).close()
+        connection = sqlite3.connect(store.path, check_same_thread=False, timeout=30, isolation_level=None)
+        store.closing.append(connection)
+        return SqliteCheckpointer(connection, lease_seconds=lease)
+    client = ExecuteClient(store.dsn)
+    store.closing.append(client)
+    return PostgresCheckpointer(client, lease_seconds=lease)
+
+
+@pytest.mark.parametrize(
+    ("kind", "store"),
+    [("sqlite-connection", "sqlite"), pytest.param("generic-client", "postgres", marks=pytest.mark.postgres)],
+    indirect=["store"],
+)
+def test_a_slow_reader_on_a_thread_bound_client_never_lets_a_step_run_twice(store: Store, kind: str) -> None:
+    """A stream on a caller's sqlite3 connection or a generic ``execute`` client, whose reader sleeps three
+    leases on an event a step emits from inside its function, while another run tries the thread: the event
+    reaches the reader only once the step is recorded, so the other run (which gets the lapsed thread)
+    replays the step; no step runs twice, and the first run's next step is refused before it acts."""
+    lease = 0.4
+    calls = Calls()
+
+    def work(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        def charge() -> str:
+            calls.hit("charge")
+            ctx.emit("charging")
+            time.sleep(0.05)
+            return "charged"
+
+        receipt = ctx.step("charge", charge)
+        shipped = ctx.step("ship", lambda: calls.hit("ship") or "shipped")
+        return {"log": [receipt, shipped]}
+
+    g = graph("slow-reader", {"log": channel.append()}).node("work", work).edge(START, "work").compile()
+    checkpointer = thread_bound_checkpointer(kind, store, lease)
+    other = store.open(lease_seconds=lease)
+    taken: list[Any] = []
+
+    def take_over() -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                taken.append(run(g, None, thread_id="slow", checkpointer=other))
+                return
+            except ThreadBusyError:
+                time.sleep(0.02)
+
+    seen: list[str] = []
+    recorded_when_seen: list[int] = []
+    taker = threading.Thread(target=take_over)
+
+    def read_slowly() -> None:
+        for event in stream(g, {}, thread_id="slow", checkpointer=checkpointer):
+            if event.type == "custom":
+                seen.append(event.payload)
+                # The step that emitted this is recorded by now: sleeping cannot let it run twice.
+                base = checkpointer.get("slow")
+                assert base is not None
+                recorded_when_seen.append(len(checkpointer.load_journals(base, ["work"]).get("work", ())))
+                taker.start()
+                time.sleep(3 * lease)
+
+    with pytest.raises(HoldLostError):
+        read_slowly()
+    taker.join(30)
+    assert [1] == recorded_when_seen
+    assert ["charging"] == seen
+    assert [["charged", "shipped"]] == [result.state["log"] for result in taken]
+    assert {"charge": 1, "ship": 1} == dict(calls)
+
+
+# --- a lost answer on the one write of a run ----------------------------------------------------------------
+
+
+class LosingCallAnswer(psycopg2.extensions.connection):  # type: ignore[misc]
+    """A connection whose next call of the schema's superstep function lands (it is a transaction by
+    itself) but whose answer is lost with the connection."""
+
+    armed = False
+
+    def cursor(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["cursor_factory"] = _LosingCallCursor
+        return super().cursor(*args, **kwargs)
+
+
+class _LosingCallCursor(psycopg2.extensions.cursor):  # type: ignore[misc]
+    def execute(self, query: Any, params: Any = None) -> Any:
+        result = super().execute(query, params)
+        if LosingCallAnswer.armed and "_superstep(" in str(query):
+            LosingCallAnswer.armed = False
+            self.connection.close()
+            raise psycopg2.OperationalError("server closed the connection unexpectedly")
+        return result
+
+
+class LosingCommitAnswer(sqlite3.Connection):
+    """A caller's sqlite3 connection whose next write transaction's COMMIT lands but answers as a lock
+    error (the answer lost)."""
+
+    armed = False
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        cursor = super().execute(sql, *args)
+        if sql == "BEGIN IMMEDIATE":
+            self.writing = True
+        elif sql == "COMMIT":
+            writing, self.writing = getattr(self, "writing", False), False
+            if LosingCommitAnswer.armed and writing:
+                LosingCommitAnswer.armed = False
+                lost = sqlite3.OperationalError("database is locked")
+                lost.sqlite_errorcode = 5  # type: ignore[attr-defined]
+                raise lost
+        return cursor
+
+
+def nothing_to_do_graph() -> CompiledGraph:
+    """A router sends a run straight to END: the input's commit is the run's first and last write."""
+    return (
+        graph("no-op", {"note": channel.last_write()})
+        .node("never", lambda state: {"note": "ran"})
+        .router(START, lambda state: END if state["note"] == "skip" else "never")
+        .compile()
+    )
+
+
+def test_a_lost_answer_on_a_runs_only_write_leaves_no_hold_behind(store: Store) -> None:
+    """The one write of a run (its input, which takes the hold and gives it back: the graph has nothing to
+    do) lands but its answer is lost: the retry finds its own write and deletes the hold row it wrote
+    again, so the thread is free at once, not after a lease."""
+    if store.kind == "sqlite":
+        SqliteCheckpointer(store.path).close()
+        connection = sqlite3.connect(store.path, factory=LosingCommitAnswer, check_same_thread=False)
+        connection.isolation_level = None
+        store.closing.append(connection)
+        checkpointer: Checkpointer = SqliteCheckpointer(connection, lease_seconds=30)
+        losing: Any = LosingCommitAnswer
+    else:
+        pool = psycopg2.pool.ThreadedConnectionPool(1, 4, store.dsn, connection_factory=LosingCallAnswer)
+        store.pools.append(pool)
+        checkpointer = PostgresCheckpointer(pool, lease_seconds=30)
+        losing = LosingCallAnswer
+    losing.armed = True
+    try:
+        result = run(
+            nothing_to_do_graph(), {"note": "skip"}, thread_id="one-write", checkpointer=checkpointer
+        )
+    finally:
+        armed, losing.armed = losing.armed, False
+    assert not armed, "no answer was lost: the test attacked nothing"
+    assert ("done", {"note": "skip"}) == (result.status, result.state)
+    info = checkpointer.get_thread("one-write")
+    assert info is not None
+    assert not info.running
+    assert 0 == rows_of(store, "one-write")["holds"]
+    # Free at once for another process too, not after the 30 s lease.
+    again = run(nothing_to_do_graph(), {"note": "skip"}, thread_id="one-write", checkpointer=store.open())
+    assert "done" == again.status
+
+
+# --- a release the database refuses -------------------------------------------------------------------------
+
+
+class HoldDeleteRefusal:
+    """A switch in the database: while on, deleting a hold row fails (a full disk, an outage)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        if store.kind == "sqlite":
+            SqliteCheckpointer(store.path).close()
+            execute(store, "CREATE TABLE refuse_hold_deletes (refusing INTEGER NOT NULL)")
+            execute(store, "INSERT INTO refuse_hold_deletes VALUES (0)")
+            execute(
+                store,
+                "CREATE TRIGGER refuse_hold_delete BEFORE DELETE ON ilmek_holds "
+                "WHEN (SELECT refusing FROM refuse_hold_deletes) = 1 "
+                "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END",
+            )
+        else:
+            execute(store, "CREATE TABLE refuse_hold_deletes (refusing INTEGER NOT NULL)")
+            execute(store, "INSERT INTO refuse_hold_deletes VALUES (0)")
+            execute(
+                store,
+                "CREATE FUNCTION refuse_hold_delete() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "IF (SELECT refusing FROM refuse_hold_deletes) = 1 THEN "
+                "RAISE EXCEPTION 'could not extend file: No space left on device'; END IF; "
+                "RETURN OLD; END $$",
+            )
+            execute(
+                store,
+                "CREATE TRIGGER refuse_hold_delete BEFORE DELETE ON ilmek_holds "
+                "FOR EACH ROW EXECUTE FUNCTION refuse_hold_delete()",
+            )
+
+    def set(self, refusing: bool) -> None:
+        execute(self.store, f"UPDATE refuse_hold_deletes SET refusing = {1 if refusing else 0}")
+
+
+def failing_graph() -> CompiledGraph:
+    """One node that fails on its own account."""
+
+    def boom(state: dict[str, Any]) -> dict[str, Any]:
+        raise ValueError("the node's own failure")
+
+    return graph("boom", {"n": channel.last_write(0)}).node("boom", boom).edge(START, "boom").compile()
+
+
+def test_a_release_the_database_refuses_never_replaces_the_runs_outcome(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run fails on its node's error, then giving its hold back fails too: the caller still gets the
+    run's own outcome (status error, the node's ValueError) and the release failure is logged once."""
+    refusal = HoldDeleteRefusal(store)
+    checkpointer = store.open(lease_seconds=5.0)
+    refusal.set(True)
+    with caplog.at_level(logging.WARNING, logger="ilmek"):
+        result = run(failing_graph(), {}, thread_id="refused-release", checkpointer=checkpointer)
+    refusal.set(False)
+    assert "error" == result.status
+    [(node, error)] = result.errors
+    assert ("boom", ValueError, "the node's own failure") == (node, type(error), str(error))
+    warnings = [r.getMessage() for r in caplog.records if "could not give back the hold" in r.getMessage()]
+    assert 1 == len(warnings), warnings
+    assert "refused-release" in warnings[0]
+
+
+def test_a_hold_the_database_refused_to_delete_is_mended_by_the_same_process(store: Store) -> None:
+    """The disk fills as a run gives its hold back, so the row stays; once space returns, the same
+    checkpointer runs the thread again at once (it deletes its own leftover row), not after a lease."""
+    refusal = HoldDeleteRefusal(store)
+    checkpointer = store.open(lease_seconds=60.0)
+    refusal.set(True)
+    run(failing_graph(), {}, thread_id="full-disk", checkpointer=checkpointer)
+    assert 1 == rows_of(store, "full-disk")["holds"]
+    refusal.set(False)
+    # Another process has no way to know the row is dead: it waits for the lease.
+    with pytest.raises(ThreadBusyError):
+        run(failing_graph(), None, thread_id="full-disk", checkpointer=store.open(lease_seconds=60.0))
+    result = run(failing_graph(), None, thread_id="full-disk", checkpointer=checkpointer)
+    assert "error" == result.status
+    assert 0 == rows_of(store, "full-disk")["holds"]
+
+
+# --- a SQLite writer frozen with the lock -------------------------------------------------------------------
+
+
+FROZEN_WRITER = textwrap.dedent(
+    """
+    import sqlite3, sys, os, signal
+    connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+    connection.execute("BEGIN IMMEDIATE")
+    connection.execute("CREATE TABLE IF NOT EXISTS frozen (x)")
+    print("locked", flush=True)
+    os.kill(os.getpid(), signal.SIGSTOP)
+    """
+)
+
+
+def test_a_sqlite_writer_frozen_with_the_lock_delays_others_one_busy_timeout_not_six(tmp_path: Any) -> None:
+    """Another process took SQLite's write lock and was frozen (SIGSTOP) before it committed: a run waits at
+    most about its busy timeout in all (not one per retry), then fails with a TransientStorageError."""
+    path = tmp_path / "frozen.db"
+    SqliteCheckpointer(path).close()
+    frozen = subprocess.Popen(
+        [sys.executable, "-c", FROZEN_WRITER, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert frozen.stdout is not None
+        assert "locked" == frozen.stdout.readline().strip()
+        with SqliteCheckpointer(path, busy_timeout=0.5) as checkpointer:
+            began = time.monotonic()
+            with pytest.raises(TransientStorageError, match="'frozen'"):
+                run(failing_graph(), {}, thread_id="frozen", checkpointer=checkpointer)
+            waited = time.monotonic() - began
+    finally:
+        frozen.send_signal(signal.SIGKILL)
+        frozen.communicate(timeout=10)
+    # One busy timeout (0.5 s) and the time to fail, not 6 x 0.5 s and the backoff between them.
+    assert waited < 1.5, waited
+
+
+# --- a lease confirmed just before it lapses ----------------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_a_step_starts_only_with_lease_left_to_record_it(postgres_dsn: str) -> None:
+    """A run comes back to a lease about to lapse (a suspended machine, a long GC pause): before the step's
+    function runs, the hold is renewed (the read that confirms it sees too little lease left), so the record
+    can still land under it."""
+    pool = psycopg2.pool.ThreadedConnectionPool(1, 4, postgres_dsn)
+    left_before: list[float] = []
+
+    def query(sql: str) -> list[tuple[Any, ...]]:
+        connection = psycopg2.connect(postgres_dsn)
+        try:
+            with connection, connection.cursor() as cursor:
+                cursor.execute(sql)
+                return cursor.fetchall() if cursor.description is not None else []
+        finally:
+            connection.close()
+
+    def work(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        # The lease nearly lapsed while the run was away.
+        query("UPDATE ilmek_holds SET expires_at = EXTRACT(EPOCH FROM clock_timestamp()) + 0.2")
+
+        def charge() -> float:
+            [(left,)] = query("SELECT expires_at - EXTRACT(EPOCH FROM clock_timestamp()) FROM ilmek_holds")
+            left_before.append(left)
+            return left
+
+        return {"left": ctx.step("charge", charge)}
+
+    try:
+        checkpointer = PostgresCheckpointer(pool, lease_seconds=4.0)
+        checkpointer.migrate()
+        g = graph("margin", {"left": channel.last_write()}).node("work", work).edge(START, "work").compile()
+        result = run(g, {}, thread_id="margin", checkpointer=checkpointer)
+    finally:
+        pool.closeall()
+    assert "done" == result.status
+    [left] = left_before
+    assert left > 2.0, left
+
+
+# --- the keeper and a connection the caller uses too --------------------------------------------------------
+
+
+class RecordingThreads(psycopg2.extensions.connection):  # type: ignore[misc]
+    """A connection that notes which thread sent each statement."""
+
+    senders: ClassVar[set[int]] = set()
+
+    def cursor(self, *args: Any, **kwargs: Any) -> Any:
+        RecordingThreads.senders.add(threading.get_ident())
+        return super().cursor(*args, **kwargs)
+
+
+@pytest.mark.postgres
+def test_a_callers_single_connection_is_never_written_from_another_thread(postgres_dsn: str) -> None:
+    """A stream on the caller's own psycopg2 connection, read slowly past several renewals: ilmek sends
+    every statement from the thread reading the stream, never from the hold keeper's, so no statement of
+    the caller's (from its own thread) can land inside a transaction ilmek commits."""
+    connection = psycopg2.connect(postgres_dsn, connection_factory=RecordingThreads)
+    RecordingThreads.senders = set()
+    try:
+        checkpointer = PostgresCheckpointer(connection, lease_seconds=0.4)
+        checkpointer.migrate()
+
+        def talk(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+            for n in range(3):
+                ctx.emit(n)
+            return {"n": 1}
+
+        g = graph("talk", {"n": channel.last_write(0)}).node("talk", talk).edge(START, "talk").compile()
+        RecordingThreads.senders = set()
+        for event in stream(g, {}, thread_id="talk", checkpointer=checkpointer):
+            if event.type == "custom":
+                time.sleep(0.3)  # several quarters of the lease
+        assert {threading.get_ident()} == RecordingThreads.senders
+    finally:
+        connection.close()
+
+
+# --- recover() and the pool -------------------------------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_recover_runs_a_stalled_thread_on_a_pool_of_one(postgres_dsn: str) -> None:
+    """recover() continues a stalled thread through a pool of one connection: the run checks the thread is
+    unchanged through its own connection, not a second one."""
+    from ilmek import recover
+
+    calls = Calls()
+
+    def flaky(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        ctx.step("once", calls.hit, "once")
+        calls.hit("attempt")
+        if calls["attempt"] == 1:
+            raise RuntimeError("failed mid-superstep")
+        return {"done": True}
+
+    g = (
+        graph("stall", {"done": channel.last_write(False)})
+        .node("flaky", flaky)
+        .edge(START, "flaky")
+        .compile()
+    )
+    pool = psycopg2.pool.ThreadedConnectionPool(1, 1, postgres_dsn)
+    try:
+        checkpointer = PostgresCheckpointer(pool)
+        checkpointer.migrate()
+        assert "error" == run(g, {}, thread_id="stalled", checkpointer=checkpointer).status
+        [result] = recover(g, checkpointer)
+    finally:
+        pool.closeall()
+    assert ("done", True) == (result.status, result.state["done"])
+    assert {"once": 1, "attempt": 2} == dict(calls)

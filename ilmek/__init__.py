@@ -41,7 +41,16 @@ from .graph import END, START, CompiledGraph, GraphBuilder, graph
 from .host import history, pending_interrupts, thread_state, update_state
 from .operations import recover, request_cancel
 from .spec import from_spec, to_spec
-from .types import Checkpoint, JournalEntry, Pending, Result, ScheduledTask, ThreadError, ThreadInfo
+from .types import (
+    Checkpoint,
+    JournalEntry,
+    Pending,
+    Result,
+    ScheduledTask,
+    ThreadCancel,
+    ThreadError,
+    ThreadInfo,
+)
 
 if TYPE_CHECKING:
     from .checkpoint.memory import InMemoryCheckpointer
@@ -97,6 +106,7 @@ __all__ = [
     "StorageError",
     "StreamPart",
     "ThreadBusyError",
+    "ThreadCancel",
     "ThreadError",
     "ThreadInfo",
     "TransientStorageError",

@@ -234,11 +234,31 @@ class ThreadError:
         node: The node that failed (``None`` when the run failed outside a node).
         checkpoint_id: The checkpoint the failed superstep ran from.
         at: When the run failed (aware, UTC).
+        traceback: Where it was raised: the formatted traceback (cut to its
+            last lines when very long), or ``None`` when it was not kept.
     """
 
     type: str
     message: str
     node: str | None = None
+    checkpoint_id: str | None = None
+    at: _dt.datetime = attrs.field(factory=utc_now)
+    traceback: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ThreadCancel:
+    """How a thread's last run was cancelled, as stored with the thread.
+
+    Attributes:
+        reason: Why, as the canceller said it (``request_cancel``'s ``reason``,
+            or the run's own cancel event's).
+        checkpoint_id: The checkpoint the run stopped at; the thread can be
+            continued from it.
+        at: When the run stopped (aware, UTC).
+    """
+
+    reason: str
     checkpoint_id: str | None = None
     at: _dt.datetime = attrs.field(factory=utc_now)
 
@@ -259,6 +279,10 @@ class ThreadInfo:
         error: Why the last run failed, when ``status`` is ``error``.
         running: Whether a live run holds the thread right now.
         held_since: When that run took the thread.
+        held_by: Which process holds it (``pid N on HOST``), when a live run
+            does and its process said so.
+        cancelled: How the last run was cancelled, when it was (until the
+            thread moves on).
     """
 
     id: str
@@ -271,6 +295,8 @@ class ThreadInfo:
     error: ThreadError | None = None
     running: bool = False
     held_since: _dt.datetime | None = None
+    held_by: str | None = None
+    cancelled: ThreadCancel | None = None
 
 
 @attrs.frozen

@@ -28,6 +28,7 @@ from ..types import (
     Pending,
     Replace,
     ScheduledTask,
+    ThreadCancel,
     ThreadError,
 )
 
@@ -44,6 +45,7 @@ __all__ = [
     "decode_pending",
     "decode_task_journals",
     "decode_thread_error",
+    "decode_thread_outcome",
     "decode_value",
     "dump_plain",
     "encode_chain",
@@ -54,6 +56,7 @@ __all__ = [
     "encode_next",
     "encode_pending",
     "encode_task_journals",
+    "encode_thread_cancel",
     "encode_thread_error",
     "encode_thread_metadata",
     "json_equal",
@@ -383,47 +386,100 @@ def decode_metadata(
     return value
 
 
+#: At most this many characters of a failure's traceback are stored (its last lines: where it was raised).
+MAX_TRACEBACK = 20_000
+
+
 def encode_thread_error(error: ThreadError) -> str:
-    """Why a run failed, as JSON text."""
-    return dump_plain(
+    """Why a run failed, as JSON text (through the serializer: any text is storable, NUL included)."""
+    traceback = error.traceback
+    if traceback is not None and len(traceback) > MAX_TRACEBACK:
+        traceback = "...\n" + traceback[-MAX_TRACEBACK:]
+    return serde.encode(
         {
+            "kind": "error",
             "type": error.type,
             "message": error.message,
             "node": error.node,
             "checkpoint_id": error.checkpoint_id,
             "at": error.at.timestamp(),
-        }
+            "traceback": traceback,
+        },
+        where="the failure record",
+    )
+
+
+def encode_thread_cancel(cancel: ThreadCancel) -> str:
+    """How a run was cancelled, as JSON text (stored where a failure would be)."""
+    return serde.encode(
+        {
+            "kind": "cancelled",
+            "reason": cancel.reason,
+            "checkpoint_id": cancel.checkpoint_id,
+            "at": cancel.at.timestamp(),
+        },
+        where="the cancel record",
+    )
+
+
+def _text_or_none(value: Any) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def decode_thread_outcome(stored: Any, *, thread_id: str) -> ThreadError | ThreadCancel | None:
+    """The last run's failure or cancel stored with a thread (``None``: neither).
+
+    A record written before records had a ``kind`` is a failure.
+
+    Raises:
+        CorruptCheckpointError: the record is not one ilmek writes (a key
+            missing, a value of the wrong type, an impossible time).
+    """
+    if stored is None:
+        return None
+    plain = revive(
+        load_plain(stored, thread_id=thread_id, table="threads"), thread_id=thread_id, table="threads"
+    )
+    if not isinstance(plain, dict):
+        raise corrupt("its stored outcome is malformed", thread_id=thread_id, table="threads")
+    kind = plain.get("kind", "error")
+    at = plain.get("at")
+    if isinstance(at, bool) or not isinstance(at, (int, float)):
+        raise corrupt("its stored outcome has no time", thread_id=thread_id, table="threads")
+    try:
+        moment = _dt.datetime.fromtimestamp(at, _dt.UTC)
+    except (OverflowError, OSError, ValueError) as exc:
+        raise corrupt(
+            "its stored outcome has an impossible time", thread_id=thread_id, table="threads"
+        ) from exc
+    checkpoint_id = plain.get("checkpoint_id")
+    if kind == "cancelled":
+        reason = plain.get("reason")
+        if not isinstance(reason, str) or not _text_or_none(checkpoint_id):
+            raise corrupt("its stored cancel is malformed", thread_id=thread_id, table="threads")
+        return ThreadCancel(reason=reason, checkpoint_id=checkpoint_id, at=moment)
+    fields = [plain.get(name) for name in ("type", "message", "node", "traceback")]
+    if (
+        kind != "error"
+        or not isinstance(fields[0], str)
+        or not isinstance(fields[1], str)
+        or not all(_text_or_none(value) for value in (fields[2], fields[3], checkpoint_id))
+    ):
+        raise corrupt("its stored failure is malformed", thread_id=thread_id, table="threads")
+    return ThreadError(
+        type=fields[0],
+        message=fields[1],
+        node=fields[2],
+        checkpoint_id=checkpoint_id,
+        at=moment,
+        traceback=fields[3],
     )
 
 
 def decode_thread_error(stored: Any, *, thread_id: str) -> ThreadError | None:
-    """The inverse of :func:`encode_thread_error` (``None`` for no stored error)."""
-    if stored is None:
-        return None
-    plain = load_plain(stored, thread_id=thread_id, table="threads")
-    if (
-        not isinstance(plain, dict)
-        or not isinstance(plain.get("type"), str)
-        or not isinstance(plain.get("message"), str)
-        or not isinstance(plain.get("at"), (int, float))
-        or isinstance(plain.get("at"), bool)
-        or not isinstance(plain.get("node"), (str, type(None)))
-        or not isinstance(plain.get("checkpoint_id"), (str, type(None)))
-    ):
-        raise corrupt("its stored failure is malformed", thread_id=thread_id, table="threads")
-    try:
-        at = _dt.datetime.fromtimestamp(plain["at"], _dt.UTC)
-    except (OverflowError, OSError, ValueError) as exc:
-        raise corrupt(
-            "its stored failure has an impossible time", thread_id=thread_id, table="threads"
-        ) from exc
-    return ThreadError(
-        type=plain["type"],
-        message=plain["message"],
-        node=plain["node"],
-        checkpoint_id=plain["checkpoint_id"],
-        at=at,
-    )
+    """The last run's failure stored with a thread (``None``: none, or the record is a cancel)."""
+    outcome = decode_thread_outcome(stored, thread_id=thread_id)
+    return outcome if isinstance(outcome, ThreadError) else None
 
 
 @attrs.frozen

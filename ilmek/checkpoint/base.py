@@ -28,7 +28,15 @@ from typing import Any, Final
 
 from .. import forks
 from ..errors import CheckpointNotFoundError, ConcurrentUpdateError
-from ..types import ChannelChange, Checkpoint, JournalEntry, ThreadError, ThreadInfo, task_id_for
+from ..types import (
+    ChannelChange,
+    Checkpoint,
+    JournalEntry,
+    ThreadCancel,
+    ThreadError,
+    ThreadInfo,
+    task_id_for,
+)
 from .holds import Hold, HoldLostError, LocalHold, busy_error, new_token
 
 __all__ = [
@@ -374,6 +382,14 @@ class Checkpointer(abc.ABC):
         """Store why the run holding ``hold`` failed; the thread then reads ``error``.
 
         The next commit of the thread clears it. The default stores nothing.
+        """
+        self._check_local_hold(hold)
+
+    def record_cancel(self, hold: Hold, cancel: ThreadCancel) -> None:
+        """Store how the run holding ``hold`` was cancelled (``ThreadInfo.cancelled``).
+
+        The thread's status stays what it was; its next commit clears the
+        record. The default stores nothing.
         """
         self._check_local_hold(hold)
 

@@ -53,6 +53,7 @@ __all__ = [
     "Keeper",
     "LocalHold",
     "busy_error",
+    "holder_of",
     "new_token",
 ]
 
@@ -90,9 +91,37 @@ def lost_error(thread_id: str, why: str) -> HoldLostError:
     )
 
 
+_process: tuple[int, str] | None = None
+
+
+def _this_process() -> str:
+    """``PID@HOST`` of this process (again after a fork)."""
+    global _process
+    if _process is None or _process[0] != os.getpid():
+        import socket
+
+        _process = (os.getpid(), f"{os.getpid()}@{socket.gethostname()}")
+    return _process[1]
+
+
 def new_token() -> str:
-    """A hold token no other run, process or machine will make."""
-    return f"{os.getpid()}-{os.urandom(9).hex()}"
+    """A hold token no other run, process or machine will make: ``PID@HOST-RANDOM``.
+
+    The holder's process is part of it, so an operator can tell who holds a thread.
+    """
+    return f"{_this_process()}-{os.urandom(9).hex()}"
+
+
+def holder_of(token: object) -> str | None:
+    """Which process a hold token names, as ``pid N on HOST`` (``None`` for a token of another shape)."""
+    if not isinstance(token, str) or "-" not in token:
+        return None
+    process = token.rsplit("-", 1)[0]
+    pid, _, host = process.partition("@")
+    if not pid.isdigit():
+        return None
+    return f"pid {pid} on {host}" if host else f"pid {pid}"
+
 
 
 class Hold:

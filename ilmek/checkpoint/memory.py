@@ -24,6 +24,7 @@ from ..types import (
     Checkpoint,
     JournalEntry,
     LazyChannels,
+    ThreadCancel,
     ThreadError,
     ThreadInfo,
     split_task_id,
@@ -52,6 +53,7 @@ from .base import (
     missing_parent_error,
     same_channels,
 )
+from .holds import holder_of
 
 __all__ = ["InMemoryCheckpointer"]
 
@@ -80,7 +82,8 @@ class _Thread:
     updated_at: Any
     metadata_text: str = "{}"
     status: str = "done"
-    error: ThreadError | None = None
+    #: The last run's failure or cancel (cleared by the next commit).
+    error: ThreadError | ThreadCancel | None = None
     ids: list[str] = attrs.Factory(list)
     checkpoints: dict[str, _StoredCheckpoint] = attrs.Factory(dict)
     blobs: dict[int, str] = attrs.Factory(dict)
@@ -395,6 +398,14 @@ class InMemoryCheckpointer(Checkpointer):
                 thread.status, thread.error = "error", error
                 thread.updated_at = utc_now()
 
+    def record_cancel(self, hold: Hold, cancel: ThreadCancel) -> None:
+        with self._lock:
+            self._check_local_hold(hold)
+            thread = self._threads.get(hold.thread_id)
+            if thread is not None and thread.ids:
+                thread.error = cancel
+                thread.updated_at = utc_now()
+
     def delete_thread(self, thread_id: str) -> None:
         thread_id = checks.thread_id(thread_id)
         with self._lock:
@@ -559,9 +570,11 @@ def _thread_info(thread_id: str, thread: _Thread, hold: Hold | None) -> ThreadIn
         step=latest.step if latest is not None else 0,
         checkpoint_id=latest.id if latest is not None else None,
         metadata=_records.decode_metadata(thread.metadata_text, thread_id=thread_id, table="threads"),
-        error=thread.error if thread.status == "error" else None,
+        error=thread.error if thread.status == "error" and isinstance(thread.error, ThreadError) else None,
         running=running,
         held_since=_moment(hold.acquired_at) if running and hold is not None else None,
+        held_by=holder_of(hold.token) if running and hold is not None else None,
+        cancelled=thread.error if isinstance(thread.error, ThreadCancel) else None,
     )
 
 

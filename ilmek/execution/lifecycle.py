@@ -202,7 +202,9 @@ class _Driving:
         if not base.next:
             raise _Finished(self._end("done", base, values))
         if setup.cancel.is_set():
-            raise _Finished(self._end("aborted", base, values, abort_reason=self.keeper.abort_reason()))
+            reason = self.keeper.abort_reason()
+            self.position.record_cancel(base, reason)
+            raise _Finished(self._end("aborted", base, values, abort_reason=reason))
         if self.steps_taken >= setup.limit:
             yield self._end("error", base, values)
             raise RecursionLimitError(

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..checkpoint.holds import Hold
 from ..logs import logger
-from ..types import ChannelChange, Checkpoint, JournalEntry, ThreadError, new_checkpoint_id
+from ..types import ChannelChange, Checkpoint, JournalEntry, ThreadCancel, ThreadError, new_checkpoint_id
 from .setup import RunSetup
 
 __all__ = ["ThreadPosition"]
@@ -90,6 +90,8 @@ class ThreadPosition:
         setup = self._setup
         if not setup.can_pause:
             return
+        import traceback
+
         kind = type(error)
         failure = ThreadError(
             type=kind.__qualname__
@@ -98,12 +100,28 @@ class ThreadPosition:
             message=str(error),
             node=node,
             checkpoint_id=base.id if base is not None else None,
+            traceback="".join(traceback.format_exception(error)),
         )
         try:
             setup.checkpointer.record_failure(self._hold, failure)
         except Exception as problem:
             logger("ilmek.run").warning(
                 "could not record the failure of thread %r: %s",
+                setup.thread_id,
+                problem,
+                extra={"thread_id": setup.thread_id},
+            )
+
+    def record_cancel(self, base: Checkpoint, reason: str) -> None:
+        """Store that the run was cancelled, why and where, so the thread says so; never masks the end."""
+        setup = self._setup
+        if not setup.can_pause:
+            return
+        try:
+            setup.checkpointer.record_cancel(self._hold, ThreadCancel(reason=reason, checkpoint_id=base.id))
+        except Exception as problem:
+            logger("ilmek.run").warning(
+                "could not record the cancel of thread %r: %s",
                 setup.thread_id,
                 problem,
                 extra={"thread_id": setup.thread_id},

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 from ...dbapi import Adapter, Session
 from ...errors import InvalidArgumentError
-from ...types import ChannelChange, Checkpoint, JournalEntry, ThreadError, ThreadInfo
+from ...types import ChannelChange, Checkpoint, JournalEntry, ThreadCancel, ThreadError, ThreadInfo
 from ..base import ANY_LATEST, Checkpointer, _AnyLatest
 from ..holds import INHERITED, Hold
 from .holds import HoldRows, SqlHold
@@ -294,6 +294,9 @@ class SqlCheckpointer(Checkpointer):
 
     def record_failure(self, hold: Hold, error: ThreadError) -> None:
         self._journals.record_failure(hold, error)
+
+    def record_cancel(self, hold: Hold, cancel: ThreadCancel) -> None:
+        self._journals.record_cancel(hold, cancel)
 
     def put_journal(self, task_id: str, entries: Sequence[JournalEntry]) -> None:
         self._journals.put_journals({task_id: entries})

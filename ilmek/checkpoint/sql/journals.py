@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ... import checks
 from ...dbapi import Session
 from ...errors import ConcurrentUpdateError
-from ...types import Checkpoint, JournalEntry, ThreadError, split_task_id
+from ...types import Checkpoint, JournalEntry, ThreadCancel, ThreadError, split_task_id
 from .. import _records
 from ..base import concurrent_update_error, journal_view
 from ..holds import Hold
@@ -270,6 +270,18 @@ class Journals:
             )
 
         self._owner.transact(work, what="record the failure", thread_id=hold.thread_id, hold=hold)
+
+    def record_cancel(self, hold: Hold, cancel: ThreadCancel) -> None:
+        """See :meth:`ilmek.checkpoint.base.Checkpointer.record_cancel`."""
+        text = _records.encode_thread_cancel(cancel)
+
+        def work(session: Session) -> None:
+            self._holds.fence(session, hold)
+            session.execute(
+                self._statements.named("record_cancel"), thread_id=hold.thread_id, error=text, now=time.time()
+            )
+
+        self._owner.transact(work, what="record the cancel", thread_id=hold.thread_id, hold=hold)
 
     # --- the port's journals, by task id ----------------------------------------------
 

@@ -12,8 +12,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ...types import Checkpoint, ThreadInfo
+from ...types import Checkpoint, ThreadCancel, ThreadError, ThreadInfo
 from .. import _records
+from ..holds import holder_of
 
 __all__ = ["checkpoint_from_row", "epoch", "moment", "stored_int", "thread_from_row"]
 
@@ -89,6 +90,7 @@ def thread_from_row(row: Sequence[Any]) -> ThreadInfo:
     if status not in ("done", "interrupted", "unfinished", "error"):
         raise _records.corrupt(f"its status {status!r} is unknown", thread_id=thread_id, table="threads")
     held_since = row[8]
+    outcome = _records.decode_thread_outcome(row[7], thread_id=thread_id)
     return ThreadInfo(
         id=thread_id,
         created_at=moment(row[1], thread_id=thread_id, table="threads"),
@@ -97,7 +99,9 @@ def thread_from_row(row: Sequence[Any]) -> ThreadInfo:
         step=stored_int(row[4], thread_id=thread_id, table="threads"),
         checkpoint_id=row[5] if isinstance(row[5], str) else None,
         metadata=_records.decode_metadata(row[6], thread_id=thread_id, table="threads"),
-        error=_records.decode_thread_error(row[7], thread_id=thread_id) if status == "error" else None,
+        error=outcome if status == "error" and isinstance(outcome, ThreadError) else None,
         running=held_since is not None,
         held_since=moment(held_since, thread_id=thread_id, table="holds") if held_since is not None else None,
+        held_by=holder_of(row[9]) if held_since is not None else None,
+        cancelled=outcome if isinstance(outcome, ThreadCancel) else None,
     )

@@ -63,7 +63,7 @@ CHECKPOINT_COLUMNS = (
 
 THREAD_COLUMNS = (
     "t.thread_id, t.created_at, t.updated_at, t.status, t.step, t.checkpoint_id, {jo_t_metadata}, "
-    "{jo_t_error}, h.acquired_at"
+    "{jo_t_error}, h.acquired_at, h.owner"
 )
 """A thread row joined with its live hold, as :func:`~ilmek.checkpoint.sql.rows.thread_from_row` reads it."""
 
@@ -176,6 +176,11 @@ SQL: dict[str, str] = {
     "thread_latest": "SELECT checkpoint_id FROM {p}_threads WHERE thread_id = :thread_id",
     "record_failure": (
         "UPDATE {p}_threads SET status = 'error', error = {ji_error}, updated_at = :now "
+        "WHERE thread_id = :thread_id AND checkpoint_id IS NOT NULL"
+    ),
+    # A cancel leaves the status (the thread still plans its tasks) and says how the run stopped.
+    "record_cancel": (
+        "UPDATE {p}_threads SET error = {ji_error}, updated_at = :now "
         "WHERE thread_id = :thread_id AND checkpoint_id IS NOT NULL"
     ),
     "insert_blob": (

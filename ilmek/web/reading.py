@@ -2,9 +2,10 @@
 
 Reads are bounded so that a page costs the same on a store of a hundred
 threads or a hundred thousand: the threads page asks ``list_threads`` for
-one page and reads the latest checkpoint of the paused threads on that
-page only; a thread page lists at most :data:`TREE_LIMIT` checkpoints
-(their channel values load only for the checkpoint shown and its parent).
+one page and reads the open pauses of the paused threads on that page only
+(each payload a bounded preview, :mod:`ilmek.web.previews`); a thread page
+lists at most :data:`TREE_LIMIT` checkpoints (their channel values load only
+for the checkpoint shown and its parent).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import attrs
 from ..checkpoint.base import Checkpointer
 from ..graph import CompiledGraph
 from ..types import Checkpoint, JournalEntry, Pending, ThreadInfo
+from .previews import latest_pauses
 from .tree import answered_pauses
 
 __all__ = [
@@ -54,7 +56,10 @@ class InboxQuery:
 
 @attrs.frozen(kw_only=True)
 class InboxRow:
-    """One thread on the threads page, with its open pauses if it waits for a person."""
+    """One thread on the threads page, with its open pauses if it waits for a person.
+
+    Each pause's payload is a bounded preview (:func:`ilmek.web.previews.cut`), not the whole value.
+    """
 
     info: ThreadInfo
     pending: tuple[Pending, ...] = ()
@@ -107,9 +112,8 @@ def read_inbox(checkpointer: Checkpointer, query: InboxQuery) -> InboxPage:
     for info in infos[: query.limit]:
         pending: tuple[Pending, ...] = ()
         if info.status == "interrupted":
-            # A listing's channels load lazily: only the pauses are read here.
-            latest = checkpointer.list(info.id, limit=1)
-            pending = latest[0].pending if latest else ()
+            # Only the pauses, and of each payload a bounded preview: never a payload decoded whole.
+            pending = latest_pauses(checkpointer, info.id)
         rows.append(InboxRow(info=info, pending=pending))
     return InboxPage(rows=rows, more=len(infos) > query.limit)
 

@@ -1,0 +1,152 @@
+"""The console against hostile input and forged rows, over real sockets and a real SQLite file.
+
+Deeply nested JSON in an answer or a metadata filter, a pause whose payload
+is a set of integers that all hash alike (or holds what cannot be decoded),
+forged parent links that loop, a lone surrogate in a stored journal chain:
+each page answers with its own message, in bounded time, and nothing is
+logged as a crash.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import pathlib
+import sqlite3
+import time
+from collections.abc import Iterator, Mapping
+
+import pytest
+
+import ilmek
+from ilmek import SqliteCheckpointer
+from tests.support.web_support import THREADS, populate, serving
+
+pytestmark = pytest.mark.timeout(60)
+
+PAUSE = "approve:interrupt#0"
+HASH_MODULUS = 2**61 - 1
+"""Every multiple of it hashes to 0 (a hash-flooding set)."""
+
+
+@pytest.fixture
+def path(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A SQLite file holding the sample threads."""
+    store = SqliteCheckpointer(tmp_path / "console.db")
+    populate(store, hostile=False)
+    store.close()
+    return tmp_path / "console.db"
+
+
+@pytest.fixture
+def store(path: pathlib.Path) -> Iterator[SqliteCheckpointer]:
+    """The sample store, open."""
+    checkpointer = SqliteCheckpointer(path)
+    yield checkpointer
+    checkpointer.close()
+
+
+def request(
+    port: int,
+    method: str,
+    target: str,
+    *,
+    body: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> tuple[int, dict[str, str], str]:
+    """One request over a socket to 127.0.0.1; the status, the headers and the body."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+    try:
+        sent = {"Host": f"127.0.0.1:{port}", **(headers or {})}
+        if body is not None:
+            sent["Content-Type"] = "application/x-www-form-urlencoded"
+        connection.request(method, target, body=body, headers=sent)
+        response = connection.getresponse()
+        return response.status, dict(response.getheaders()), response.read().decode("utf-8")
+    finally:
+        connection.close()
+
+
+def crashes(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What the console logged as a failure of its own."""
+    return [record.getMessage() for record in caplog.records if record.name == "ilmek.web"]
+
+
+def set_latest(path: pathlib.Path, thread_id: str, column: str, value: str) -> str:
+    """Overwrite a column of the thread's latest checkpoint row (a forged row); returns its id."""
+    with sqlite3.connect(path) as connection:
+        (checkpoint_id,) = connection.execute(
+            "SELECT max(checkpoint_id) FROM ilmek_checkpoints WHERE thread_id = ?", (thread_id,)
+        ).fetchone()
+        connection.execute(
+            f"UPDATE ilmek_checkpoints SET {column} = ? WHERE thread_id = ? AND checkpoint_id = ?",
+            (value, thread_id, checkpoint_id),
+        )
+    connection.close()
+    return str(checkpoint_id)
+
+
+def forge_payload(path: pathlib.Path, thread_id: str, payload: object) -> None:
+    """Make the open pause of the thread's latest checkpoint carry ``payload`` (stored JSON, as given)."""
+    with sqlite3.connect(path) as connection:
+        (stored,) = connection.execute(
+            "SELECT pending FROM ilmek_checkpoints WHERE thread_id = ? ORDER BY checkpoint_id DESC LIMIT 1",
+            (thread_id,),
+        ).fetchone()
+    connection.close()
+    pending = json.loads(stored)
+    pending[0]["payload"] = payload
+    set_latest(path, thread_id, "pending", json.dumps(pending))
+
+
+# --- payloads slow to decode -----------------------------------------------------------------
+
+
+def test_the_inbox_lists_a_pause_whose_payload_is_a_hash_flooding_set_at_once(
+    path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 0.5 MB set of 20,000 ints that hash alike in an open pause: the inbox answers in well under a second.
+
+    Today the inbox decoded it whole on every view (3 s); now it reads a bounded
+    preview, which names the damage, and the other rows are as ever.
+    """
+    colliding = {"__ilmek__": "set", "v": [index * HASH_MODULUS for index in range(1, 20_001)]}
+    forge_payload(path, THREADS["waiting"], {"question": "Charge?", "ids": colliding})
+    forge_payload(path, THREADS["second_waiting"], colliding)
+    store = SqliteCheckpointer(path)
+    try:
+        with serving(store) as server:
+            started = time.perf_counter()
+            status, _, page = request(server.server_port, "GET", "/")
+            seconds = time.perf_counter() - started
+        with pytest.raises(ilmek.CorruptCheckpointError, match="share one hash value"):
+            store.get(THREADS["second_waiting"])
+    finally:
+        store.close()
+    assert 200 == status
+    assert seconds < 1.0
+    assert "Charge?" in page
+    assert "cannot be shown" in page
+    assert [] == crashes(caplog)
+
+
+def test_the_inbox_never_decodes_a_payload_whole(path: pathlib.Path) -> None:
+    """A payload whose 10,000th item names an unregistered type: the inbox shows its question all the same.
+
+    Decoding the payload whole would fail (the thread page says so); the inbox
+    decodes only the preview, which never reaches that item.
+    """
+    items = [{"n": index} for index in range(10_000)]
+    items.append({"__ilmek__": "obj", "type": "nowhere.Unregistered", "v": {}})
+    forge_payload(path, THREADS["waiting"], {"items": items, "question": "Ship all 10,001?"})
+    store = SqliteCheckpointer(path)
+    try:
+        with serving(store) as server:
+            status, _, page = request(server.server_port, "GET", "/")
+        with pytest.raises(ilmek.CorruptCheckpointError, match="not registered"):
+            store.get(THREADS["waiting"])
+    finally:
+        store.close()
+    assert 200 == status
+    assert "Ship all 10,001?" in page
+    assert THREADS["second_waiting"] in page

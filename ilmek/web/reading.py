@@ -10,7 +10,6 @@ for the checkpoint shown and its parent).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -19,6 +18,7 @@ import attrs
 from ..checkpoint.base import Checkpointer
 from ..graph import CompiledGraph
 from ..types import Checkpoint, JournalEntry, Pending, ThreadInfo
+from . import json_input
 from .previews import latest_pauses
 from .tree import answered_pauses
 
@@ -81,7 +81,8 @@ def parse_metadata_filter(text: str) -> tuple[str, Any]:
     ``tier="3"`` the text), and as plain text otherwise.
 
     Raises:
-        ValueError: no ``=``, or an empty key.
+        ValueError: no ``=``, an empty key, or a value nested deeper than
+            :data:`ilmek.web.json_input.MAX_DEPTH` levels.
     """
     key, equals, raw = text.partition("=")
     key = key.strip()
@@ -89,7 +90,9 @@ def parse_metadata_filter(text: str) -> tuple[str, Any]:
         raise ValueError(f"a metadata filter is key=value, got {text!r}")
     raw = raw.strip()
     try:
-        value = json.loads(raw)
+        value = json_input.loads(raw)
+    except json_input.TooDeepError as error:
+        raise ValueError(f"the value of the metadata filter {key!r} is not taken: {error}") from None
     except ValueError:
         return key, raw
     if isinstance(value, (list, dict)):

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from ilmek import END, START, Checkpoint, Pending, ScheduledTask, channel, graph
+from ilmek.web import json_input
 from ilmek.web.csrf import WINDOW_SECONDS, Guard, same_origin
 from ilmek.web.diff import ChannelDiff, difference
 from ilmek.web.graph_svg import draw_graph
@@ -189,6 +190,19 @@ def test_metadata_filters_read_json_scalars_and_plain_text() -> None:
     assert ("raw", "[1]") == parse_metadata_filter("raw=[1]")
     with pytest.raises(ValueError, match="key=value"):
         parse_metadata_filter("nothing")
+
+
+def test_json_input_counts_nesting_outside_strings_and_refuses_past_the_limit() -> None:
+    """Brackets inside strings (escaped quotes too) do not count; 101 levels are refused before parsing."""
+    assert 0 == json_input.depth('"[[[[\\"[["')
+    assert 2 == json_input.depth('{"a": [1, "]]]{{{"], "b": "\\"["}')
+    assert [[1]] == json_input.loads("[[1]]")
+    limit = json_input.MAX_DEPTH
+    assert json_input.loads("[" * limit + "]" * limit) is not None
+    with pytest.raises(json_input.TooDeepError, match="nests deeper than 100 levels"):
+        json_input.loads("[" * (limit + 1) + "]" * (limit + 1))
+    with pytest.raises(ValueError, match="nests deeper"):
+        parse_metadata_filter("k=" + "{" * 5000)
 
 
 # --- tokens and origins -----------------------------------------------------------------------

@@ -14,13 +14,14 @@ import json
 import pathlib
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Iterator, Mapping
 
 import pytest
 
 import ilmek
 from ilmek import SqliteCheckpointer
-from tests.support.web_support import THREADS, populate, serving
+from tests.support.web_support import THREADS, graphs, populate, serving
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -97,6 +98,53 @@ def forge_payload(path: pathlib.Path, thread_id: str, payload: object) -> None:
     pending = json.loads(stored)
     pending[0]["payload"] = payload
     set_latest(path, thread_id, "pending", json.dumps(pending))
+
+
+# --- JSON nested too deeply -----------------------------------------------------------------
+
+
+def test_an_answer_nested_a_thousand_levels_is_refused_with_the_pages_message(
+    store: SqliteCheckpointer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 4 kB answer nested 1,000 deep: a 303 to the thread with a note, no RecursionError, no answer."""
+    thread = THREADS["waiting"]
+    deep = "[" * 1000 + "]" * 1000
+    with serving(store, graphs(), allow_actions=True) as server:
+        token = server.console.guard.token("answer", thread)
+        checkpoint = store.get(thread)
+        assert checkpoint is not None
+        query = urllib.parse.urlencode({"id": thread, "checkpoint": checkpoint.id})
+        body = urllib.parse.urlencode({"token": token, "answer.0": deep})
+        assert len(body) < 10_000
+        status, headers, _ = request(server.server_port, "POST", f"/action/answer?{query}", body=body)
+        assert 303 == status
+        status, _, page = request(server.server_port, "GET", headers["Location"])
+    assert 200 == status
+    assert "nests deeper than 100 levels" in page
+    assert "nothing was answered" in page
+    after = store.get(thread)
+    assert after is not None
+    assert checkpoint.id == after.id
+    assert [] == crashes(caplog)
+
+
+def test_a_metadata_filter_nested_five_thousand_levels_gets_the_pages_message(
+    store: SqliteCheckpointer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """meta=k=[[[...]]] 5,000 deep: the threads page says the filter is not taken, no 500, nothing logged."""
+    deep = "[" * 5000 + "]" * 5000
+    with serving(store) as server:
+        query = urllib.parse.urlencode({"meta": f"k={deep}", "status": "all"})
+        status, _, page = request(server.server_port, "GET", f"/?{query}")
+        # Text that merely looks like a deep list stays text, as any other value would.
+        quoted = urllib.parse.urlencode({"meta": 'k="' + "[" * 5000 + '"', "status": "all"})
+        status_text, _, page_text = request(server.server_port, "GET", f"/?{quoted}")
+    assert 200 == status
+    assert "nests deeper than 100 levels" in page
+    assert THREADS["waiting"] in page
+    assert 200 == status_text
+    assert "nests deeper" not in page_text
+    assert [] == crashes(caplog)
 
 
 # --- payloads slow to decode -----------------------------------------------------------------

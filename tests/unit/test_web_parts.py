@@ -313,6 +313,31 @@ def test_a_fork_opens_a_lane_beside_its_branch_and_lanes_are_reused() -> None:
     assert {"a": 0, "b": 0, "c": 0, "d": 1, "e": 1, "f": 0, "g": 0, "h": 1} == lanes
 
 
+def test_forged_parent_links_are_drawn_as_roots_and_marked_damaged() -> None:
+    """A self-parent, a loop and a parent newer than its child: each drawn once, no edge that goes down."""
+    checkpoints = [
+        checkpoint("a", None),
+        checkpoint("b", "b"),
+        checkpoint("c", "d"),
+        checkpoint("d", "c"),
+        checkpoint("e", "a"),
+        checkpoint("f", "a"),
+        checkpoint("a0", "f"),
+    ]
+    nodes = {node.checkpoint.id: node for node in layout(checkpoints)}
+    assert ["a", "a0", "b", "c", "d", "e", "f"] == sorted(nodes)
+    assert "damaged: its parents loop" == nodes["b"].damage
+    assert "damaged: its parents loop" == nodes["c"].damage
+    assert "damaged: its parents loop" == nodes["d"].damage
+    assert "damaged: its parent f is not older" == nodes["a0"].damage
+    assert (None, None) == (nodes["e"].damage, nodes["f"].damage)
+    for node in nodes.values():
+        assert node.parent_row is None or node.parent_row < node.row
+    assert (nodes["c"].row, nodes["c"].lane) == (nodes["d"].parent_row, nodes["d"].parent_lane)
+    svg = draw_tree(checkpoints, Links(""), selected="a", latest="f")
+    assert 4 == svg.count("damaged:")
+
+
 def test_answered_pauses_are_those_a_run_went_on_from_not_those_forked() -> None:
     """A pause with a loop child is answered; a fork's first checkpoint answers nothing."""
     checkpoints = [

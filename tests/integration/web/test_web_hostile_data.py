@@ -198,3 +198,63 @@ def test_the_inbox_never_decodes_a_payload_whole(path: pathlib.Path) -> None:
     assert 200 == status
     assert "Ship all 10,001?" in page
     assert THREADS["second_waiting"] in page
+
+
+# --- forged parents --------------------------------------------------------------------------
+
+
+def _forge(path: pathlib.Path, thread_id: str, forgery: Mapping[int, int | str]) -> list[str]:
+    """Rewrite the thread's checkpoints by position (oldest first): a parent (an int) or the id (a str).
+
+    Returns the ids the thread's checkpoints have afterwards.
+    """
+    with sqlite3.connect(path) as connection:
+        select = "SELECT checkpoint_id FROM ilmek_checkpoints WHERE thread_id = ? ORDER BY checkpoint_id"
+        ids = [row[0] for row in connection.execute(select, (thread_id,))]
+        for position, change in forgery.items():
+            column, value = (
+                ("parent_id", ids[change]) if isinstance(change, int) else ("checkpoint_id", change)
+            )
+            connection.execute(
+                f"UPDATE ilmek_checkpoints SET {column} = ? WHERE thread_id = ? AND checkpoint_id = ?",
+                (value, thread_id, ids[position]),
+            )
+        ids = [row[0] for row in connection.execute(select, (thread_id,))]
+    connection.close()
+    return ids
+
+
+@pytest.mark.parametrize(
+    "forgery",
+    [
+        pytest.param({1: 1}, id="self-parent"),
+        pytest.param({1: 2, 2: 1}, id="two-cycle"),
+        pytest.param({0: 3}, id="loop-through-the-root"),
+        # Its parent (the one before it) is now newer than it, though no loop.
+        pytest.param({2: "0000-renamed"}, id="renamed-checkpoint-id"),
+    ],
+)
+def test_the_thread_page_draws_forged_parent_links_and_marks_them(
+    path: pathlib.Path, forgery: Mapping[int, int | str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A checkpoint its own parent, parents that loop, a parent newer than its child: a 200, not a KeyError.
+
+    Every checkpoint is drawn, the forged ones marked damaged, as ``ilmek history`` does.
+    """
+    thread = THREADS["answered"]
+    ids = _forge(path, thread, forgery)
+    store = SqliteCheckpointer(path)
+    try:
+        with serving(store, graphs()) as server:
+            status, _, page = request(
+                server.server_port, "GET", "/thread?" + urllib.parse.urlencode({"id": thread})
+            )
+    finally:
+        store.close()
+    assert 200 == status, page
+    tree = page[page.index('<svg class="tree"') :]
+    tree = tree[: tree.index("</svg>")]
+    for checkpoint_id in ids:
+        assert f"{checkpoint_id} ·" in tree
+    assert tree.count("damaged") >= len(forgery)
+    assert [] == crashes(caplog)

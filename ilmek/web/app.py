@@ -30,7 +30,7 @@ import attrs
 from ..checkpoint.base import Checkpointer
 from ..errors import InvalidArgumentError
 from ..graph import CompiledGraph
-from ..redact import mask_secrets
+from ..redact import mask_secrets, printable
 from .actions import ACTIONS, Outcome
 from .csrf import Guard, same_origin
 from .html import Markup, tag
@@ -243,7 +243,9 @@ class Console:
     def _html(markup: Markup, status: int = 200) -> _Response:
         return _Response(
             status,
-            markup.encode("utf-8"),
+            # Text was escaped on its way in (a lone surrogate reads \ud800); should any slip
+            # through, it is written as that escape here rather than failing the whole page.
+            markup.encode("utf-8", "backslashreplace"),
             (("Content-Type", "text/html; charset=utf-8"), ("Cache-Control", "no-store")),
         )
 
@@ -268,7 +270,9 @@ class Console:
         return Note(tone, text)
 
     def _note_params(self, outcome: Outcome) -> dict[str, str]:
-        text = outcome.text if len(outcome.text) <= _MAX_NOTE else outcome.text[:_MAX_NOTE] + "…"
+        # Escaped before it is signed: a lone surrogate from a stored value cannot be put in a URL.
+        text = printable(outcome.text, keep_newlines=True)
+        text = text if len(text) <= _MAX_NOTE else text[:_MAX_NOTE] + "…"
         return {"tone": outcome.tone, "note": text, "sig": self.guard.sign(f"{outcome.tone}\0{text}")}
 
     # --- pages ------------------------------------------------------------------------------
@@ -334,9 +338,12 @@ class Console:
         if view is None:
             what = f"Thread {thread_id!r} has no checkpoint"
             raise _Refused(404, "No such thread", what + (f" {checkpoint_id!r}." if checkpoint_id else "."))
-        markup = thread_page(
-            request.links, self.guard, view, actions_on=self.allow_actions, note=self._note(request)
-        )
+        note = self._note(request)
+        if view.problems:
+            # What a damaged row hides is said on every view; an action's outcome goes first.
+            said = "\n\n".join([*([note.text] if note is not None else []), *view.problems])
+            note = Note("error", said)
+        markup = thread_page(request.links, self.guard, view, actions_on=self.allow_actions, note=note)
         return self._html(markup)
 
     # --- actions ----------------------------------------------------------------------------

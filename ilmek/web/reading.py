@@ -16,6 +16,7 @@ from typing import Any, Final
 import attrs
 
 from ..checkpoint.base import Checkpointer
+from ..errors import IlmekError
 from ..graph import CompiledGraph
 from ..types import Checkpoint, JournalEntry, Pending, ThreadInfo
 from . import json_input
@@ -189,6 +190,7 @@ class ThreadView:
             resume that did not finish (it failed), by pause id.
         graph_name: The graph the thread's latest checkpoint names.
         graph: That graph, if the console was given it.
+        problems: What could not be read (damaged rows), for the page to say.
     """
 
     thread_id: str
@@ -203,12 +205,29 @@ class ThreadView:
     recorded: Mapping[str, JournalEntry]
     graph_name: str | None
     graph: CompiledGraph | None
+    problems: tuple[str, ...] = ()
 
 
 def _recorded_answer(journals: Mapping[str, tuple[JournalEntry, ...]], pause: Pending) -> JournalEntry | None:
     """The journal entry holding a pause's answer, while its task's journal keeps it."""
     entries = journals.get(pause.task_key, ())
     return next((entry for entry in entries if entry.key == pause.key and entry.answered), None)
+
+
+def _journals(
+    checkpointer: Checkpointer, checkpoint: Checkpoint, problems: list[str]
+) -> Mapping[str, tuple[JournalEntry, ...]]:
+    """The journals of a checkpoint's tasks; none, and a problem noted, when they cannot be read."""
+    try:
+        return checkpointer.load_journals(checkpoint, [task.task_key for task in checkpoint.next])
+    except (IlmekError, UnicodeError) as error:
+        # A damaged row (a journal chain naming an id no text column can hold, a malformed
+        # entry): the rest of the thread is still worth showing.
+        problems.append(
+            f"The journals of checkpoint {checkpoint.id} could not be read, so its recorded steps "
+            f"and answers are not shown: {type(error).__name__}: {error}"
+        )
+        return {}
 
 
 def read_thread(
@@ -230,7 +249,8 @@ def read_thread(
     truncated = len(listed) > TREE_LIMIT
     listed = listed[:TREE_LIMIT]
     parent = checkpointer.get(thread_id, selected.parent_id) if selected.parent_id else None
-    journals = checkpointer.load_journals(selected, [task.task_key for task in selected.next])
+    problems: list[str] = []
+    journals = _journals(checkpointer, selected, problems)
     answered = answered_pauses(listed)
     pauses = []
     for pause in selected.pending:
@@ -242,11 +262,7 @@ def read_thread(
         else:
             state = "passed"
         pauses.append(PauseView(pause=pause, state=state, answer=entry))
-    latest_journals = (
-        journals
-        if selected.id == latest.id
-        else checkpointer.load_journals(latest, [task.task_key for task in latest.next])
-    )
+    latest_journals = journals if selected.id == latest.id else _journals(checkpointer, latest, problems)
     recorded = {
         pause.id: entry
         for pause in latest.pending
@@ -266,4 +282,5 @@ def read_thread(
         recorded=recorded,
         graph_name=graph_name,
         graph=graph,
+        problems=tuple(problems),
     )

@@ -90,6 +90,13 @@ def test_links_encode_a_mount_point_with_unusual_characters() -> None:
     assert "/my%20console/%22x%22/" == Links('/my console/"x"').threads()
 
 
+def test_a_lone_surrogate_in_a_link_is_written_as_its_escape() -> None:
+    """Text with no UTF-8 form (from a stored value) makes an ASCII link, not a UnicodeEncodeError."""
+    url = Links("").threads({"note": "bad \ud800 text"})
+    assert url.isascii()
+    assert "%5Cud800" in url
+
+
 # --- values -------------------------------------------------------------------------------------
 
 

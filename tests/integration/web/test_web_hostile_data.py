@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import json
 import pathlib
+import re
 import sqlite3
 import time
 import urllib.parse
@@ -257,4 +258,27 @@ def test_the_thread_page_draws_forged_parent_links_and_marks_them(
     for checkpoint_id in ids:
         assert f"{checkpoint_id} ·" in tree
     assert tree.count("damaged") >= len(forgery)
+    assert [] == crashes(caplog)
+
+
+# --- text that cannot be encoded ---------------------------------------------------------------
+
+
+def test_a_lone_surrogate_in_a_stored_journal_chain_leaves_the_thread_page_readable(
+    path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """journal_chain ["\\ud800x"] (a JSON escape SQLite keeps): the page draws, saying what it cannot read."""
+    thread = THREADS["waiting"]
+    set_latest(path, thread, "journal_chain", '["\\ud800x"]')
+    store = SqliteCheckpointer(path)
+    try:
+        with serving(store, graphs(), allow_actions=True) as server:
+            status, _, page = request(
+                server.server_port, "GET", "/thread?" + urllib.parse.urlencode({"id": thread})
+            )
+    finally:
+        store.close()
+    assert 200 == status, page
+    assert "Charge 74.97 EUR?" in page
+    assert re.search(r"journals? .*could not be read", page)
     assert [] == crashes(caplog)

@@ -22,12 +22,28 @@ def _cmd_web(args: argparse.Namespace) -> int:
     with _opened(args) as checkpointer:
         try:
             return serve(
-                checkpointer, graphs, host=args.host, port=args.port, allow_actions=args.allow_actions
+                checkpointer,
+                graphs,
+                host=args.host,
+                port=args.port,
+                allow_actions=args.allow_actions,
+                allowed_hosts=args.allowed_host,
+                insecure_no_login=args.insecure_no_login,
             )
         except OSError as error:
             raise _CommandFailed(
                 f"cannot listen on {_q(args.host)} port {args.port}: {error.strerror or error}"
             ) from error
+
+
+def _host_name(text: str) -> str:
+    """A name the console answers to (``--allowed-host``): a host name or an IP literal, perhaps a port."""
+    # Imported here: only `web` loads the console (and only when it is given this option).
+    from ..web.access import split_host
+
+    if split_host(_text(text)) is None:
+        raise argparse.ArgumentTypeError(f"not a host name: {_q(text)}")
+    return text
 
 
 def add_web_parser(commands: Subcommands) -> None:
@@ -53,5 +69,21 @@ def add_web_parser(commands: Subcommands) -> None:
     web.add_argument(
         "--allow-actions",
         action="store_true",
-        help="show the forms that answer, cancel, recover and delete (no login: keep it on 127.0.0.1)",
+        help="show the forms that answer, cancel, recover and delete (beyond 127.0.0.1 they need the "
+        "login token printed at start)",
+    )
+    web.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        type=_host_name,
+        metavar="NAME",
+        help="another host name the console answers to (repeatable), e.g. console.example.com; it "
+        "answers to --host, its other spellings and localhost, and refuses any other Host (DNS rebinding)",
+    )
+    web.add_argument(
+        "--insecure-no-login",
+        action="store_true",
+        help="listening beyond 127.0.0.1 with --allow-actions, ask for no login: anyone who can reach "
+        "the console can act on every thread",
     )

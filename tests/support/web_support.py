@@ -4,16 +4,24 @@
 the console shows: paused on a question with options, answered, forked,
 failed, finished, stalled, and one whose every stored text is hostile
 markup. ``Client`` calls a WSGI application in-process; ``serving`` runs
-one with ``wsgiref`` on a free port of 127.0.0.1 in a background thread.
+one with ``wsgiref`` on a free port of 127.0.0.1 in a background thread;
+``start_web`` runs ``python -m ilmek web`` in a process of its own and
+``fetch`` reads a page over a real connection.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import os
+import pathlib
+import subprocess
+import sys
 import threading
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 import wsgiref.util
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -335,3 +343,33 @@ def serving(
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+def fetch(url: str, host: str | None = None) -> tuple[int, str]:
+    """GET over a real connection; the status and the body."""
+    request = urllib.request.Request(url, headers={"Host": host} if host else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read().decode("utf-8")
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode("utf-8")
+
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def start_web(*argv: str, home: pathlib.Path) -> tuple[subprocess.Popen[str], str]:
+    """``python -m ilmek web ...`` in a new process; the process and its first line (the URL)."""
+    environment = {**os.environ, "HOME": str(home), "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
+    environment.pop("ILMEK_DB", None)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ilmek", "web", *argv],
+        cwd=REPO_ROOT,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    first = process.stdout.readline()
+    return process, first

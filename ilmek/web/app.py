@@ -70,6 +70,7 @@ _STATUS_TEXT: Final = {
     403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
+    408: "Request Timeout",
     413: "Content Too Large",
     500: "Internal Server Error",
 }
@@ -401,7 +402,13 @@ class Console:
             raise _Refused(400, "Bad request", "The request's length is malformed.") from error
         if length > _MAX_BODY:
             raise _Refused(413, "Too large", "The form is larger than the console accepts.")
-        body = environ["wsgi.input"].read(length) if length > 0 else b""
+        try:
+            body = environ["wsgi.input"].read(length) if length > 0 else b""
+        except OSError as error:
+            # The server's deadline passed (a client sending its form a byte at a time), or it left.
+            raise _Refused(
+                408, "Request timeout", "The form did not arrive in time; nothing was done."
+            ) from error
         content_type = str(environ.get("CONTENT_TYPE") or "").split(";")[0].strip().lower()
         if content_type != "application/x-www-form-urlencoded":
             return {}

@@ -1,20 +1,27 @@
 """Serving the console with the standard library's ``wsgiref`` (``ilmek web``).
 
-One thread per request (a resume runs the graph inside its request, and a
-slow one must not hold up the pages), 127.0.0.1 unless told otherwise. On
-every binding the console answers only to the host names it was started
-with (no DNS trick reaches it), and one that listens beyond this machine
-with its actions on asks for the login token it prints at start
-(:mod:`ilmek.web.access`). The request log escapes what clients send
-(:func:`ilmek.redact.printable`) and never shows a token.
+One thread per connection (a resume runs the graph inside its request, and
+a slow one must not hold up the pages), at most ``max_connections`` at once
+(further ones wait in the listen queue), and a client has
+``request_timeout`` seconds to send its whole request: one that sends half
+a request line, or a byte now and then, loses its connection and its
+thread. 127.0.0.1 unless told otherwise. On every binding the console
+answers only to the host names it was started with (no DNS trick reaches
+it), and one that listens beyond this machine with its actions on asks for
+the login token it prints at start (:mod:`ilmek.web.access`). The request
+log escapes what clients send (:func:`ilmek.redact.printable`) and never
+shows a token.
 """
 
 from __future__ import annotations
 
+import io
 import re
 import socket
 import socketserver
 import sys
+import threading
+import time
 from collections.abc import Iterable, Mapping
 from typing import IO, Any, Final
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
@@ -25,13 +32,60 @@ from ..redact import printable
 from .access import Login, is_loopback, served_names
 from .app import Console
 
-__all__ = ["ConsoleServer", "make_server", "serve"]
+__all__ = ["MAX_CONNECTIONS", "REQUEST_TIMEOUT", "ConsoleServer", "make_server", "serve"]
+
+REQUEST_TIMEOUT: Final = 10.0
+"""Seconds a client has to send its whole request (line, headers and form), and for each write to it."""
+MAX_CONNECTIONS: Final = 32
+"""Connections served at once; more wait for one to end."""
 
 _TOKEN_IN_URL: Final = re.compile(r"(?i)([?&;]token=)[^&;\s]*")
 
 
+class _Deadline(io.RawIOBase):
+    """A connection's reading side that fails once the request has taken too long, however it trickles."""
+
+    def __init__(self, connection: socket.socket, seconds: float) -> None:
+        super().__init__()
+        self._connection = connection
+        self._seconds = seconds
+        self._deadline = time.monotonic() + seconds
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request did not arrive in time")
+        self._connection.settimeout(min(left, self._seconds))
+        try:
+            return self._connection.recv_into(buffer)
+        finally:
+            # Writes keep the whole timeout of their own.
+            self._connection.settimeout(self._seconds)
+
+
 class _Handler(WSGIRequestHandler):
     server: ConsoleServer
+
+    def setup(self) -> None:
+        super().setup()
+        seconds = self.server.request_timeout
+        # For writes; a timeout per recv alone would let a byte every few seconds keep the
+        # connection forever, so reads are held to one deadline for the whole request.
+        self.connection.settimeout(seconds)
+        self.rfile.close()
+        self.rfile = io.BufferedReader(_Deadline(self.connection, seconds))
+
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except TimeoutError:
+            self.close_connection = True
+            self.log_message("%s", "closed: the request did not arrive in time")
+        except ConnectionError:
+            self.close_connection = True
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
         if self.server.quiet:
@@ -41,12 +95,37 @@ class _Handler(WSGIRequestHandler):
 
 
 class ConsoleServer(socketserver.ThreadingMixIn, WSGIServer):
-    """A threaded ``wsgiref`` server; ``url`` is where it listens."""
+    """A threaded ``wsgiref`` server; ``url`` is where it listens.
+
+    Args:
+        server_address: ``(host, port)``.
+        handler: The request handler class.
+        request_timeout: See :data:`REQUEST_TIMEOUT`.
+        max_connections: See :data:`MAX_CONNECTIONS`.
+    """
 
     daemon_threads = True
     allow_reuse_address = True
+    # Connections beyond max_connections wait here, in the kernel, until one ends.
+    request_queue_size = 128
     quiet = False
     console: Console
+
+    def __init__(
+        self,
+        server_address: tuple[str, int],
+        handler: type[WSGIRequestHandler],
+        *,
+        request_timeout: float = REQUEST_TIMEOUT,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
+        if not request_timeout > 0 or max_connections < 1:
+            raise ValueError("request_timeout must be positive and max_connections at least 1")
+        self.request_timeout = float(request_timeout)
+        self.max_connections = max_connections
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self._stopping = threading.Event()
+        super().__init__(server_address, handler)
 
     @property
     def url(self) -> str:
@@ -54,6 +133,30 @@ class ConsoleServer(socketserver.ThreadingMixIn, WSGIServer):
         host = str(self.server_address[0])
         shown = f"[{host}]" if ":" in host else host
         return f"http://{shown}:{self.server_port}/"
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # Waiting here stops accepting: the next connections queue in the kernel
+        # until a served one ends (a stalled one ends at its deadline).
+        while not self._slots.acquire(timeout=0.1):
+            if self._stopping.is_set():
+                self.shutdown_request(request)
+                return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def shutdown(self) -> None:
+        """Stop ``serve_forever`` (from another thread), also while it waits for a free connection."""
+        self._stopping.set()
+        super().shutdown()
 
 
 class _ConsoleServer6(ConsoleServer):
@@ -72,6 +175,8 @@ def make_server(
     allowed_hosts: Iterable[str] = (),
     login: Login | None = None,
     insecure_no_login: bool = False,
+    request_timeout: float = REQUEST_TIMEOUT,
+    max_connections: int = MAX_CONNECTIONS,
 ) -> ConsoleServer:
     """A server bound to ``host:port`` (``0`` picks a free port), not yet serving.
 
@@ -93,13 +198,17 @@ def make_server(
             (``server.console.login.token``) if the console listens beyond
             this machine with its actions on, else none.
         insecure_no_login: Ask for no login even then.
+        request_timeout: Seconds a client has to send its request.
+        max_connections: Connections served at once.
 
     Raises:
         OSError: the address cannot be bound (in use, not this machine's).
         ValueError: a name in ``allowed_hosts`` is not a host name.
     """
     server_class = _ConsoleServer6 if ":" in host else ConsoleServer
-    server = server_class((host, port), _Handler)
+    server = server_class(
+        (host, port), _Handler, request_timeout=request_timeout, max_connections=max_connections
+    )
     try:
         bound = str(server.server_address[0])
         names = served_names(host, bound, allowed_hosts)

@@ -14,12 +14,14 @@ def _cmd_web(args: argparse.Namespace) -> int:
     """Serve the web console until Ctrl-C (``ilmek web``)."""
     # Imported here: the other commands never load the console or the user's graphs.
     from ..loading import load_graphs
-    from ..web.serve import serve
+    from ..web.serve import MAX_CONNECTIONS, serve
 
     if not 0 <= args.port <= 65535:
         raise _CommandFailed(f"--port must be between 0 and 65535, got {args.port}")
     graphs = load_graphs(args.graph)
-    with _opened(args) as checkpointer:
+    # Read-only, it opens a SQLite file so that nothing can be written (nor created or migrated);
+    # on Postgres a pool of its own replaces a connection the server dropped, one per connection served.
+    with _opened(args, read_only=not args.allow_actions, pool_size=MAX_CONNECTIONS) as checkpointer:
         try:
             return serve(
                 checkpointer,

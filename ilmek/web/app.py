@@ -170,7 +170,13 @@ def _number(text: str | None, default: int, low: int, high: int, name: str, prob
 
 
 class Console:
-    """The web console as a WSGI application; see :func:`app`."""
+    """The web console as a WSGI application; see :func:`app`.
+
+    Besides :func:`app`'s arguments: ``page_size``, the threads a page lists,
+    and ``login``, a :class:`~ilmek.web.access.Login` every request must
+    carry (``ilmek web`` gives one when it listens beyond this machine with
+    its actions on).
+    """
 
     def __init__(
         self,

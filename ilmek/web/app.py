@@ -238,11 +238,17 @@ class Console:
         if self.allowed_hosts is not None and not host_allowed(host, self.allowed_hosts):
             # A page on another site that a DNS trick pointed here says so in Host: it learns nothing.
             return _plain(400, "This console does not answer to that host name.")
-        if self.login is None or self.login.authorized(environ):
+        if self.login is None:
             return None
-        query = _parse(_wsgi_text(str(environ.get("QUERY_STRING") or "")))
-        if self.login.matches((query.get("token") or [""])[0]):
-            # Logged in once: a cookie from now on, and the same page without the token in its URL.
+        authorized = self.login.authorized(environ)
+        try:
+            query = _parse(_wsgi_text(str(environ.get("QUERY_STRING") or "")))
+        except _Refused:
+            query = {}
+        offered = query.get("token")
+        if offered is not None and (authorized or self.login.matches(offered[0])):
+            # Logged in: a cookie from now on, and the same page without the token in its URL
+            # (nor in the browser's history).
             path = _wsgi_text(str(environ.get("PATH_INFO") or "")) or "/"
             rest = {name: values for name, values in query.items() if name != "token"}
             location = links.to(urllib.parse.quote(path, safe="/"), rest)
@@ -255,6 +261,8 @@ class Console:
                     ("Cache-Control", "no-store"),
                 ),
             )
+        if authorized:
+            return None
         return _plain(
             401, _LOGIN_NEEDED, (("WWW-Authenticate", 'Basic realm="ilmek console", charset="UTF-8"'),)
         )

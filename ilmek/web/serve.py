@@ -143,7 +143,9 @@ class ConsoleServer(socketserver.ThreadingMixIn, WSGIServer):
                 return
         try:
             super().process_request(request, client_address)
-        except BaseException:
+        except RuntimeError:
+            # The thread could not be started, so it will not free its slot. (Any other
+            # exception, Ctrl-C above all, may come once it runs: then the thread frees it.)
             self._slots.release()
             raise
 

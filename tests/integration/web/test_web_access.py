@@ -233,6 +233,9 @@ def test_a_token_in_the_url_sets_a_strict_cookie_and_leaves_the_url(store: Sqlit
         assert THREADS["waiting"] in body
         assert login.token not in body
         assert 401 == send("127.0.0.1", port, "GET", "/?token=nope", host)[0]
+        # Logged in already, a token in the URL is still taken out of it.
+        status, headers, _ = send("127.0.0.1", port, "GET", "/?token=x&q=a", {**host, "Cookie": pair})
+        assert (303, "/?q=a") == (status, headers["Location"])
         assert 401 == send("127.0.0.1", port, "GET", "/", {**host, "Cookie": pair[:-1] + "0"})[0]
 
 

@@ -32,7 +32,7 @@ from typing import Any, Final
 import attrs
 
 from ..checkpoint.base import Checkpointer
-from ..errors import InvalidArgumentError
+from ..errors import CorruptCheckpointError, InvalidArgumentError
 from ..graph import CompiledGraph
 from ..redact import mask_secrets, printable
 from .access import Login, host_allowed, split_host
@@ -396,6 +396,9 @@ class Console:
             view = read_thread(self.checkpointer, self.graphs, thread_id, checkpoint_id)
         except InvalidArgumentError as error:
             raise _Refused(404, "No such thread", str(error)) from error
+        except CorruptCheckpointError as error:
+            # Damaged (or forged) rows, refused in bounded time: the store's trouble, not the console's.
+            raise _Refused(500, "Damaged thread", f"This thread cannot be shown: {error}") from error
         if view is None:
             what = f"Thread {thread_id!r} has no checkpoint"
             raise _Refused(404, "No such thread", what + (f" {checkpoint_id!r}." if checkpoint_id else "."))

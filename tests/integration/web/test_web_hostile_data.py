@@ -168,6 +168,11 @@ def test_the_inbox_lists_a_pause_whose_payload_is_a_hash_flooding_set_at_once(
             started = time.perf_counter()
             status, _, page = request(server.server_port, "GET", "/")
             seconds = time.perf_counter() - started
+            # Its own page says the thread cannot be shown, at once, as the console's own message.
+            started = time.perf_counter()
+            target = "/thread?" + urllib.parse.urlencode({"id": THREADS["second_waiting"]})
+            thread_status, _, thread_page = request(server.server_port, "GET", target)
+            thread_seconds = time.perf_counter() - started
         with pytest.raises(ilmek.CorruptCheckpointError, match="share one hash value"):
             store.get(THREADS["second_waiting"])
     finally:
@@ -176,6 +181,9 @@ def test_the_inbox_lists_a_pause_whose_payload_is_a_hash_flooding_set_at_once(
     assert seconds < 1.0
     assert "Charge?" in page
     assert "cannot be shown" in page
+    assert (500, True) == (thread_status, "This thread cannot be shown" in thread_page)
+    assert "share one hash value" in thread_page
+    assert thread_seconds < 1.0
     assert [] == crashes(caplog)
 
 

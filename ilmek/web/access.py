@@ -62,7 +62,13 @@ def normal_host(name: str) -> str | None:
 
 
 def split_host(header: str) -> tuple[str, int | None] | None:
-    """A ``Host`` header as ``(name, port)`` (port ``None`` when not given), or ``None`` if malformed."""
+    """A ``Host`` header as ``(name, port)`` (port ``None`` when not given), or ``None`` if malformed.
+
+    A bare IPv6 address (``::1``, as a name is given, never as a browser sends it) is a name too.
+    """
+    if ":" in header and "[" not in header and _ip(header.strip()) is not None:
+        bare = normal_host(header)
+        return None if bare is None else (bare, None)
     found = _HOST.match(header.strip().lower())
     if found is None:
         return None

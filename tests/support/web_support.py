@@ -15,6 +15,8 @@ import contextlib
 import io
 import os
 import pathlib
+import re
+import signal
 import subprocess
 import sys
 import threading
@@ -331,10 +333,10 @@ class Client:
 
 @contextlib.contextmanager
 def serving(
-    checkpointer: Checkpointer, console_graphs: Any = None, **options: Any
+    checkpointer: Checkpointer, console_graphs: Any = None, *, host: str = "127.0.0.1", **options: Any
 ) -> Iterator[ConsoleServer]:
-    """The console served by ``wsgiref`` on a free port of 127.0.0.1, in a background thread."""
-    server = make_server(checkpointer, console_graphs, host="127.0.0.1", port=0, quiet=True, **options)
+    """The console served by ``wsgiref`` on a free port of ``host`` (127.0.0.1), in a background thread."""
+    server = make_server(checkpointer, console_graphs, host=host, port=0, quiet=True, **options)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
@@ -373,3 +375,27 @@ def start_web(*argv: str, home: pathlib.Path) -> tuple[subprocess.Popen[str], st
     assert process.stdout is not None
     first = process.stdout.readline()
     return process, first
+
+
+def stop_web(process: subprocess.Popen[str]) -> tuple[str, str]:
+    """Ctrl-C a running ``ilmek web`` (or collect one that ended, or kill one that hangs); stdout, stderr."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+    try:
+        return process.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate(timeout=10)
+        raise
+
+
+def url_of(first_line: str) -> str:
+    """The URL ``ilmek web`` printed on its first line."""
+    found = re.search(r" on (http://\S+/) \(", first_line)
+    assert found is not None, first_line
+    return found.group(1)
+
+
+def port_of(first_line: str) -> int:
+    """The port ``ilmek web`` printed on its first line."""
+    return int(url_of(first_line).rstrip("/").rsplit(":", 1)[1])

@@ -13,9 +13,8 @@ import contextlib
 import http.client
 import pathlib
 import re
-import signal
 import socket
-import threading
+import subprocess
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -24,7 +23,7 @@ import pytest
 
 from ilmek import SqliteCheckpointer
 from ilmek.web.serve import ConsoleServer, make_server
-from tests.support.web_support import THREADS, graphs, populate, start_web
+from tests.support.web_support import THREADS, graphs, populate, port_of, serving, start_web, stop_web
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -42,19 +41,24 @@ def store(tmp_path: pathlib.Path) -> Iterator[SqliteCheckpointer]:
 
 @contextlib.contextmanager
 def running(store: SqliteCheckpointer, host: str, **options: Any) -> Iterator[ConsoleServer]:
-    """``make_server`` bound to ``host`` on a free port, serving in a thread (a skip if it cannot bind)."""
+    """The sample console bound to ``host``, serving in a thread (a skip if this machine cannot bind it)."""
+    entered = False
     try:
-        server = make_server(store, graphs(), host=host, port=0, quiet=True, **options)
+        with serving(store, graphs(), host=host, **options) as server:
+            entered = True
+            yield server
     except OSError as error:
+        if entered:
+            raise
         pytest.skip(f"cannot bind {host!r} here: {error}")
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+
+
+def web_beyond_loopback(tmp_path: pathlib.Path, *options: str) -> tuple[subprocess.Popen[str], str]:
+    """``ilmek web --host 0.0.0.0 --port 0 OPTIONS`` on an empty store; the process and its first line."""
+    SqliteCheckpointer(tmp_path / "shop.db").close()
+    return start_web(
+        "--db", str(tmp_path / "shop.db"), "--host", "0.0.0.0", "--port", "0", *options, home=tmp_path
+    )
 
 
 def send(
@@ -161,26 +165,14 @@ def test_allowed_host_names_more_and_a_malformed_one_is_refused(store: SqliteChe
 
 def test_ilmek_web_answers_to_allowed_host_and_nothing_else(tmp_path: pathlib.Path) -> None:
     """A real process on 0.0.0.0, --allowed-host console.example: it and 127.0.0.1 pass, evil is a 400."""
-    SqliteCheckpointer(tmp_path / "shop.db").close()
-    process, first = start_web(
-        "--db",
-        str(tmp_path / "shop.db"),
-        "--host",
-        "0.0.0.0",
-        "--port",
-        "0",
-        "--allowed-host",
-        "console.example",
-        home=tmp_path,
-    )
+    process, first = web_beyond_loopback(tmp_path, "--allowed-host", "console.example")
     try:
-        port = int(first.split(" on ", 1)[1].split(" ", 1)[0].rstrip("/").rsplit(":", 1)[1])
+        port = port_of(first)
         assert 200 == send("127.0.0.1", port, "GET", "/", {"Host": f"console.example:{port}"})[0]
         assert 200 == send("127.0.0.1", port, "GET", "/", {"Host": f"127.0.0.1:{port}"})[0]
         assert 400 == send("127.0.0.1", port, "GET", "/", {"Host": f"{EVIL}:{port}"})[0]
     finally:
-        process.send_signal(signal.SIGINT)
-        process.communicate(timeout=10)
+        stop_web(process)
     assert 0 == process.returncode
 
 
@@ -249,41 +241,25 @@ def test_loopback_and_read_only_consoles_ask_for_no_login(store: SqliteCheckpoin
         assert 200 == send("127.0.0.1", server.server_port, "GET", "/", {"Host": "127.0.0.1"})[0]
 
 
-def _port_of(first_line: str) -> int:
-    return int(re.search(r":(\d+)/ \(", first_line).group(1))  # type: ignore[union-attr]
-
-
 def test_ilmek_web_prints_its_login_once_and_never_logs_it(tmp_path: pathlib.Path) -> None:
     """--host 0.0.0.0 --allow-actions: a line with the token, which logs in; the request log hides it."""
-    SqliteCheckpointer(tmp_path / "shop.db").close()
-    process, first = start_web(
-        "--db",
-        str(tmp_path / "shop.db"),
-        "--host",
-        "0.0.0.0",
-        "--port",
-        "0",
-        "--allow-actions",
-        home=tmp_path,
-    )
+    process, first = web_beyond_loopback(tmp_path, "--allow-actions")
     try:
         assert process.stdout is not None
         second = process.stdout.readline()
-        found = re.match(
-            r"login: open (http://\S+/)\?token=(\S+) once .* the password (\S+)$", second.strip()
-        )
+        shape = r"login: open (http://\S+/)\?token=(\S+) once .* the password (\S+)$"
+        found = re.match(shape, second.strip())
         assert found is not None, second
         token = found.group(2)
         assert token == found.group(3)
         assert len(token) >= 32
-        port = _port_of(first)
+        port = port_of(first)
         host = {"Host": f"127.0.0.1:{port}"}
         assert 401 == send("127.0.0.1", port, "GET", "/", host)[0]
         assert 303 == send("127.0.0.1", port, "GET", f"/?token={token}", host)[0]
         assert 200 == send("127.0.0.1", port, "GET", "/", {**host, "Authorization": basic("me", token)})[0]
     finally:
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=10)
+        out, err = stop_web(process)
     assert 0 == process.returncode
     assert "GET /?token=" in err
     assert token not in err
@@ -292,28 +268,16 @@ def test_ilmek_web_prints_its_login_once_and_never_logs_it(tmp_path: pathlib.Pat
 
 def test_ilmek_web_insecure_no_login_serves_actions_without_one_and_says_so(tmp_path: pathlib.Path) -> None:
     """--insecure-no-login: no login line, a warning that anyone can act, the pages without credentials."""
-    SqliteCheckpointer(tmp_path / "shop.db").close()
-    process, first = start_web(
-        "--db",
-        str(tmp_path / "shop.db"),
-        "--host",
-        "0.0.0.0",
-        "--port",
-        "0",
-        "--allow-actions",
-        "--insecure-no-login",
-        home=tmp_path,
-    )
+    process, first = web_beyond_loopback(tmp_path, "--allow-actions", "--insecure-no-login")
     try:
         assert process.stdout is not None
         second = process.stdout.readline()
         assert second.startswith("warning: listening beyond this machine, with no login")
         assert "act on it" in second
-        port = _port_of(first)
+        port = port_of(first)
         assert 200 == send("127.0.0.1", port, "GET", "/", {"Host": f"127.0.0.1:{port}"})[0]
     finally:
-        process.send_signal(signal.SIGINT)
-        process.communicate(timeout=10)
+        stop_web(process)
     assert 0 == process.returncode
 
 

@@ -19,24 +19,17 @@ from typing import Any
 import pytest
 
 from ilmek import InMemoryCheckpointer
-from ilmek.web.serve import ConsoleServer, make_server
-from tests.support.web_support import fetch
+from ilmek.web.serve import ConsoleServer
+from tests.support.web_support import fetch, serving
 
 pytestmark = pytest.mark.timeout(60)
 
 
 @contextlib.contextmanager
 def running(**options: Any) -> Iterator[ConsoleServer]:
-    """``make_server`` on a free port of 127.0.0.1, serving in a background thread."""
-    server = make_server(InMemoryCheckpointer(), port=0, quiet=True, **options)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    """An empty store's console on a free port of 127.0.0.1, serving in a background thread."""
+    with serving(InMemoryCheckpointer(), **options) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 def stalled(port: int, sent: bytes) -> socket.socket:

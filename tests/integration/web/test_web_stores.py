@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import pathlib
-import re
-import signal
 import sqlite3
-import subprocess
 import time
 
 import psycopg2
@@ -21,27 +18,9 @@ import pytest
 
 from ilmek import SqliteCheckpointer
 from ilmek.checkpoint.postgres import PostgresCheckpointer
-from tests.support.web_support import THREADS, fetch, populate, start_web
+from tests.support.web_support import THREADS, fetch, populate, start_web, stop_web, url_of
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def stop(process: subprocess.Popen[str]) -> tuple[str, str]:
-    """Ctrl-C a running ``ilmek web`` (or collect one that ended); its stdout and stderr."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGINT)
-    try:
-        return process.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        return process.communicate(timeout=10)
-
-
-def url_of(first_line: str) -> str:
-    """The URL ``ilmek web`` printed on its first line."""
-    found = re.search(r"on (http://\S+/) \(", first_line)
-    assert found is not None, first_line
-    return found.group(1)
 
 
 def digest(path: pathlib.Path) -> str:
@@ -74,7 +53,7 @@ def test_a_read_only_console_creates_no_tables_in_a_file_without_them(
         connection.close()
     before, kept = digest(path), tables(path)
     process, first = start_web("--db", str(path), "--port", "0", home=tmp_path)
-    out, err = stop(process)
+    out, err = stop_web(process)
     assert 1 == process.returncode, first + out
     assert "no ilmek tables" in err
     assert "creates nothing" in err
@@ -91,7 +70,7 @@ def test_a_read_only_console_refuses_a_store_at_another_schema_version(tmp_path:
     connection.close()
     before = digest(path)
     process, _ = start_web("--db", str(path), "--port", "0", home=tmp_path)
-    _, err = stop(process)
+    _, err = stop_web(process)
     assert 1 == process.returncode
     assert "schema version 1, this ilmek uses version 2: a read-only console changes nothing" in err
     assert before == digest(path)
@@ -114,7 +93,7 @@ def test_a_read_only_console_serves_its_pages_without_writing_the_file(tmp_path:
         assert 200 == status, page
         assert "502 Bad Gateway" in page
     finally:
-        _, err = stop(process)
+        _, err = stop_web(process)
     assert 0 == process.returncode, err
     assert "Traceback" not in err
     assert before == digest(path)
@@ -159,5 +138,5 @@ def test_the_console_reconnects_after_its_postgres_backend_is_terminated(
         assert "Charge 74.97 EUR?" in page
     finally:
         admin.close()
-        _, err = stop(process)
+        _, err = stop_web(process)
     assert 0 == process.returncode, err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import datetime
 import decimal
 import re
@@ -10,6 +11,7 @@ import pytest
 
 from ilmek import END, START, Checkpoint, Pending, ScheduledTask, channel, graph
 from ilmek.web import json_input
+from ilmek.web.access import Login, host_allowed, is_loopback, served_names, split_host
 from ilmek.web.csrf import WINDOW_SECONDS, Guard, same_origin
 from ilmek.web.diff import ChannelDiff, difference
 from ilmek.web.graph_svg import draw_graph
@@ -278,6 +280,54 @@ def test_same_origin_compares_origin_then_referer_with_the_host() -> None:
         {"HTTP_HOST": "internal:80", "HTTP_ORIGIN": "https://admin.example.com"},
         ["https://admin.example.com"],
     )
+
+
+# --- who may reach the console --------------------------------------------------------------------
+
+
+def test_host_headers_are_split_and_compared_in_one_spelling() -> None:
+    """Case, a final dot and IPv6 spellings do not matter; a bad port, user info or spaces are malformed."""
+    assert ("localhost", 8765) == split_host("LocalHost.:8765")
+    assert ("[::1]", None) == split_host("[0:0:0:0:0:0:0:1]")
+    assert ("[::1]", None) == split_host("::1")
+    for malformed in ("", "a b", "evil.example:99999", "user@evil.example", "[::1", "café.example"):
+        assert split_host(malformed) is None, malformed
+    assert host_allowed("console.example:1234", ["console.example"])
+    assert host_allowed("console.example:80", ["console.example:80"])
+    assert not host_allowed("console.example:81", ["console.example:80"])
+    assert not host_allowed("evil.console.example", ["console.example"])
+
+
+def test_served_names_are_the_binding_its_spellings_and_localhost() -> None:
+    """127.1 is also 127.0.0.1; a wildcard binding adds the loopback literals; a foreign name never."""
+    assert {"127.0.0.1", "127.1", "[::1]", "localhost"} == set(served_names("127.1", "127.0.0.1"))
+    assert {"0.0.0.0", "127.0.0.1", "[::1]", "localhost", "ops.example"} == set(
+        served_names("0.0.0.0", "0.0.0.0", ["ops.example"])
+    )
+    assert {"myhost.example", "192.0.2.7", "localhost"} == set(served_names("myhost.example", "192.0.2.7"))
+    assert is_loopback("::ffff:127.0.0.1")
+    assert not is_loopback("0.0.0.0")
+    with pytest.raises(ValueError, match="not a host name"):
+        served_names("127.0.0.1", "127.0.0.1", ["a b"])
+
+
+def test_a_login_takes_basic_auth_with_any_user_or_its_cookie_and_nothing_else() -> None:
+    """The token as Basic password (any user name) or the derived cookie passes; anything else fails."""
+    login = Login("s3cret-token")
+
+    def basic(credentials: str) -> dict[str, str]:
+        return {"HTTP_AUTHORIZATION": "Basic " + base64.b64encode(credentials.encode()).decode()}
+
+    assert login.authorized(basic("anyone:s3cret-token"))
+    assert login.authorized(basic(":s3cret-token"))
+    assert not login.authorized(basic("anyone:s3cret-tokeN"))
+    assert not login.authorized({"HTTP_AUTHORIZATION": "Basic !!!"})
+    assert not login.authorized({})
+    cookie = login.set_cookie("/ops").split(";", 1)[0]
+    assert "s3cret-token" not in cookie
+    assert login.authorized({"HTTP_COOKIE": f"other=1; {cookie}"})
+    assert not login.authorized({"HTTP_COOKIE": cookie[:-1]})
+    assert "Path=/ops; HttpOnly; SameSite=Strict" in login.set_cookie("/ops")
 
 
 # --- the checkpoint tree ------------------------------------------------------------------------

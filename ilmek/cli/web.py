@@ -14,20 +14,38 @@ def _cmd_web(args: argparse.Namespace) -> int:
     """Serve the web console until Ctrl-C (``ilmek web``)."""
     # Imported here: the other commands never load the console or the user's graphs.
     from ..loading import load_graphs
-    from ..web.serve import serve
+    from ..web.serve import MAX_CONNECTIONS, serve
 
     if not 0 <= args.port <= 65535:
         raise _CommandFailed(f"--port must be between 0 and 65535, got {args.port}")
     graphs = load_graphs(args.graph)
-    with _opened(args) as checkpointer:
+    # Read-only, it opens a SQLite file so that nothing can be written (nor created or migrated);
+    # on Postgres a pool of its own replaces a connection the server dropped, one per connection served.
+    with _opened(args, read_only=not args.allow_actions, pool_size=MAX_CONNECTIONS) as checkpointer:
         try:
             return serve(
-                checkpointer, graphs, host=args.host, port=args.port, allow_actions=args.allow_actions
+                checkpointer,
+                graphs,
+                host=args.host,
+                port=args.port,
+                allow_actions=args.allow_actions,
+                allowed_hosts=args.allowed_host,
+                insecure_no_login=args.insecure_no_login,
             )
         except OSError as error:
             raise _CommandFailed(
                 f"cannot listen on {_q(args.host)} port {args.port}: {error.strerror or error}"
             ) from error
+
+
+def _host_name(text: str) -> str:
+    """A name the console answers to (``--allowed-host``): a host name or an IP literal, perhaps a port."""
+    # Imported here: only `web` loads the console (and only when it is given this option).
+    from ..web.access import split_host
+
+    if split_host(_text(text)) is None:
+        raise argparse.ArgumentTypeError(f"not a host name: {_q(text)}")
+    return text
 
 
 def add_web_parser(commands: Subcommands) -> None:
@@ -53,5 +71,21 @@ def add_web_parser(commands: Subcommands) -> None:
     web.add_argument(
         "--allow-actions",
         action="store_true",
-        help="show the forms that answer, cancel, recover and delete (no login: keep it on 127.0.0.1)",
+        help="show the forms that answer, cancel, recover and delete (beyond 127.0.0.1 they need the "
+        "login token printed at start)",
+    )
+    web.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        type=_host_name,
+        metavar="NAME",
+        help="another host name the console answers to (repeatable), e.g. console.example.com; it "
+        "answers to --host, its other spellings and localhost, and refuses any other Host (DNS rebinding)",
+    )
+    web.add_argument(
+        "--insecure-no-login",
+        action="store_true",
+        help="listening beyond 127.0.0.1 with --allow-actions, ask for no login: anyone who can reach "
+        "the console can act on every thread",
     )

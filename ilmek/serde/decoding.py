@@ -10,6 +10,7 @@ the registry's dict.
 
 from __future__ import annotations
 
+import collections
 import datetime as _dt
 import enum
 import json
@@ -200,21 +201,66 @@ def _revive_tuple(obj: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(_expect(obj["v"], list, "'v'"))
 
 
+MAX_KEYS_PER_HASH: Final = 16
+"""The most distinct keys of one stored set or dict that may share a hash value.
+
+Python finds a key by its hash: keys that all share one hash make every
+insert compare with each key before it, so building a set of n of them
+takes n² steps (integers are easy to forge: ``hash(k * (2**61 - 1))`` is 0
+for every ``k``; 20,000 of them took seconds). Distinct keys sharing a full
+hash are vanishingly rare in real data, so a stored set or dict with more
+than this many is refused as malformed before it is built, and decoding
+stays linear in the size of the stored text whatever the keys.
+"""
+
+
+def _check_hashes(keys: list[Any]) -> None:
+    """Refuse keys that would make building their set or dict quadratic (see :data:`MAX_KEYS_PER_HASH`).
+
+    Raises:
+        _Malformed: more than :data:`MAX_KEYS_PER_HASH` distinct keys share a hash.
+        TypeError: a key is not hashable.
+    """
+    hashes = [hash(key) for key in keys]
+    # Hash values are ints that hash to themselves, all different here: this set is built in linear time.
+    if len(set(hashes)) == len(hashes):
+        return
+    crowded = {value for value, count in collections.Counter(hashes).items() if count > MAX_KEYS_PER_HASH}
+    if not crowded:
+        return
+    # Only keys behind a crowded hash are compared, and a group stops growing at the limit, so this
+    # costs at most MAX_KEYS_PER_HASH comparisons per key (equal keys, mere repeats, are found at once).
+    groups: dict[int, set[Any]] = {value: set() for value in crowded}
+    for key, value in zip(keys, hashes, strict=True):
+        group = groups.get(value)
+        if group is not None:
+            group.add(key)
+            if len(group) > MAX_KEYS_PER_HASH:
+                raise _Malformed(
+                    f"more than {MAX_KEYS_PER_HASH} of its keys share one hash value ({_short_repr(key)} "
+                    "among them), which no data ilmek wrote holds: building it would take quadratic time"
+                )
+
+
 def _revive_dict(obj: dict[str, Any]) -> dict[Any, Any]:
-    result: dict[Any, Any] = {}
-    for pair in _expect(obj["v"], list, "'v'"):
+    pairs = _expect(obj["v"], list, "'v'")
+    for pair in pairs:
         if type(pair) is not list or len(pair) != 2:
             raise _Malformed("each entry of 'v' must be a [key, value] list")
-        result[pair[0]] = pair[1]
-    return result
+    _check_hashes([pair[0] for pair in pairs])
+    return dict(pairs)
 
 
 def _revive_set(obj: dict[str, Any]) -> set[Any]:
-    return set(_expect(obj["v"], list, "'v'"))
+    items = _expect(obj["v"], list, "'v'")
+    _check_hashes(items)
+    return set(items)
 
 
 def _revive_frozenset(obj: dict[str, Any]) -> frozenset[Any]:
-    return frozenset(_expect(obj["v"], list, "'v'"))
+    items = _expect(obj["v"], list, "'v'")
+    _check_hashes(items)
+    return frozenset(items)
 
 
 def _revive_str(obj: dict[str, Any]) -> str:

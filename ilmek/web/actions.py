@@ -10,7 +10,6 @@ its end or its next pause, as ``run`` always does.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,6 +22,7 @@ from ..execution.lifecycle import MovedOn
 from ..graph import CompiledGraph
 from ..operations import request_cancel
 from ..types import Result
+from . import json_input
 from .reading import graph_for, held_since, thread_info
 from .values import question_of
 
@@ -74,7 +74,7 @@ def _answers(form: Form, count: int, ids: list[str]) -> dict[str, Any] | str:
         if text is None:
             text = form.get(f"answer.{index}", "null")
         try:
-            answers[ids[index]] = json.loads(text)
+            answers[ids[index]] = json_input.loads(text)
         except ValueError as error:
             return (
                 f"The answer to {ids[index]} is not JSON ({error}); nothing was answered. "

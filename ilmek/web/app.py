@@ -7,6 +7,10 @@ Routes, under wherever the console is mounted (``SCRIPT_NAME``)::
     POST /action/NAME?id=&checkpoint=   answer, fork, cancel, recover, delete
     GET  /static/console.css   the stylesheet
 
+Before anything else, a request must name an allowed host (when the console
+was given ``allowed_hosts``: else a plain 400) and carry the login (when it
+was given one: else a plain 401); see :mod:`ilmek.web.access`.
+
 Every response carries a strict Content-Security-Policy (no inline script or
 style, nothing from another origin), ``nosniff``, ``same-origin`` referrers
 and ``X-Frame-Options: DENY``. A POST is refused (403, nothing written)
@@ -28,9 +32,10 @@ from typing import Any, Final
 import attrs
 
 from ..checkpoint.base import Checkpointer
-from ..errors import InvalidArgumentError
+from ..errors import CorruptCheckpointError, InvalidArgumentError
 from ..graph import CompiledGraph
-from ..redact import mask_secrets
+from ..redact import mask_secrets, printable
+from .access import Login, host_allowed, split_host
 from .actions import ACTIONS, Outcome
 from .csrf import Guard, same_origin
 from .html import Markup, tag
@@ -61,9 +66,11 @@ _STATUS_TEXT: Final = {
     303: "See Other",
     304: "Not Modified",
     400: "Bad Request",
+    401: "Unauthorized",
     403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
+    408: "Request Timeout",
     413: "Content Too Large",
     500: "Internal Server Error",
 }
@@ -122,6 +129,18 @@ def _wsgi_text(value: str) -> str:
     return value.encode("latin-1", "replace").decode("utf-8", "replace")
 
 
+def _plain(status: int, text: str, headers: tuple[tuple[str, str], ...] = ()) -> _Response:
+    """A page of plain text that shows nothing of the store (and needs no layout, links or tokens)."""
+    content = (("Content-Type", "text/plain; charset=utf-8"), ("Cache-Control", "no-store"))
+    return _Response(status, text.encode("utf-8") + b"\n", (*content, *headers))
+
+
+_LOGIN_NEEDED: Final = (
+    "This console needs its login: open the address with ?token= that `ilmek web` printed when it "
+    "started, or sign in with any user name and that token as the password."
+)
+
+
 def _graphs(graphs: CompiledGraph | Mapping[str, CompiledGraph] | None) -> dict[str, CompiledGraph]:
     if graphs is None:
         return {}
@@ -151,7 +170,13 @@ def _number(text: str | None, default: int, low: int, high: int, name: str, prob
 
 
 class Console:
-    """The web console as a WSGI application; see :func:`app`."""
+    """The web console as a WSGI application; see :func:`app`.
+
+    Besides :func:`app`'s arguments: ``page_size``, the threads a page lists,
+    and ``login``, a :class:`~ilmek.web.access.Login` every request must
+    carry (``ilmek web`` gives one when it listens beyond this machine with
+    its actions on).
+    """
 
     def __init__(
         self,
@@ -163,6 +188,7 @@ class Console:
         allowed_hosts: Iterable[str] | None = None,
         trusted_origins: Iterable[str] = (),
         page_size: int = 50,
+        login: Login | None = None,
     ) -> None:
         if not isinstance(checkpointer, Checkpointer):
             raise InvalidArgumentError(
@@ -172,7 +198,12 @@ class Console:
         self.graphs = _graphs(graphs)
         self.allow_actions = bool(allow_actions)
         self.guard = Guard(secret)
-        self.allowed_hosts = None if allowed_hosts is None else frozenset(h.lower() for h in allowed_hosts)
+        self.allowed_hosts = None if allowed_hosts is None else tuple(allowed_hosts)
+        if self.allowed_hosts is not None:
+            malformed = [name for name in self.allowed_hosts if split_host(name) is None]
+            if malformed:
+                raise InvalidArgumentError(f"allowed_hosts holds what is not a host name: {malformed[0]!r}")
+        self.login = login
         self.trusted_origins = tuple(trusted_origins)
         self.page_size = page_size
         self._static: dict[str, tuple[bytes, str]] = {}
@@ -187,7 +218,7 @@ class Console:
         links = Links(_wsgi_text(str(environ.get("SCRIPT_NAME") or "")))
         method = str(environ.get("REQUEST_METHOD") or "GET").upper()
         try:
-            response = self._respond(environ, method, links)
+            response = self._gate(environ, links) or self._respond(environ, method, links)
         except _Refused as refusal:
             response = self._page(links, refusal.status, refusal.title, refusal.message, refusal.headers)
         except Exception as error:
@@ -201,12 +232,42 @@ class Console:
         start_response(f"{response.status} {_STATUS_TEXT.get(response.status, '')}".strip(), headers)
         return [b"" if method == "HEAD" else response.body]
 
+    def _gate(self, environ: Mapping[str, Any], links: Links) -> _Response | None:
+        """The plain refusal of a request to a host name not allowed, or without the login; else ``None``."""
+        host = str(environ.get("HTTP_HOST") or "")
+        if self.allowed_hosts is not None and not host_allowed(host, self.allowed_hosts):
+            # A page on another site that a DNS trick pointed here says so in Host: it learns nothing.
+            return _plain(400, "This console does not answer to that host name.")
+        if self.login is None:
+            return None
+        authorized = self.login.authorized(environ)
+        try:
+            query = _parse(_wsgi_text(str(environ.get("QUERY_STRING") or "")))
+        except _Refused:
+            query = {}
+        offered = query.get("token")
+        if offered is not None and (authorized or self.login.matches(offered[0])):
+            # Logged in: a cookie from now on, and the same page without the token in its URL
+            # (nor in the browser's history).
+            path = _wsgi_text(str(environ.get("PATH_INFO") or "")) or "/"
+            rest = {name: values for name, values in query.items() if name != "token"}
+            location = links.to(urllib.parse.quote(path, safe="/"), rest)
+            return _Response(
+                303,
+                b"",
+                (
+                    ("Location", str(location)),
+                    ("Set-Cookie", self.login.set_cookie(links.base)),
+                    ("Cache-Control", "no-store"),
+                ),
+            )
+        if authorized:
+            return None
+        return _plain(
+            401, _LOGIN_NEEDED, (("WWW-Authenticate", 'Basic realm="ilmek console", charset="UTF-8"'),)
+        )
+
     def _respond(self, environ: Mapping[str, Any], method: str, links: Links) -> _Response:
-        if self.allowed_hosts is not None:
-            host = str(environ.get("HTTP_HOST") or "").lower()
-            if host not in self.allowed_hosts:
-                # A page on another site that a DNS trick pointed at 127.0.0.1 says so in Host.
-                raise _Refused(400, "Bad request", "This console does not answer to that host name.")
         path = _wsgi_text(str(environ.get("PATH_INFO") or "")) or "/"
         request = _Request(
             environ=environ,
@@ -243,7 +304,9 @@ class Console:
     def _html(markup: Markup, status: int = 200) -> _Response:
         return _Response(
             status,
-            markup.encode("utf-8"),
+            # Text was escaped on its way in (a lone surrogate reads \ud800); should any slip
+            # through, it is written as that escape here rather than failing the whole page.
+            markup.encode("utf-8", "backslashreplace"),
             (("Content-Type", "text/html; charset=utf-8"), ("Cache-Control", "no-store")),
         )
 
@@ -268,7 +331,9 @@ class Console:
         return Note(tone, text)
 
     def _note_params(self, outcome: Outcome) -> dict[str, str]:
-        text = outcome.text if len(outcome.text) <= _MAX_NOTE else outcome.text[:_MAX_NOTE] + "…"
+        # Escaped before it is signed: a lone surrogate from a stored value cannot be put in a URL.
+        text = printable(outcome.text, keep_newlines=True)
+        text = text if len(text) <= _MAX_NOTE else text[:_MAX_NOTE] + "…"
         return {"tone": outcome.tone, "note": text, "sig": self.guard.sign(f"{outcome.tone}\0{text}")}
 
     # --- pages ------------------------------------------------------------------------------
@@ -331,12 +396,18 @@ class Console:
             view = read_thread(self.checkpointer, self.graphs, thread_id, checkpoint_id)
         except InvalidArgumentError as error:
             raise _Refused(404, "No such thread", str(error)) from error
+        except CorruptCheckpointError as error:
+            # Damaged (or forged) rows, refused in bounded time: the store's trouble, not the console's.
+            raise _Refused(500, "Damaged thread", f"This thread cannot be shown: {error}") from error
         if view is None:
             what = f"Thread {thread_id!r} has no checkpoint"
             raise _Refused(404, "No such thread", what + (f" {checkpoint_id!r}." if checkpoint_id else "."))
-        markup = thread_page(
-            request.links, self.guard, view, actions_on=self.allow_actions, note=self._note(request)
-        )
+        note = self._note(request)
+        if view.problems:
+            # What a damaged row hides is said on every view; an action's outcome goes first.
+            said = "\n\n".join([*([note.text] if note is not None else []), *view.problems])
+            note = Note("error", said)
+        markup = thread_page(request.links, self.guard, view, actions_on=self.allow_actions, note=note)
         return self._html(markup)
 
     # --- actions ----------------------------------------------------------------------------
@@ -348,7 +419,13 @@ class Console:
             raise _Refused(400, "Bad request", "The request's length is malformed.") from error
         if length > _MAX_BODY:
             raise _Refused(413, "Too large", "The form is larger than the console accepts.")
-        body = environ["wsgi.input"].read(length) if length > 0 else b""
+        try:
+            body = environ["wsgi.input"].read(length) if length > 0 else b""
+        except OSError as error:
+            # The server's deadline passed (a client sending its form a byte at a time), or it left.
+            raise _Refused(
+                408, "Request timeout", "The form did not arrive in time; nothing was done."
+            ) from error
         content_type = str(environ.get("CONTENT_TYPE") or "").split(";")[0].strip().lower()
         if content_type != "application/x-www-form-urlencoded":
             return {}
@@ -402,9 +479,9 @@ def app(
     thread, recover a stalled one and delete threads. A resume or recovery
     runs the graph inside the request, until it finishes or pauses again.
 
-    The console has no logins of its own: mount it behind the host
-    application's authentication. Its forms are protected against
-    cross-site requests (see :mod:`ilmek.web.csrf`).
+    Mounted in a host application, the console has no login of its own:
+    put it behind the host application's authentication. Its forms are
+    protected against cross-site requests (see :mod:`ilmek.web.csrf`).
 
     Args:
         checkpointer: The store to show.
@@ -414,9 +491,13 @@ def app(
         allow_actions: Show and accept the forms that change threads.
         secret: The key of the form tokens; random per process when not given
             (give one to every process behind the same address).
-        allowed_hosts: Answer only requests whose ``Host`` header is one of
-            these (``host:port``); ``None`` accepts any (the host application
-            checks). ``ilmek web`` sets it, against DNS rebinding.
+        allowed_hosts: Answer only requests whose ``Host`` header names one
+            of these: a name (``console.example.com``, ``127.0.0.1``,
+            ``[::1]``; any port) or ``name:port`` (that port only); any other
+            gets a plain 400. ``None`` (the default) accepts any, for a host
+            application that checks ``Host`` itself (Django's
+            ``ALLOWED_HOSTS``). ``ilmek web`` always sets it, against DNS
+            rebinding (:mod:`ilmek.web.access`).
         trusted_origins: More origins whose forms are accepted
             (``https://admin.example.com``), for a proxy that rewrites ``Host``.
 
@@ -424,7 +505,8 @@ def app(
         A WSGI callable.
 
     Raises:
-        InvalidArgumentError: ``checkpointer`` or ``graphs`` is of the wrong kind.
+        InvalidArgumentError: ``checkpointer`` or ``graphs`` is of the wrong kind, or
+            ``allowed_hosts`` holds what is not a host name.
     """
     return Console(
         checkpointer,

@@ -9,8 +9,9 @@ origin when the browser says where they come from (``Origin``, else
 ``Referer``).
 
 This protects a person who is allowed in from being tricked by another
-site. Who is allowed in at all is the host's business: mount the console
-behind your application's login (see the README).
+site. Who is allowed in at all is decided before: by the host names and
+the login of :mod:`ilmek.web.access` under ``ilmek web``, by your
+application's login when the console is mounted in it (see the README).
 """
 
 from __future__ import annotations

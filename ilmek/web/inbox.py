@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 
 from ..types import utc_now
+from . import json_input
 from .html import Markup, tag
 from .layout import STATUS_LABELS, Note, badge, document, note_box, running_badge, when
 from .links import Links
@@ -38,7 +39,7 @@ def _shown(value: object) -> str:
     if not isinstance(value, str):
         return json.dumps(value)
     try:
-        parsed = json.loads(value)
+        parsed = json_input.loads(value)
     except ValueError:
         return value
     # Text that reads as a JSON scalar ("3", "true") is quoted to stay text.

@@ -26,7 +26,8 @@ def _query(params: Params) -> str:
             pairs.append((key, str(value)))
         else:
             pairs.extend((key, item) for item in value)
-    return urllib.parse.urlencode(pairs, quote_via=urllib.parse.quote, safe="")
+    # A lone surrogate (from a stored value) has no UTF-8 form: written as its escape, never a crash.
+    return urllib.parse.urlencode(pairs, quote_via=urllib.parse.quote, safe="", errors="backslashreplace")
 
 
 class Links:

@@ -2,22 +2,25 @@
 
 Reads are bounded so that a page costs the same on a store of a hundred
 threads or a hundred thousand: the threads page asks ``list_threads`` for
-one page and reads the latest checkpoint of the paused threads on that
-page only; a thread page lists at most :data:`TREE_LIMIT` checkpoints
-(their channel values load only for the checkpoint shown and its parent).
+one page and reads the open pauses of the paused threads on that page only
+(each payload a bounded preview, :mod:`ilmek.web.previews`); a thread page
+lists at most :data:`TREE_LIMIT` checkpoints (their channel values load only
+for the checkpoint shown and its parent).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, Final
 
 import attrs
 
 from ..checkpoint.base import Checkpointer
+from ..errors import IlmekError
 from ..graph import CompiledGraph
 from ..types import Checkpoint, JournalEntry, Pending, ThreadInfo
+from . import json_input
+from .previews import latest_pauses
 from .tree import answered_pauses
 
 __all__ = [
@@ -54,7 +57,10 @@ class InboxQuery:
 
 @attrs.frozen(kw_only=True)
 class InboxRow:
-    """One thread on the threads page, with its open pauses if it waits for a person."""
+    """One thread on the threads page, with its open pauses if it waits for a person.
+
+    Each pause's payload is a bounded preview (:func:`ilmek.web.previews.cut`), not the whole value.
+    """
 
     info: ThreadInfo
     pending: tuple[Pending, ...] = ()
@@ -76,7 +82,8 @@ def parse_metadata_filter(text: str) -> tuple[str, Any]:
     ``tier="3"`` the text), and as plain text otherwise.
 
     Raises:
-        ValueError: no ``=``, or an empty key.
+        ValueError: no ``=``, an empty key, or a value nested deeper than
+            :data:`ilmek.web.json_input.MAX_DEPTH` levels.
     """
     key, equals, raw = text.partition("=")
     key = key.strip()
@@ -84,7 +91,9 @@ def parse_metadata_filter(text: str) -> tuple[str, Any]:
         raise ValueError(f"a metadata filter is key=value, got {text!r}")
     raw = raw.strip()
     try:
-        value = json.loads(raw)
+        value = json_input.loads(raw)
+    except json_input.TooDeepError as error:
+        raise ValueError(f"the value of the metadata filter {key!r} is not taken: {error}") from None
     except ValueError:
         return key, raw
     if isinstance(value, (list, dict)):
@@ -107,9 +116,8 @@ def read_inbox(checkpointer: Checkpointer, query: InboxQuery) -> InboxPage:
     for info in infos[: query.limit]:
         pending: tuple[Pending, ...] = ()
         if info.status == "interrupted":
-            # A listing's channels load lazily: only the pauses are read here.
-            latest = checkpointer.list(info.id, limit=1)
-            pending = latest[0].pending if latest else ()
+            # Only the pauses, and of each payload a bounded preview: never a payload decoded whole.
+            pending = latest_pauses(checkpointer, info.id)
         rows.append(InboxRow(info=info, pending=pending))
     return InboxPage(rows=rows, more=len(infos) > query.limit)
 
@@ -182,6 +190,7 @@ class ThreadView:
             resume that did not finish (it failed), by pause id.
         graph_name: The graph the thread's latest checkpoint names.
         graph: That graph, if the console was given it.
+        problems: What could not be read (damaged rows), for the page to say.
     """
 
     thread_id: str
@@ -196,12 +205,29 @@ class ThreadView:
     recorded: Mapping[str, JournalEntry]
     graph_name: str | None
     graph: CompiledGraph | None
+    problems: tuple[str, ...] = ()
 
 
 def _recorded_answer(journals: Mapping[str, tuple[JournalEntry, ...]], pause: Pending) -> JournalEntry | None:
     """The journal entry holding a pause's answer, while its task's journal keeps it."""
     entries = journals.get(pause.task_key, ())
     return next((entry for entry in entries if entry.key == pause.key and entry.answered), None)
+
+
+def _journals(
+    checkpointer: Checkpointer, checkpoint: Checkpoint, problems: list[str]
+) -> Mapping[str, tuple[JournalEntry, ...]]:
+    """The journals of a checkpoint's tasks; none, and a problem noted, when they cannot be read."""
+    try:
+        return checkpointer.load_journals(checkpoint, [task.task_key for task in checkpoint.next])
+    except (IlmekError, UnicodeError) as error:
+        # A damaged row (a journal chain naming an id no text column can hold, a malformed
+        # entry): the rest of the thread is still worth showing.
+        problems.append(
+            f"The journals of checkpoint {checkpoint.id} could not be read, so its recorded steps "
+            f"and answers are not shown: {type(error).__name__}: {error}"
+        )
+        return {}
 
 
 def read_thread(
@@ -223,7 +249,8 @@ def read_thread(
     truncated = len(listed) > TREE_LIMIT
     listed = listed[:TREE_LIMIT]
     parent = checkpointer.get(thread_id, selected.parent_id) if selected.parent_id else None
-    journals = checkpointer.load_journals(selected, [task.task_key for task in selected.next])
+    problems: list[str] = []
+    journals = _journals(checkpointer, selected, problems)
     answered = answered_pauses(listed)
     pauses = []
     for pause in selected.pending:
@@ -235,11 +262,7 @@ def read_thread(
         else:
             state = "passed"
         pauses.append(PauseView(pause=pause, state=state, answer=entry))
-    latest_journals = (
-        journals
-        if selected.id == latest.id
-        else checkpointer.load_journals(latest, [task.task_key for task in latest.next])
-    )
+    latest_journals = journals if selected.id == latest.id else _journals(checkpointer, latest, problems)
     recorded = {
         pause.id: entry
         for pause in latest.pending
@@ -259,4 +282,5 @@ def read_thread(
         recorded=recorded,
         graph_name=graph_name,
         graph=graph,
+        problems=tuple(problems),
     )

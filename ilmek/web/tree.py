@@ -5,6 +5,12 @@ length, and the first child of a checkpoint continues its parent's lane,
 so a thread that never forked is a single straight line and each fork
 opens a lane beside the branch it left. Lanes are reused once a branch
 ends. Every row links to its checkpoint's page.
+
+A damaged store may hold parent links no run writes: a checkpoint that is
+its own parent, parents that loop, a parent newer than its child (an id
+rewritten). Every checkpoint is still drawn once; a link that does not lead
+to an older checkpoint is not followed (the checkpoint starts a branch of
+its own) and the row says ``damaged``, as ``ilmek history`` does.
 """
 
 from __future__ import annotations
@@ -28,13 +34,17 @@ LABEL_WIDTH: Final = 560
 
 @attrs.frozen(kw_only=True)
 class TreeNode:
-    """Where one checkpoint is drawn: its ``row`` (0 is the oldest) and ``lane``."""
+    """Where one checkpoint is drawn: its ``row`` (0 is the oldest) and ``lane``.
+
+    ``damage`` says what is wrong with its parent link, if anything (see the module's docstring).
+    """
 
     checkpoint: Checkpoint
     row: int
     lane: int
     parent_row: int | None
     parent_lane: int | None
+    damage: str | None = None
 
 
 def answered_pauses(checkpoints: Sequence[Checkpoint]) -> set[str]:
@@ -50,25 +60,62 @@ def answered_pauses(checkpoints: Sequence[Checkpoint]) -> set[str]:
     }
 
 
+def _looped(parent_of: dict[str, str]) -> set[str]:
+    """The checkpoints whose parent links, followed, come back to them (a damaged store)."""
+    looped: set[str] = set()
+    done: set[str] = set()
+    for start in parent_of:
+        path: list[str] = []
+        on_path: set[str] = set()
+        node: str | None = start
+        while node is not None and node not in done and node not in on_path:
+            path.append(node)
+            on_path.add(node)
+            node = parent_of.get(node)
+        if node is not None and node in on_path:
+            looped.update(path[path.index(node) :])
+        done.update(path)
+    return looped
+
+
 def layout(checkpoints: Sequence[Checkpoint]) -> list[TreeNode]:
-    """Rows and lanes for ``checkpoints`` (any order; a missing parent makes a root)."""
-    ordered = sorted(checkpoints, key=lambda c: c.id)
+    """Rows and lanes for ``checkpoints`` (any order; a missing parent makes a root).
+
+    A parent link that does not lead to an older listed checkpoint (a loop,
+    a forged id) makes a root too, marked with its ``damage``.
+    """
+    # One row per id: a store cannot hold two, but a forged listing must not draw one twice.
+    ordered = sorted({checkpoint.id: checkpoint for checkpoint in checkpoints}.values(), key=lambda c: c.id)
     row_of = {checkpoint.id: row for row, checkpoint in enumerate(ordered)}
+    listed_parent = {
+        checkpoint.id: parent
+        for checkpoint in ordered
+        if (parent := checkpoint.parent_id) is not None and parent in row_of
+    }
+    looped = _looped(listed_parent)
+    # Only a link to an older row is drawn: each chain then grows upwards, row by row.
+    parent_of = {child: parent for child, parent in listed_parent.items() if row_of[parent] < row_of[child]}
+    damage: dict[str, str] = {}
+    for child, parent in listed_parent.items():
+        if child in looped:
+            damage[child] = "damaged: its parents loop"
+        elif child not in parent_of:
+            damage[child] = f"damaged: its parent {parent} is not older"
     # A branch is a chain: a checkpoint continues its parent's chain when it
     # is the parent's first child, and starts a chain of its own otherwise.
     chain_of: dict[str, int] = {}
     continued: set[str] = set()
     chains: list[tuple[int, int]] = []  # (row it leaves from, last row)
     for checkpoint in ordered:
-        parent = checkpoint.parent_id
+        parent = parent_of.get(checkpoint.id)
         row = row_of[checkpoint.id]
-        if parent is not None and parent in row_of and parent not in continued:
+        if parent is not None and parent not in continued:
             continued.add(parent)
             chain = chain_of[parent]
             chains[chain] = (chains[chain][0], row)
         else:
             chain = len(chains)
-            start = row_of[parent] if parent is not None and parent in row_of else row
+            start = row_of[parent] if parent is not None else row
             chains.append((start, row))
         chain_of[checkpoint.id] = chain
     # Interval colouring: a chain takes the lowest lane free over its rows.
@@ -86,26 +133,29 @@ def layout(checkpoints: Sequence[Checkpoint]) -> list[TreeNode]:
             lane_ends.append(end)
     nodes = []
     for checkpoint in ordered:
-        parent = checkpoint.parent_id
-        known = parent is not None and parent in row_of
+        parent = parent_of.get(checkpoint.id)
         nodes.append(
             TreeNode(
                 checkpoint=checkpoint,
                 row=row_of[checkpoint.id],
                 lane=lane_of_chain[chain_of[checkpoint.id]],
-                parent_row=row_of[parent] if known and parent is not None else None,
-                parent_lane=lane_of_chain[chain_of[parent]] if known and parent is not None else None,
+                parent_row=row_of[parent] if parent is not None else None,
+                parent_lane=lane_of_chain[chain_of[parent]] if parent is not None else None,
+                damage=damage.get(checkpoint.id),
             )
         )
     return nodes
 
 
-def _label(checkpoint: Checkpoint, answered: set[str], latest: str | None, failed_at: str | None) -> Markup:
+def _label(node: TreeNode, answered: set[str], latest: str | None, failed_at: str | None) -> Markup:
+    checkpoint = node.checkpoint
     source = str(checkpoint.metadata.get("source", "?"))
     parts = [
         tag("tspan", {"class": "t-step"}, f"step {checkpoint.step}"),
         tag("tspan", {"class": "t-source", "dx": "10"}, source),
     ]
+    if node.damage is not None:
+        parts.append(tag("tspan", {"class": "t-failed t-damaged", "dx": "10"}, node.damage))
     if checkpoint.pending:
         state = "answered" if checkpoint.id in answered else "waiting"
         ids = ", ".join(pause.id for pause in checkpoint.pending)
@@ -201,7 +251,7 @@ def draw_tree(
                 tag("title", {}, f"{checkpoint.id} · {checkpoint.ts:%Y-%m-%d %H:%M:%S} UTC"),
                 tag("rect", {"class": "hit", "x": 0, "y": cy - ROW // 2, "width": width, "height": ROW}),
                 tag("circle", {"class": " ".join(classes), "cx": x(node.lane), "cy": cy, "r": 6}),
-                tag("text", {"x": label_x, "y": cy + 4}, _label(checkpoint, answered, latest, failed_at)),
+                tag("text", {"x": label_x, "y": cy + 4}, _label(node, answered, latest, failed_at)),
             )
         )
     return tag(

@@ -4,16 +4,26 @@
 the console shows: paused on a question with options, answered, forked,
 failed, finished, stalled, and one whose every stored text is hostile
 markup. ``Client`` calls a WSGI application in-process; ``serving`` runs
-one with ``wsgiref`` on a free port of 127.0.0.1 in a background thread.
+one with ``wsgiref`` on a free port of 127.0.0.1 in a background thread;
+``start_web`` runs ``python -m ilmek web`` in a process of its own and
+``fetch`` reads a page over a real connection.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
 import threading
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 import wsgiref.util
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -323,10 +333,10 @@ class Client:
 
 @contextlib.contextmanager
 def serving(
-    checkpointer: Checkpointer, console_graphs: Any = None, **options: Any
+    checkpointer: Checkpointer, console_graphs: Any = None, *, host: str = "127.0.0.1", **options: Any
 ) -> Iterator[ConsoleServer]:
-    """The console served by ``wsgiref`` on a free port of 127.0.0.1, in a background thread."""
-    server = make_server(checkpointer, console_graphs, host="127.0.0.1", port=0, quiet=True, **options)
+    """The console served by ``wsgiref`` on a free port of ``host`` (127.0.0.1), in a background thread."""
+    server = make_server(checkpointer, console_graphs, host=host, port=0, quiet=True, **options)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
@@ -335,3 +345,57 @@ def serving(
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+def fetch(url: str, host: str | None = None) -> tuple[int, str]:
+    """GET over a real connection; the status and the body."""
+    request = urllib.request.Request(url, headers={"Host": host} if host else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read().decode("utf-8")
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode("utf-8")
+
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def start_web(*argv: str, home: pathlib.Path) -> tuple[subprocess.Popen[str], str]:
+    """``python -m ilmek web ...`` in a new process; the process and its first line (the URL)."""
+    environment = {**os.environ, "HOME": str(home), "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
+    environment.pop("ILMEK_DB", None)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ilmek", "web", *argv],
+        cwd=REPO_ROOT,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    first = process.stdout.readline()
+    return process, first
+
+
+def stop_web(process: subprocess.Popen[str]) -> tuple[str, str]:
+    """Ctrl-C a running ``ilmek web`` (or collect one that ended, or kill one that hangs); stdout, stderr."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+    try:
+        return process.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate(timeout=10)
+        raise
+
+
+def url_of(first_line: str) -> str:
+    """The URL ``ilmek web`` printed on its first line."""
+    found = re.search(r" on (http://\S+/) \(", first_line)
+    assert found is not None, first_line
+    return found.group(1)
+
+
+def port_of(first_line: str) -> int:
+    """The port ``ilmek web`` printed on its first line."""
+    return int(url_of(first_line).rstrip("/").rsplit(":", 1)[1])

@@ -8,14 +8,17 @@ import decimal
 import importlib.util
 import inspect
 import sys
+import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
 
 from ilmek import serde
 from ilmek.errors import SerializationError
+from ilmek.serde.decoding import MAX_KEYS_PER_HASH
 from tests.support.serde_values import STORED, forged, recording_imports
 
 # --------------------------------------------------------------------------- security
@@ -158,3 +161,57 @@ def test_decimal_garbage_is_refused_even_without_the_trap() -> None:
         context.traps[decimal.InvalidOperation] = False
         with pytest.raises(SerializationError):
             serde.decode(forged("decimal", "garbage"))
+
+
+# --------------------------------------------------------------------------- hash flooding
+
+# Every multiple of 2**61 - 1 hashes to 0: a set of them is built in quadratic time.
+_HASH_MODULUS = 2**61 - 1
+
+
+def _colliding(count: int) -> list[int]:
+    """``count`` distinct integers that all share one hash value."""
+    return [index * _HASH_MODULUS for index in range(1, count + 1)]
+
+
+def _timed(work: Any) -> tuple[float, Any]:
+    """Seconds ``work()`` took, and what it returned or raised."""
+    started = time.perf_counter()
+    try:
+        outcome = work()
+    except SerializationError as error:
+        outcome = error
+    return time.perf_counter() - started, outcome
+
+
+@pytest.mark.parametrize("tag", ["set", "frozenset", "dict"])
+def test_keys_that_share_one_hash_are_refused_in_linear_time(tag: str) -> None:
+    """20,000 colliding ints (half a megabyte) are refused at once, not decoded in seconds."""
+    keys = _colliding(20_000)
+    payload = [[key, None] for key in keys] if tag == "dict" else keys
+    text = forged(tag, payload)
+    assert len(text) > 450_000
+    seconds, outcome = _timed(lambda: serde.decode(text))
+    assert isinstance(outcome, SerializationError)
+    assert "share one hash value" in str(outcome)
+    # Today's decoding took 2 s and more (quadratic); the check takes milliseconds.
+    assert seconds < 0.3
+
+
+def test_ordinary_sets_and_dicts_of_the_same_size_still_round_trip() -> None:
+    """20,000 big ints with distinct hashes, in a set, a frozenset and as dict keys, decode as they were."""
+    keys = [10**22 + index for index in range(20_000)]
+    for value in (set(keys), frozenset(keys), dict.fromkeys(keys, "x")):
+        seconds, outcome = _timed(lambda value=value: serde.decode(serde.encode(value)))
+        assert value == outcome
+        assert seconds < 0.3
+
+
+def test_a_few_colliding_keys_and_repeated_keys_still_decode() -> None:
+    """The limit is on distinct keys per hash: 16 colliding keys pass, and so do 20,000 repeats of one."""
+    few = _colliding(MAX_KEYS_PER_HASH)
+    assert set(few) == serde.decode(forged("set", few))
+    assert {-1, -2} == serde.decode(forged("set", [-1, -2]))  # hash(-1) == hash(-2)
+    assert {7} == serde.decode(forged("set", [7] * 20_000))
+    with pytest.raises(SerializationError, match="share one hash value"):
+        serde.decode(forged("set", _colliding(MAX_KEYS_PER_HASH + 1)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import datetime
 import decimal
 import re
@@ -9,6 +10,8 @@ import re
 import pytest
 
 from ilmek import END, START, Checkpoint, Pending, ScheduledTask, channel, graph
+from ilmek.web import json_input
+from ilmek.web.access import Login, host_allowed, is_loopback, served_names, split_host
 from ilmek.web.csrf import WINDOW_SECONDS, Guard, same_origin
 from ilmek.web.diff import ChannelDiff, difference
 from ilmek.web.graph_svg import draw_graph
@@ -87,6 +90,13 @@ def test_links_start_at_the_mount_point_and_encode_ids() -> None:
 def test_links_encode_a_mount_point_with_unusual_characters() -> None:
     """A decoded SCRIPT_NAME with a space or a quote is encoded again, its slashes kept."""
     assert "/my%20console/%22x%22/" == Links('/my console/"x"').threads()
+
+
+def test_a_lone_surrogate_in_a_link_is_written_as_its_escape() -> None:
+    """Text with no UTF-8 form (from a stored value) makes an ASCII link, not a UnicodeEncodeError."""
+    url = Links("").threads({"note": "bad \ud800 text"})
+    assert url.isascii()
+    assert "%5Cud800" in url
 
 
 # --- values -------------------------------------------------------------------------------------
@@ -191,6 +201,19 @@ def test_metadata_filters_read_json_scalars_and_plain_text() -> None:
         parse_metadata_filter("nothing")
 
 
+def test_json_input_counts_nesting_outside_strings_and_refuses_past_the_limit() -> None:
+    """Brackets inside strings (escaped quotes too) do not count; 101 levels are refused before parsing."""
+    assert 0 == json_input.depth('"[[[[\\"[["')
+    assert 2 == json_input.depth('{"a": [1, "]]]{{{"], "b": "\\"["}')
+    assert [[1]] == json_input.loads("[[1]]")
+    limit = json_input.MAX_DEPTH
+    assert json_input.loads("[" * limit + "]" * limit) is not None
+    with pytest.raises(json_input.TooDeepError, match="nests deeper than 100 levels"):
+        json_input.loads("[" * (limit + 1) + "]" * (limit + 1))
+    with pytest.raises(ValueError, match="nests deeper"):
+        parse_metadata_filter("k=" + "{" * 5000)
+
+
 # --- tokens and origins -----------------------------------------------------------------------
 
 
@@ -259,6 +282,54 @@ def test_same_origin_compares_origin_then_referer_with_the_host() -> None:
     )
 
 
+# --- who may reach the console --------------------------------------------------------------------
+
+
+def test_host_headers_are_split_and_compared_in_one_spelling() -> None:
+    """Case, a final dot and IPv6 spellings do not matter; a bad port, user info or spaces are malformed."""
+    assert ("localhost", 8765) == split_host("LocalHost.:8765")
+    assert ("[::1]", None) == split_host("[0:0:0:0:0:0:0:1]")
+    assert ("[::1]", None) == split_host("::1")
+    for malformed in ("", "a b", "evil.example:99999", "user@evil.example", "[::1", "café.example"):
+        assert split_host(malformed) is None, malformed
+    assert host_allowed("console.example:1234", ["console.example"])
+    assert host_allowed("console.example:80", ["console.example:80"])
+    assert not host_allowed("console.example:81", ["console.example:80"])
+    assert not host_allowed("evil.console.example", ["console.example"])
+
+
+def test_served_names_are_the_binding_its_spellings_and_localhost() -> None:
+    """127.1 is also 127.0.0.1; a wildcard binding adds the loopback literals; a foreign name never."""
+    assert {"127.0.0.1", "127.1", "[::1]", "localhost"} == set(served_names("127.1", "127.0.0.1"))
+    assert {"0.0.0.0", "127.0.0.1", "[::1]", "localhost", "ops.example"} == set(
+        served_names("0.0.0.0", "0.0.0.0", ["ops.example"])
+    )
+    assert {"myhost.example", "192.0.2.7", "localhost"} == set(served_names("myhost.example", "192.0.2.7"))
+    assert is_loopback("::ffff:127.0.0.1")
+    assert not is_loopback("0.0.0.0")
+    with pytest.raises(ValueError, match="not a host name"):
+        served_names("127.0.0.1", "127.0.0.1", ["a b"])
+
+
+def test_a_login_takes_basic_auth_with_any_user_or_its_cookie_and_nothing_else() -> None:
+    """The token as Basic password (any user name) or the derived cookie passes; anything else fails."""
+    login = Login("s3cret-token")
+
+    def basic(credentials: str) -> dict[str, str]:
+        return {"HTTP_AUTHORIZATION": "Basic " + base64.b64encode(credentials.encode()).decode()}
+
+    assert login.authorized(basic("anyone:s3cret-token"))
+    assert login.authorized(basic(":s3cret-token"))
+    assert not login.authorized(basic("anyone:s3cret-tokeN"))
+    assert not login.authorized({"HTTP_AUTHORIZATION": "Basic !!!"})
+    assert not login.authorized({})
+    cookie = login.set_cookie("/ops").split(";", 1)[0]
+    assert "s3cret-token" not in cookie
+    assert login.authorized({"HTTP_COOKIE": f"other=1; {cookie}"})
+    assert not login.authorized({"HTTP_COOKIE": cookie[:-1]})
+    assert "Path=/ops; HttpOnly; SameSite=Strict" in login.set_cookie("/ops")
+
+
 # --- the checkpoint tree ------------------------------------------------------------------------
 
 
@@ -297,6 +368,31 @@ def test_a_fork_opens_a_lane_beside_its_branch_and_lanes_are_reused() -> None:
     ]
     lanes = {node.checkpoint.id: node.lane for node in layout(checkpoints)}
     assert {"a": 0, "b": 0, "c": 0, "d": 1, "e": 1, "f": 0, "g": 0, "h": 1} == lanes
+
+
+def test_forged_parent_links_are_drawn_as_roots_and_marked_damaged() -> None:
+    """A self-parent, a loop and a parent newer than its child: each drawn once, no edge that goes down."""
+    checkpoints = [
+        checkpoint("a", None),
+        checkpoint("b", "b"),
+        checkpoint("c", "d"),
+        checkpoint("d", "c"),
+        checkpoint("e", "a"),
+        checkpoint("f", "a"),
+        checkpoint("a0", "f"),
+    ]
+    nodes = {node.checkpoint.id: node for node in layout(checkpoints)}
+    assert ["a", "a0", "b", "c", "d", "e", "f"] == sorted(nodes)
+    assert "damaged: its parents loop" == nodes["b"].damage
+    assert "damaged: its parents loop" == nodes["c"].damage
+    assert "damaged: its parents loop" == nodes["d"].damage
+    assert "damaged: its parent f is not older" == nodes["a0"].damage
+    assert (None, None) == (nodes["e"].damage, nodes["f"].damage)
+    for node in nodes.values():
+        assert node.parent_row is None or node.parent_row < node.row
+    assert (nodes["c"].row, nodes["c"].lane) == (nodes["d"].parent_row, nodes["d"].parent_lane)
+    svg = draw_tree(checkpoints, Links(""), selected="a", latest="f")
+    assert 4 == svg.count("damaged:")
 
 
 def test_answered_pauses_are_those_a_run_went_on_from_not_those_forked() -> None:

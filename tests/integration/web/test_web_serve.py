@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 import zipfile
 from typing import Any
 
@@ -23,21 +22,11 @@ import ilmek
 from ilmek import InMemoryCheckpointer, SqliteCheckpointer
 from ilmek.cli import main
 from tests.support.cli_support import run_module
-from tests.support.web_support import THREADS, populate, serving
+from tests.support.web_support import THREADS, fetch, populate, serving, start_web
 
 pytestmark = pytest.mark.timeout(60)
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
-
-
-def fetch(url: str, host: str | None = None) -> tuple[int, str]:
-    """GET over a real connection; the status and the body."""
-    request = urllib.request.Request(url, headers={"Host": host} if host else {})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, response.read().decode("utf-8")
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode("utf-8")
 
 
 def test_the_server_answers_over_http_on_loopback(tmp_path: pathlib.Path) -> None:
@@ -134,23 +123,6 @@ def test_web_refuses_a_missing_store_a_bad_graph_and_a_bad_port(
     assert "cannot import module 'no_such_module'" in capsys.readouterr().err
     assert 1 == main(["web", "--db", str(tmp_path / "here.db"), "--port", "70000"])
     assert "--port must be between 0 and 65535" in capsys.readouterr().err
-
-
-def start_web(*argv: str, home: pathlib.Path) -> tuple[subprocess.Popen[str], str]:
-    """``python -m ilmek web ...`` in a new process; the process and its first line (the URL)."""
-    environment = {**os.environ, "HOME": str(home), "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
-    environment.pop("ILMEK_DB", None)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "ilmek", "web", *argv],
-        cwd=REPO_ROOT,
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    first = process.stdout.readline()
-    return process, first
 
 
 def test_ilmek_web_serves_the_store_and_stops_cleanly_on_ctrl_c(tmp_path: pathlib.Path) -> None:

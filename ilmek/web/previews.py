@@ -1,0 +1,196 @@
+"""The open pauses the threads page lists, read without decoding their payloads whole.
+
+The inbox shows what each paused thread asks: its first pause's question.
+A payload may be megabytes, or forged to be slow to decode, and the inbox
+is read on every view, so from a SQL store the stored pauses are read as
+JSON text and each payload is cut to a bounded preview *before* anything is
+decoded: at most :data:`PREVIEW_ITEMS` items of each container and
+:data:`PREVIEW_NODES` values in all, :data:`PREVIEW_DEPTH` levels, text cut
+at :data:`PREVIEW_TEXT` characters; a payload's ``question`` is kept first.
+A preview that cannot be decoded reads as a note saying so, and the page
+goes on. Other stores keep payloads in memory and hand them over as they are.
+
+This is the one place the console reads a column of its own: the ``pending``
+column of the thread's latest checkpoint, through the checkpointer's own
+transactions and SQL dialect.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+from .. import serde
+from ..checkpoint.base import Checkpointer
+from ..checkpoint.sql import SqlCheckpointer
+from ..errors import SerializationError
+from ..types import Pending
+
+__all__ = ["PREVIEW_DEPTH", "PREVIEW_ITEMS", "PREVIEW_NODES", "PREVIEW_TEXT", "cut", "latest_pauses"]
+
+PREVIEW_ITEMS: Final = 50
+"""The most items of one list, dict or set a preview keeps (more than a row's line shows)."""
+PREVIEW_NODES: Final = 1000
+"""The most values a preview keeps in all."""
+PREVIEW_DEPTH: Final = 8
+"""How deep a preview goes; deeper containers read as ``…``."""
+PREVIEW_TEXT: Final = 500
+"""The most characters of a text a preview keeps."""
+
+_TAG: Final = "__ilmek__"
+# Tags whose "v" is a list of items (kept in order, cut at PREVIEW_ITEMS).
+_LISTED: Final = frozenset({"tuple", "set", "frozenset", "str", "ustr"})
+_LATEST_PENDING: Final = (
+    "SELECT {jo_pending} FROM {p}_checkpoints WHERE thread_id = :thread_id "
+    "ORDER BY checkpoint_id DESC LIMIT 1"
+)
+
+
+class _Budget:
+    """How many more values a preview may keep."""
+
+    def __init__(self, nodes: int) -> None:
+        self.left = nodes
+
+    def take(self) -> bool:
+        if self.left <= 0:
+            return False
+        self.left -= 1
+        return True
+
+
+def _cut_items(items: list[Any], budget: _Budget, depth: int) -> list[Any]:
+    kept = []
+    for item in items[:PREVIEW_ITEMS]:
+        if not budget.take():
+            break
+        kept.append(_cut(item, budget, depth + 1))
+    return kept
+
+
+def _cut_tagged(value: dict[str, Any], budget: _Budget, depth: int) -> Any:
+    tag, payload = value.get(_TAG), value.get("v")
+    if tag in _LISTED and type(payload) is list:
+        return {**value, "v": _cut_items(payload, budget, depth)}
+    if tag == "dict" and type(payload) is list:
+        pairs = []
+        for pair in payload[:PREVIEW_ITEMS]:
+            if not budget.take():
+                break
+            if type(pair) is list and len(pair) == 2:
+                pair = [_cut(pair[0], budget, depth + 1), _cut(pair[1], budget, depth + 1)]
+            pairs.append(pair)
+        return {**value, "v": pairs}
+    if tag == "obj" and type(payload) is dict and len(payload) <= PREVIEW_ITEMS:
+        # Every field is kept (the class needs them all); their values are cut.
+        return {**value, "v": {key: _cut(item, budget, depth + 1) for key, item in payload.items()}}
+    # A scalar's tag (an int, bytes, a time...), or one this preview does not take apart.
+    return value
+
+
+def cut(plain: Any, budget: int = PREVIEW_NODES) -> Any:
+    """A bounded preview of stored JSON (as parsed, tags not yet decoded), to decode in bounded time.
+
+    Containers keep their first :data:`PREVIEW_ITEMS` items and a preview
+    at most ``budget`` values in all; a dict's ``question`` comes first.
+    Tags keep their shape, so the preview decodes to values of the stored
+    types (a set of its first items, a registered object with its fields).
+    """
+    return _cut(plain, _Budget(budget), 0)
+
+
+def _cut(plain: Any, budget: _Budget, depth: int) -> Any:
+    kind = type(plain)
+    if kind is str:
+        return plain if len(plain) <= PREVIEW_TEXT else plain[:PREVIEW_TEXT] + "…"
+    if kind is not list and kind is not dict:
+        return plain
+    if depth >= PREVIEW_DEPTH:
+        return "…"
+    if kind is list:
+        return _cut_items(plain, budget, depth)
+    if _TAG in plain:
+        return _cut_tagged(plain, budget, depth)
+    keys = list(plain)[:PREVIEW_ITEMS]
+    if "question" in plain and "question" not in keys:
+        keys[-1] = "question"
+    # The question first: it is what the inbox shows, whatever the budget left for the rest.
+    keys.sort(key=lambda key: key != "question")
+    kept: dict[str, Any] = {}
+    for key in keys:
+        if not budget.take():
+            break
+        kept[key] = _cut(plain[key], budget, depth + 1)
+    return kept
+
+
+def _unreadable(why: str) -> str:
+    return f"(cannot be shown: {why})"
+
+
+def _preview_pauses(stored: Any) -> tuple[Pending, ...]:
+    """The pauses of a stored ``pending`` column, each payload a decoded preview."""
+    if isinstance(stored, (bytes, bytearray, memoryview)):
+        stored = bytes(stored).decode("utf-8", "replace")
+    try:
+        # Parsing is linear and runs in C; it is the decoding of tags that a payload can make slow.
+        plain = json.loads(stored) if isinstance(stored, str) else stored
+    except (ValueError, RecursionError):
+        plain = None
+    if not isinstance(plain, list):
+        problem = _unreadable("the stored pauses are malformed")
+        return (Pending(id="?", task_id="?", node="?", key="?", payload=problem),)
+    return tuple(
+        Pending(
+            id=_name(item.get("id")),
+            task_id=_name(item.get("task_id")),
+            node=_name(item.get("node")),
+            key=_name(item.get("key")),
+            payload=_preview_payload(item.get("payload")),
+        )
+        for item in plain[:PREVIEW_ITEMS]
+        if isinstance(item, dict)
+    )
+
+
+def _name(plain: Any) -> str:
+    """A pause's id, node or key (text, perhaps tagged for a NUL), or ``?``."""
+    try:
+        value = serde.from_jsonable(cut(plain))
+    except SerializationError:
+        return "?"
+    return value if isinstance(value, str) and value else "?"
+
+
+def _preview_payload(plain: Any) -> Any:
+    """A payload's preview, decoded; if some part of it cannot be, its question alone, or a note."""
+    try:
+        return serde.from_jsonable(cut(plain))
+    except SerializationError as error:
+        problem = _unreadable(str(error))
+    if type(plain) is dict and _TAG not in plain and "question" in plain:
+        try:
+            return {"question": serde.from_jsonable(cut(plain["question"]))}
+        except SerializationError:
+            pass
+    return problem
+
+
+def latest_pauses(checkpointer: Checkpointer, thread_id: str) -> tuple[Pending, ...]:
+    """The open pauses of the thread's latest checkpoint, payloads as bounded previews.
+
+    Raises:
+        StorageError: the store could not be read.
+    """
+    if not isinstance(checkpointer, SqlCheckpointer):
+        # In memory (or a store of the caller's): the payloads are there already, whole.
+        latest = checkpointer.list(thread_id, limit=1)
+        return latest[0].pending if latest else ()
+    statement = checkpointer.statements.built(_LATEST_PENDING)
+    rows = checkpointer.transact(
+        lambda session: session.query(statement, thread_id=thread_id),
+        what="read a thread's open pauses",
+        thread_id=thread_id,
+        write=False,
+    )
+    return _preview_pauses(rows[0][0]) if rows else ()

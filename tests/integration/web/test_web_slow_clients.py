@@ -1,0 +1,134 @@
+"""Slow and stalled clients against the real server: they lose their connection, and cannot take them all.
+
+Each test runs ``make_server`` on a free port of 127.0.0.1 with a short
+``request_timeout``, holds connections open from raw sockets (half a request
+line, a byte at a time, a form that never arrives) and checks that other
+clients are served meanwhile, that the stalled ones are closed at the
+deadline, and that no more than ``max_connections`` server threads exist.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ilmek import InMemoryCheckpointer
+from ilmek.web.serve import ConsoleServer
+from tests.support.web_support import fetch, serving
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@contextlib.contextmanager
+def running(**options: Any) -> Iterator[ConsoleServer]:
+    """An empty store's console on a free port of 127.0.0.1, serving in a background thread."""
+    with serving(InMemoryCheckpointer(), **options) as server:
+        yield server
+
+
+def stalled(port: int, sent: bytes) -> socket.socket:
+    """A connection that sent ``sent`` and then nothing."""
+    connection = socket.create_connection(("127.0.0.1", port), timeout=10)
+    connection.sendall(sent)
+    return connection
+
+
+def closed_within(connection: socket.socket, seconds: float) -> float | None:
+    """How long until the server closed ``connection`` (its response read and dropped), or None."""
+    started = time.monotonic()
+    connection.settimeout(seconds)
+    try:
+        while connection.recv(65536):
+            pass
+    except TimeoutError:
+        return None
+    except ConnectionResetError:
+        pass
+    return time.monotonic() - started
+
+
+def serving_threads() -> int:
+    """How many threads are serving a connection of some console server now."""
+    return sum(1 for thread in threading.enumerate() if "process_request_thread" in thread.name)
+
+
+def test_half_a_request_line_loses_its_connection_while_others_are_served() -> None:
+    """A client that sent "GET /thr" and stopped is closed at the deadline; meanwhile pages are served."""
+    with running(request_timeout=1.0) as server:
+        with stalled(server.server_port, b"GET /thr") as connection:
+            time.sleep(0.2)
+            started = time.monotonic()
+            assert 200 == fetch(server.url)[0]
+            assert time.monotonic() - started < 0.9
+            waited = closed_within(connection, 8)
+        assert waited is not None, "the stalled connection was never closed"
+        assert waited < 3
+
+
+def test_a_request_sent_a_byte_at_a_time_is_cut_off_at_the_deadline() -> None:
+    """One byte every 0.2 s keeps each read short, but the whole request has one deadline (1 s)."""
+    with running(request_timeout=1.0) as server:
+        connection = socket.create_connection(("127.0.0.1", server.server_port), timeout=10)
+        with connection:
+            started = time.monotonic()
+            request = b"GET / HTTP/1.0\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 200
+            cut_off = None
+            for byte in request:
+                try:
+                    connection.sendall(bytes([byte]))
+                except (BrokenPipeError, ConnectionResetError):
+                    cut_off = time.monotonic() - started
+                    break
+                connection.settimeout(0.2)
+                try:
+                    if connection.recv(65536) == b"":
+                        cut_off = time.monotonic() - started
+                        break
+                except TimeoutError:
+                    pass
+        assert cut_off is not None, "a trickling client kept its connection"
+        assert cut_off < 4
+
+
+def test_a_form_that_never_arrives_gets_a_408_and_nothing_logged_as_a_crash(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A POST whose body stops halfway: 408 at the deadline, not a 500 with a traceback."""
+    with running(request_timeout=1.0, allow_actions=True) as server:
+        head = (
+            b"POST /action/delete?id=x HTTP/1.0\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\ntoken="
+        )
+        with stalled(server.server_port, head) as connection:
+            connection.settimeout(8)
+            answer = b""
+            with contextlib.suppress(ConnectionResetError):
+                while chunk := connection.recv(65536):
+                    answer += chunk
+    assert answer.startswith(b"HTTP/1.0 408 "), answer[:80]
+    assert [] == [record for record in caplog.records if record.name == "ilmek.web"]
+
+
+def test_stalled_clients_take_at_most_max_connections_threads_and_others_are_served_after() -> None:
+    """Six stalled clients against max_connections=2: two threads serve them; a page is still served."""
+    with running(request_timeout=1.0, max_connections=2) as server:
+        before = serving_threads()
+        connections = [stalled(server.server_port, b"GET / HT") for _ in range(6)]
+        try:
+            time.sleep(0.5)
+            assert serving_threads() - before <= 2
+            started = time.monotonic()
+            status, _ = fetch(server.url)
+            assert 200 == status
+            # It waited for the stalled ones ahead of it to time out, two at a time, not forever.
+            assert time.monotonic() - started < 9
+            assert serving_threads() - before <= 2
+        finally:
+            for connection in connections:
+                connection.close()

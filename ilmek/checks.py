@@ -121,11 +121,22 @@ def _shown(value: str) -> str:
     return repr(shown)
 
 
+#: Words people use for a thread waiting for an answer, all meaning the status ``interrupted``.
+STATUS_ALIASES = {"paused": "interrupted", "waiting": "interrupted"}
+
+
 def thread_status(value: Any, name: str = "status") -> str | None:
-    """``None``, a thread status, or ``running`` (held by a live run now)."""
+    """``None``, a thread status, or ``running`` (held by a live run now).
+
+    ``paused`` and ``waiting`` are accepted for ``interrupted``.
+    """
     if value is None:
         return None
     allowed = (*THREAD_STATUSES, "running")
+    if isinstance(value, str):
+        value = STATUS_ALIASES.get(value, value)
     if not isinstance(value, str) or value not in allowed:
-        raise InvalidArgumentError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+        raise InvalidArgumentError(
+            f"{name} must be one of {', '.join(allowed)} (paused and waiting mean interrupted), got {value!r}"
+        )
     return str.__str__(value)

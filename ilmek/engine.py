@@ -75,6 +75,7 @@ def stream(
     meta: Mapping[str, Any] | None = None,
     cancel: threading.Event | None = None,
     max_workers: int | None = None,
+    expect_checkpoint_id: str | None = None,
 ) -> Iterator[Event]:
     """Run a graph and yield its events as they happen; see :func:`run`.
 
@@ -91,6 +92,7 @@ def stream(
         meta=meta,
         cancel=cancel,
         max_workers=max_workers,
+        expect_checkpoint_id=expect_checkpoint_id,
     )
     return Run(graph, Start(input), options).events()
 
@@ -107,6 +109,7 @@ def run(
     meta: Mapping[str, Any] | None = None,
     cancel: threading.Event | None = None,
     max_workers: int | None = None,
+    expect_checkpoint_id: str | None = None,
 ) -> Result:
     """Run a graph on a thread until it finishes, pauses, fails or is cancelled.
 
@@ -130,6 +133,8 @@ def run(
         cancel: A ``threading.Event``; once set, the run stops at the next
             superstep boundary with status ``aborted``.
         max_workers: Threads for a superstep's tasks.
+        expect_checkpoint_id: Run only while the thread's latest checkpoint is
+            this one (the one the caller saw); else a :class:`ResumeError`.
 
     Returns:
         The :class:`Result`. A node's failure is ``status="error"``, never raised.
@@ -153,6 +158,7 @@ def run(
         meta=meta,
         cancel=cancel,
         max_workers=max_workers,
+        expect_checkpoint_id=expect_checkpoint_id,
     )
     return collect_result(graph, Run(graph, Start(input), options))
 
@@ -164,6 +170,12 @@ def resume_run(graph: CompiledGraph, answers: Any, keyed: bool, options: Mapping
 
 def resume(graph: CompiledGraph, answer: Any, **options: Any) -> Result:
     """Answer the thread's one open pause and run on; options as for :func:`run`.
+
+    Pass ``expect_checkpoint_id=`` the paused run's ``Result.checkpoint_id``
+    (the pause the caller saw) to be sure the answer goes to that pause: a
+    second answer to it (a double click) is refused instead of answering a
+    later pause. Without it, a resume answers the pause it first read, and
+    refuses if another resume answered that pause meanwhile.
 
     Raises:
         ResumeError: the thread is not paused, or has more than one open pause

@@ -123,7 +123,6 @@ def holder_of(token: object) -> str | None:
     return f"pid {pid} on {host}" if host else f"pid {pid}"
 
 
-
 class Hold:
     """One run's hold on one thread.
 

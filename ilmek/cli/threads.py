@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 
 from ..checkpoint.base import Checkpointer
+from ..checks import STATUS_ALIASES
 from ..redact import printable
 from ..types import Checkpoint, JournalEntry, Pending, ThreadError, ThreadInfo
 from .arguments import _MOMENT_HELP, _THREAD_HELP, Subcommands, _json_option, _moment, _positive, _text
@@ -121,7 +122,11 @@ def _cmd_threads(args: argparse.Namespace) -> int:
 def add_threads_parser(commands: Subcommands) -> None:
     """Add ``threads``, which lists a store's threads, to the commands."""
     threads = commands.add("threads", _cmd_threads, "List threads, most recently updated first.")
-    threads.add_argument("--status", choices=_THREAD_STATUSES, help="only threads in this status")
+    threads.add_argument(
+        "--status",
+        choices=(*_THREAD_STATUSES, *STATUS_ALIASES),
+        help="only threads in this status (paused and waiting mean interrupted)",
+    )
     threads.add_argument("--search", type=_text, metavar="TEXT", help="only threads whose id contains TEXT")
     threads.add_argument("--limit", type=_positive, default=50, metavar="N", help="at most N (default: 50)")
     threads.add_argument(

@@ -48,10 +48,18 @@ def answers_by_id(setup: RunSetup, resume: Resume, base: Checkpoint) -> dict[str
             )
         missing = [p.id for p in pending if p.id not in answers]
         if missing:
+            open_ids = {p.id for p in pending}
+            unknown = [key for key in answers if key not in open_ids]
+            named = (
+                f"; the answers name {', '.join(map(repr, unknown))}, which "
+                f"{'is not an open pause' if len(unknown) == 1 else 'are not open pauses'}"
+                if unknown
+                else ""
+            )
             raise ResumeError(
                 f"thread {thread_id!r} waits for {len(pending)} answer(s); no answer supplied for "
-                f"{', '.join(map(repr, missing))} (expected ids: {expected}). Nothing was recorded: "
-                "answer every open pause, by id, in one resume_keyed() call",
+                f"{', '.join(map(repr, missing))} (expected ids: {expected}){named}. Nothing was "
+                "recorded: answer every open pause, by id, in one resume_keyed() call",
                 thread_id=thread_id,
                 checkpoint_id=base.id,
             )

@@ -48,8 +48,12 @@ class Start:
 Mode = Start | Resume
 
 
-class MovedOn(ConcurrentUpdateError):
-    """Internal: a resume limited to one checkpoint's pauses found the thread elsewhere; nothing answered."""
+class MovedOn(ResumeError):
+    """A run limited to the checkpoint its caller saw found the thread elsewhere; nothing was done.
+
+    For a resume: the pause it was meant for was answered meanwhile (a
+    double click, another operator), or the thread moved on.
+    """
 
 
 class _Finished(Exception):
@@ -72,10 +76,10 @@ class Run:
         only_if: Asked once the hold is taken, before anything is read:
             False ends the run with a ConcurrentUpdateError (recover() uses
             it to run only a thread that is still as it found it).
-        answer_only_at: For a resume: the checkpoint whose pauses the caller
-            saw (a page drawn earlier). Another open pause may carry the same
-            ids, so if the thread's latest is any other checkpoint, nothing
-            is answered.
+        answer_only_at: The checkpoint the caller saw
+            (``RunOptions.expect_checkpoint_id``): for a resume, the pause it
+            answers. Another open pause may carry the same ids, so if the
+            thread's latest is any other checkpoint, nothing is answered.
     """
 
     def __init__(self, graph: CompiledGraph, mode: Mode, options: RunOptions) -> None:
@@ -89,7 +93,7 @@ class Run:
         )
         self.may_run_inline = False
         self.only_if: Callable[[Hold], bool] | None = None
-        self.answer_only_at: str | None = None
+        self.answer_only_at: str | None = options.expect_checkpoint_id
         self._event = EventStamper(self.setup.run_id, self.setup.thread_id)
 
     @property
@@ -138,9 +142,12 @@ class _Driving:
     runner: TaskRunner = attrs.field(init=False)
     superstep: Superstep = attrs.field(init=False)
     steps_taken: int = 0
+    #: The checkpoint the run must start from (the caller's, or the pause a resume first read).
+    answer_only_at: str | None = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         setup, event = self.run.setup, self.run._event
+        self.answer_only_at = self.run.answer_only_at
         self.keeper = HoldKeeper(setup, self.hold)
         self.position = ThreadPosition(setup, self.hold)
         self.runner = TaskRunner(setup, self.keeper, event)
@@ -184,8 +191,12 @@ class _Driving:
                 if hold.taken:
                     raise
                 # Another run moved the thread between the read and the
-                # input's commit, which took nothing: take the hold first,
-                # then read again.
+                # input's commit (or the answers' write), which took nothing:
+                # take the hold first, then read again. A resume still answers
+                # only the pause it read: a thread that moved on since (another
+                # resume answered that pause) is refused, never answered anew.
+                if isinstance(self.run.mode, Resume) and self.answer_only_at is None and latest is not None:
+                    self.answer_only_at = latest.id
                 hold.take()
         values = dict(base.channels)
         try:
@@ -243,6 +254,8 @@ class _Driving:
                 )
         self.position.expect = latest.id if latest is not None else None
         mode = self.run.mode
+        if not isinstance(mode, Resume):
+            self._check_expected(latest, answering=False)
         if isinstance(mode, Resume):
             base = self._answer(mode, latest, base, fork)
             yield event(RunStart)
@@ -250,8 +263,9 @@ class _Driving:
             if base is not None and base.pending:
                 ids = ", ".join(repr(p.id) for p in base.pending)
                 raise ResumeError(
-                    f"thread {setup.thread_id!r} is paused at checkpoint {base.id!r} waiting for "
-                    f"{ids}; answer with resume() or resume_keyed() (a plain run would drop the pause)",
+                    f"thread {setup.thread_id!r} is interrupted at checkpoint {base.id!r}, waiting for an "
+                    f"answer to {ids}; answer with resume() or resume_keyed() (a plain run would drop "
+                    "the pause)",
                     thread_id=setup.thread_id,
                     checkpoint_id=base.id,
                 )
@@ -272,16 +286,7 @@ class _Driving:
     ) -> Checkpoint:
         """A resume's start: check and record the answers; the pause (or its fork) to run from."""
         setup = self.setup
-        answer_only_at = self.run.answer_only_at
-        if answer_only_at is not None and (latest is None or latest.id != answer_only_at):
-            # Judged on a read made without the hold; the answers' write
-            # confirms under it that the thread is still there.
-            raise MovedOn(
-                f"thread {setup.thread_id!r} moved on from checkpoint {answer_only_at!r} "
-                f"({_describe(latest)}); nothing was answered. Look at its open pauses again",
-                thread_id=setup.thread_id,
-                checkpoint_id=latest.id if latest is not None else None,
-            )
+        self._check_expected(latest, answering=True)
         if base is None:
             raise ResumeError(
                 f"cannot resume thread {setup.thread_id!r}: it has no checkpoint; start it with run()",
@@ -299,6 +304,30 @@ class _Driving:
             base = self._fork(base)
         record_answers(setup, self.position, self.hold, base, answers)
         return base
+
+    def _check_expected(self, latest: Checkpoint | None, *, answering: bool) -> None:
+        """Refuse a run whose caller saw another checkpoint than the thread's latest.
+
+        Judged on a read made without the hold; the run's first write
+        confirms under it that the thread is still there. A thread never
+        moves back to a checkpoint it left, so a refusal is final.
+        """
+        expected = self.answer_only_at
+        if expected is None or (latest is not None and latest.id == expected):
+            return
+        thread_id = self.setup.thread_id
+        if answering:
+            what = (
+                f"the pause at checkpoint {expected!r} of thread {thread_id!r} is not open any more "
+                f"({_describe(latest)}): it was already answered, or the thread moved on; nothing was "
+                "answered. Look at the thread's open pauses again"
+            )
+        else:
+            what = (
+                f"thread {thread_id!r} moved on from checkpoint {expected!r} ({_describe(latest)}); "
+                "nothing was run. Look at the thread again"
+            )
+        raise MovedOn(what, thread_id=thread_id, checkpoint_id=latest.id if latest is not None else None)
 
     def _commit_start(self, base: Checkpoint | None, fork: bool) -> Checkpoint:
         """Commit the run's input (or a fork's first checkpoint) before any node runs.

@@ -57,6 +57,12 @@ class RunOptions:
         cancel: A ``threading.Event``; once set, the run stops at the next
             superstep boundary with status ``aborted``.
         max_workers: Threads for a superstep's tasks.
+        expect_checkpoint_id: The checkpoint the caller saw (for a resume, the
+            pause it answers: ``Result.checkpoint_id`` of the run that paused).
+            The run goes ahead only while the thread's latest checkpoint is
+            still that one, so an answer never reaches a pause its caller did
+            not see; otherwise it is a :class:`ResumeError` (for a resume:
+            that pause was already answered, or the thread moved on).
     """
 
     thread_id: str | None = None
@@ -67,6 +73,7 @@ class RunOptions:
     meta: Mapping[str, Any] | None = attrs.field(default=None, converter=_optional_mapping)
     cancel: threading.Event | None = None
     max_workers: int | None = None
+    expect_checkpoint_id: str | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.checkpointer is not None and not isinstance(self.checkpointer, Checkpointer):
@@ -84,6 +91,7 @@ class RunOptions:
                     "(InMemoryCheckpointer() keeps it in this process)"
                 )
         checks.optional_checkpoint_id(self.checkpoint_id)
+        checks.optional_checkpoint_id(self.expect_checkpoint_id, "expect_checkpoint_id")
         checks.count(self.recursion_limit, "recursion_limit", minimum=1)
         checks.count(self.max_workers, "max_workers", minimum=1, optional=True)
         if not isinstance(self.strict, bool):

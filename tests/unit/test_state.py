@@ -356,10 +356,10 @@ def test_resume_errors_name_the_thread_and_what_to_call(checkpointer: Checkpoint
     run(g, {"amount": 1}, thread_id="p", checkpointer=checkpointer)
     with pytest.raises(ResumeError) as paused:
         run(g, {"amount": 2}, thread_id="p", checkpointer=checkpointer)
-    assert "thread 'p' is paused" in str(paused.value)
+    assert "thread 'p' is interrupted" in str(paused.value)
     assert "resume()" in str(paused.value)
     assert "ask:interrupt#0" in str(paused.value)
-    with pytest.raises(ResumeError, match="is paused"):
+    with pytest.raises(ResumeError, match="is interrupted"):
         run(g, None, thread_id="p", checkpointer=checkpointer)
     with pytest.raises(ResumeError, match="takes a dict of pause id to answer"):
         resume_keyed(g, ["yes"], thread_id="p", checkpointer=checkpointer)  # type: ignore[arg-type]

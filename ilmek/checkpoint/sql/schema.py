@@ -110,6 +110,13 @@ class Schema:
     def version_error(self, found: int) -> SchemaVersionError:
         """The error for a database at another version than this code's."""
         wanted = self._owner.schema_version
+        if found == 0:
+            return SchemaVersionError(
+                f"the {self.prefix}_* tables do not exist in this database yet: run migrate() once at boot "
+                "(or `python -m ilmek migrate --db <database>`, or the SQL of `ilmek ddl`) to create them",
+                found=found,
+                expected=wanted,
+            )
         if found > wanted:
             advice = "upgrade ilmek to a version that knows it (or use another table_prefix)"
         else:

@@ -400,8 +400,9 @@ def test_values_replaced_every_superstep_read_back_the_same_without_a_cache(stor
 
 def test_a_resume_whose_read_of_the_pause_went_stale_answers_nothing_and_charges_once(store: Store) -> None:
     """A second resume reads the pause, then the first resume answers it and finishes before the
-    second records its answer: the second reads again under the hold, finds no pause, and raises
-    ResumeError; the charge after the pause ran once, with the first answer."""
+    second records its answer: the second reads again under the hold, finds the pause it read
+    answered, and raises ResumeError saying so; the charge after the pause ran once, with the first
+    answer."""
     calls = Calls()
 
     def approve(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
@@ -417,7 +418,7 @@ def test_a_resume_whose_read_of_the_pause_went_stale_answers_nothing_and_charges
         assert "done" == resume(g, "yes", thread_id="t", checkpointer=first_cp).status
 
     after_first_call(second_cp, "load", let_the_first_resume_finish)
-    with pytest.raises(ResumeError, match="not interrupted"):
+    with pytest.raises(ResumeError, match="already answered"):
         resume(g, "no", thread_id="t", checkpointer=second_cp)
 
     assert {"charge yes": 1} == dict(calls)

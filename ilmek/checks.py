@@ -16,13 +16,16 @@ from .types import THREAD_STATUSES
 
 __all__ = [
     "MAX_ID_BYTES",
+    "MAX_KEY_BYTES",
     "MAX_LIMIT",
+    "MAX_NAME_BYTES",
     "checkpoint_id",
     "count",
     "latest_or_checkpoint_id",
     "moment",
     "optional_checkpoint_id",
     "search_text",
+    "task_id",
     "text",
     "thread_id",
     "thread_status",
@@ -31,19 +34,31 @@ __all__ = [
 MAX_ID_BYTES = 1024
 """The longest thread, checkpoint or task id, in UTF-8 bytes (indexes have limits)."""
 
+MAX_KEY_BYTES = 256
+"""The longest key of a step or an interrupt (``ctx.step(key, ...)``), in UTF-8 bytes.
+
+A journal row is indexed by thread, checkpoint, task and key together, and
+Postgres refuses an index entry over 2,704 bytes: with ids at their longest
+(1 KiB each) and names at theirs, keys up to this length fit on every backend.
+A longer key is refused before the step's function runs.
+"""
+
+MAX_NAME_BYTES = 128
+"""The longest node or channel name, in UTF-8 bytes (a node's name is its tasks' journal key)."""
+
 MAX_LIMIT = 2**31 - 1
 """The largest ``limit``, ``offset`` or ``keep_last`` accepted."""
 
 
-def _problem(value: str) -> str | None:
+def _problem(value: str, limit: int = MAX_ID_BYTES) -> str | None:
     if "\0" in value:
         return "contains NUL, which databases cannot store"
     try:
         encoded = value.encode("utf-8")
     except UnicodeEncodeError:
         return "contains a lone surrogate, which is not text"
-    if len(encoded) > MAX_ID_BYTES:
-        return f"is longer than {MAX_ID_BYTES} bytes"
+    if len(encoded) > limit:
+        return f"is longer than {limit} bytes"
     return None
 
 
@@ -55,6 +70,33 @@ def text(value: Any, name: str, *, allow_empty: bool = False) -> str:
     if not plain and not allow_empty:
         raise InvalidArgumentError(f"{name} must not be empty")
     problem = _problem(plain)
+    if problem is not None:
+        raise InvalidArgumentError(f"{name} {_shown(plain)} {problem}")
+    return plain
+
+
+def journal_key(value: Any, what: str = "a step key") -> str:
+    """A step's or interrupt's key: a non-empty string of text, at most :data:`MAX_KEY_BYTES` bytes."""
+    if not isinstance(value, str) or not value:
+        raise InvalidArgumentError(f"{what} must be a non-empty string, got {_shown_any(value)}")
+    plain = str.__str__(value)
+    problem = _problem(plain, limit=len(plain) * 4)
+    if problem is None and len(plain.encode("utf-8")) > MAX_KEY_BYTES:
+        problem = (
+            f"is {len(plain.encode('utf-8'))} bytes long; keys are at most {MAX_KEY_BYTES} bytes (UTF-8), "
+            "so that every database can index the step's record. Use a shorter key (a hash of the data, say)"
+        )
+    if problem is not None:
+        raise InvalidArgumentError(f"{what} {_shown(plain)} {problem}")
+    return plain
+
+
+def task_id(value: Any, name: str = "task_id") -> str:
+    """A task id (``<thread>:<checkpoint>:<task key>``): text, as long as its three parts may be."""
+    if not isinstance(value, str) or not value:
+        raise InvalidArgumentError(f"{name} must be a non-empty string, got {_shown_any(value)}")
+    plain = str.__str__(value)
+    problem = _problem(plain, limit=2 * MAX_ID_BYTES + MAX_NAME_BYTES + 16)
     if problem is not None:
         raise InvalidArgumentError(f"{name} {_shown(plain)} {problem}")
     return plain
@@ -119,6 +161,10 @@ def moment(value: Any, name: str) -> float | None:
 def _shown(value: str) -> str:
     shown = value if len(value) <= 60 else value[:57] + "..."
     return repr(shown)
+
+
+def _shown_any(value: Any) -> str:
+    return _shown(value) if isinstance(value, str) else type(value).__name__
 
 
 #: Words people use for a thread waiting for an answer, all meaning the status ``interrupted``.

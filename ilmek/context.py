@@ -16,6 +16,7 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from . import checks
 from .errors import GraphError, InterruptSignal, NondeterminismError, ResumeError
 from .types import JournalEntry
 
@@ -74,10 +75,15 @@ class TaskJournal:
             self._counts.clear()
             self._requested.clear()
 
-    def claim(self, key: str) -> str:
-        """The journal key of the next use of ``key`` in this pass (``key#n``)."""
-        if not isinstance(key, str) or not key:
-            raise TypeError(f"journal keys are non-empty strings, got {key!r}")
+    def claim(self, key: str, what: str = "a step key") -> str:
+        """The journal key of the next use of ``key`` in this pass (``key#n``).
+
+        Raises:
+            InvalidArgumentError: ``key`` is not a non-empty string of text of
+                at most :data:`ilmek.checks.MAX_KEY_BYTES` bytes (checked before
+                anything runs).
+        """
+        key = checks.journal_key(key, what)
         with self._lock:
             index = self._counts.get(key, 0)
             self._counts[key] = index + 1
@@ -328,7 +334,7 @@ class NodeContext(PlanContext):
                 f"(thread {self.thread_id!r}): the step would be recorded only after the answer, so its "
                 "function would run again on resume. Ask first, then pass the answer to the step"
             )
-        full = self._journal.claim("interrupt" if key is None else key)
+        full = self._journal.claim("interrupt" if key is None else key, "an interrupt key")
         entry = self._journal.get(full)
         if entry is not None:
             if entry.kind != "interrupt":

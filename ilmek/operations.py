@@ -16,11 +16,11 @@ from . import checks
 from .checkpoint.base import Checkpointer
 from .checkpoint.holds import Hold
 from .engine import RunOptions, collect_result
-from .errors import ConcurrentUpdateError, InvalidArgumentError, ThreadBusyError
+from .errors import ConcurrentUpdateError, InvalidArgumentError, StorageError, ThreadBusyError
 from .execution.lifecycle import Run, Start
 from .graph import CompiledGraph
 from .logs import logger
-from .types import Result, ThreadInfo
+from .types import Checkpoint, Result, ThreadError, ThreadInfo
 
 __all__ = ["recover", "request_cancel", "stalled_threads"]
 
@@ -93,6 +93,44 @@ def _unchanged(checkpointer: Checkpointer, found: ThreadInfo, hold: Hold) -> boo
     )
 
 
+def _could_not_run(
+    checkpointer: Checkpointer, graph: CompiledGraph, run_id: str, latest: Checkpoint, error: Exception
+) -> Result:
+    """Record why a stalled thread could not be continued (its status becomes ``error``); its Result."""
+    thread_id = latest.thread_id
+    node = getattr(error, "node", None)
+    node = node if isinstance(node, str) else None
+    try:
+        with checkpointer.hold(thread_id) as hold:
+            checkpointer.record_failure(hold, ThreadError.of(error, node=node, checkpoint_id=latest.id))
+    except (ThreadBusyError, StorageError) as problem:
+        logger("ilmek.operations").warning(
+            "could not record why thread %r could not be recovered: %s",
+            thread_id,
+            problem,
+            extra={"thread_id": thread_id},
+        )
+    logger("ilmek.operations").warning(
+        "could not recover thread %r: %s: %s",
+        thread_id,
+        type(error).__name__,
+        error,
+        extra={"thread_id": thread_id, "checkpoint_id": latest.id},
+    )
+    return Result(
+        status="error",
+        state=None,
+        pending=(),
+        errors=((node or "?", error),),
+        abort_reason=None,
+        thread_id=thread_id,
+        run_id=run_id,
+        checkpoint_id=latest.id,
+        events=(),
+        graph_name=graph.name,
+    )
+
+
 def recover(
     graphs: CompiledGraph | Mapping[str, CompiledGraph],
     checkpointer: Checkpointer,
@@ -120,7 +158,12 @@ def recover(
         run_options: More options for :func:`~ilmek.run` (``recursion_limit``...).
 
     Returns:
-        The result of each thread continued.
+        The result of each thread continued. A thread that could not even
+        run (its checkpoint plans a node the graph no longer has, a router
+        raised, the recursion limit) does not stop the sweep: its failure is
+        recorded on it (it then lists under ``status="error"``) and its result
+        has ``status="error"`` with that error. A storage failure stops the
+        sweep (raised).
     """
     registry = _registry(graphs)
     results: list[Result] = []
@@ -153,6 +196,13 @@ def recover(
         except (ThreadBusyError, ConcurrentUpdateError):
             # Another recoverer, or a run, has it or had it: it is in good hands.
             continue
+        except StorageError:
+            raise  # the database's failure, not the thread's: the sweep cannot go on either
+        except Exception as error:
+            # This thread cannot run (a node a deploy removed, a router that
+            # raises, an endless loop): say so on the thread and go on, so
+            # one bad thread never stops every later sweep.
+            result = _could_not_run(checkpointer, graph, the_run.run_id, latest, error)
         logger("ilmek.operations").info(
             "recovered thread %r: %s",
             info.id,

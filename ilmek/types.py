@@ -245,6 +245,23 @@ class ThreadError:
     at: _dt.datetime = attrs.field(factory=utc_now)
     traceback: str | None = None
 
+    @classmethod
+    def of(cls, error: BaseException, *, node: str | None, checkpoint_id: str | None) -> ThreadError:
+        """The record of ``error``, raised in ``node`` (``None``: outside any node) of a superstep run
+        from ``checkpoint_id``: its class, message and traceback."""
+        import traceback
+
+        kind = type(error)
+        return cls(
+            type=kind.__qualname__
+            if kind.__module__ == "builtins"
+            else f"{kind.__module__}.{kind.__qualname__}",
+            message=str(error),
+            node=node,
+            checkpoint_id=checkpoint_id,
+            traceback="".join(traceback.format_exception(error)),
+        )
+
 
 @attrs.frozen(kw_only=True)
 class ThreadCancel:

@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from .. import serde
+from .. import checks, serde
 from ..errors import CorruptCheckpointError, InvalidArgumentError, SerializationError
 from ..types import (
     ChannelChange,
@@ -499,6 +499,9 @@ def encode_changes(changes: Mapping[str, ChannelChange]) -> list[EncodedChange]:
     """
     encoded: list[EncodedChange] = []
     for name, change in changes.items():
+        # Stored as text, indexed with the thread: NUL (which Postgres cannot
+        # store) and lone surrogates are refused on every backend alike.
+        checks.text(name, "a channel name")
         if isinstance(change, Replace):
             encoded.append(EncodedChange(name, value=serde.encode(change.value, where=f"channel {name!r}")))
         elif isinstance(change, Extend):

@@ -295,7 +295,7 @@ class InMemoryCheckpointer(Checkpointer):
     # --- journals --------------------------------------------------------------------
 
     def _scope(self, task_id: Any) -> _Scope:
-        task_id = checks.text(task_id, "task_id")
+        task_id = checks.task_id(task_id)
         try:
             return split_task_id(task_id)
         except ValueError:

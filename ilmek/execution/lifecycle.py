@@ -48,12 +48,9 @@ class Start:
 Mode = Start | Resume
 
 
-class MovedOn(ResumeError):
-    """A run limited to the checkpoint its caller saw found the thread elsewhere; nothing was done.
-
-    For a resume: the pause it was meant for was answered meanwhile (a
-    double click, another operator), or the thread moved on.
-    """
+MovedOn = ResumeError
+"""What a run limited to the checkpoint its caller saw raises when the thread is elsewhere (a plain
+:class:`ResumeError`, as the reference raises for a pause that is not open; kept for older imports)."""
 
 
 class _Finished(Exception):
@@ -327,7 +324,7 @@ class _Driving:
                 f"thread {thread_id!r} moved on from checkpoint {expected!r} ({_describe(latest)}); "
                 "nothing was run. Look at the thread again"
             )
-        raise MovedOn(what, thread_id=thread_id, checkpoint_id=latest.id if latest is not None else None)
+        raise ResumeError(what, thread_id=thread_id, checkpoint_id=latest.id if latest is not None else None)
 
     def _commit_start(self, base: Checkpoint | None, fork: bool) -> Checkpoint:
         """Commit the run's input (or a fork's first checkpoint) before any node runs.

@@ -90,18 +90,7 @@ class ThreadPosition:
         setup = self._setup
         if not setup.can_pause:
             return
-        import traceback
-
-        kind = type(error)
-        failure = ThreadError(
-            type=kind.__qualname__
-            if kind.__module__ == "builtins"
-            else f"{kind.__module__}.{kind.__qualname__}",
-            message=str(error),
-            node=node,
-            checkpoint_id=base.id if base is not None else None,
-            traceback="".join(traceback.format_exception(error)),
-        )
+        failure = ThreadError.of(error, node=node, checkpoint_id=base.id if base is not None else None)
         try:
             setup.checkpointer.record_failure(self._hold, failure)
         except Exception as problem:

@@ -33,7 +33,7 @@ __all__ = ["Journals", "answered_meanwhile_error", "task_scope"]
 
 def task_scope(task_id: Any) -> tuple[str, str, str]:
     """(thread, base checkpoint, task key) of a task id; an id of another shape is its own thread."""
-    task_id = checks.text(task_id, "task_id")
+    task_id = checks.task_id(task_id)
     try:
         return split_task_id(task_id)
     except ValueError:

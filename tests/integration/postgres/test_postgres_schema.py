@@ -316,9 +316,8 @@ def test_connect_with_a_hostile_prefix_opens_no_session(postgres_dsn: str) -> No
 def test_a_database_without_the_tables_says_they_are_missing_and_to_migrate(empty_dsn: str) -> None:
     """A run on a database whose tables were never created: the error says the tables do not exist and to
     run migrate() once, not "schema version 0"."""
-    with fresh_checkpointer(empty_dsn) as checkpointer:
-        with pytest.raises(SchemaVersionError) as missing:
-            checkpointer.get("anyone")
+    with fresh_checkpointer(empty_dsn) as checkpointer, pytest.raises(SchemaVersionError) as missing:
+        checkpointer.get("anyone")
     message = str(missing.value)
     assert "do not exist" in message
     assert "migrate()" in message

@@ -41,6 +41,7 @@ from .redact import mask_secrets
 
 __all__ = [
     "Adapter",
+    "ConnectionClosed",
     "ErrorKind",
     "LockedConnection",
     "Pin",
@@ -125,6 +126,14 @@ def _binder(paramstyle: str, names: tuple[str, ...]) -> Callable[[Mapping[str, A
         (only,) = names
         return lambda params: (params[only],)
     return lambda params: ()
+
+
+class ConnectionClosed(Exception):
+    """The connection (or pool) ilmek was given is closed: nothing ilmek can do will reopen it.
+
+    Raised by an adapter before it uses a closed client, so the failure is
+    permanent and says so, instead of being retried as a passing outage.
+    """
 
 
 class Statement:
@@ -353,6 +362,14 @@ class Adapter(abc.ABC):
         """What to do about a database error, appended to its message (empty: nothing special)."""
         return ""
 
+    def worth_retrying(self, error: BaseException) -> bool:
+        """Whether a transient ``error`` may pass in a moment (``False``: the client already waited).
+
+        A pool that timed out waiting for a free connection has waited its
+        own timeout: waiting it out again, try after try, only multiplies it.
+        """
+        return True
+
     # --- transactions and retries, once for every driver --------------------------
 
     def alone_scope(self, connection: Any) -> contextlib.AbstractContextManager[Session] | None:
@@ -458,14 +475,15 @@ class Adapter(abc.ABC):
             except IlmekError:
                 raise
             except Exception as error:
-                kind = self.classify(error)
+                kind = "permanent" if isinstance(error, ConnectionClosed) else self.classify(error)
                 if kind is None:
                     raise
                 where = f" for thread {thread_id!r}" if thread_id is not None else ""
                 # Inside the caller's transaction a failure has already aborted
                 # it: a retry would run in a transaction that is gone.
                 in_time = deadline is None or time.monotonic() + delay < deadline
-                if kind == "transient" and attempt < self.retry_attempts and in_time and not joined:
+                retry = kind == "transient" and attempt < self.retry_attempts and in_time and not joined
+                if retry and self.worth_retrying(error):
                     _LOG.info(
                         "retrying after a transient database error (%s), attempt %d",
                         describe_error(error),

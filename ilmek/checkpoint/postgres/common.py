@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from ... import forks
-from ...dbapi import Adapter, ErrorKind, LockedConnection, Pin, Session
+from ...dbapi import Adapter, ConnectionClosed, ErrorKind, LockedConnection, Pin, Session
 from ...errors import StorageError
-from .errors import classify_postgres_error, is_pool_exhausted
+from .errors import classify_postgres_error, is_pool_exhausted, is_pool_timeout
 
 __all__ = ["POOL_ADVICE", "PoolAdapter", "PoolPin", "PostgresAdapter", "SingleConnectionAdapter"]
 
@@ -42,6 +42,17 @@ class PostgresAdapter(Adapter):
 
     def advice(self, error: BaseException) -> str:
         return POOL_ADVICE if is_pool_exhausted(error) else ""
+
+    def worth_retrying(self, error: BaseException) -> bool:
+        return not is_pool_timeout(error)
+
+    @staticmethod
+    def is_closed(connection: Any) -> bool:
+        """Whether a connection is closed for good (psycopg2: ``closed`` non-zero; psycopg 3: True)."""
+        try:
+            return bool(getattr(connection, "closed", False))
+        except Exception:
+            return False
 
     def status(self, connection: Any) -> int:
         """The connection's transaction status (0 when idle)."""
@@ -157,6 +168,12 @@ class SingleConnectionAdapter(PostgresAdapter):
                 "this PostgresCheckpointer's own connection was opened before os.fork(), so it is the "
                 "parent's socket: open a new checkpointer in the child (PostgresCheckpointer.connect)"
             )
+        if self.is_closed(self._shared.connection):
+            raise ConnectionClosed(
+                "the connection given to PostgresCheckpointer is closed; a connection of yours cannot be "
+                "reopened by ilmek: pass a pool (it replaces broken connections), or open a new connection "
+                "and a new checkpointer"
+            )
         return self._shared.borrow()
 
     def close(self) -> None:
@@ -203,7 +220,15 @@ class PoolAdapter(PostgresAdapter):
 
         Work left open on a pooled connection is not ours to keep, nor to
         commit. A connection that cannot even roll back goes back as broken.
+
+        Raises:
+            ConnectionClosed: the pool itself is closed.
         """
+        if self.pool_closed():
+            raise ConnectionClosed(
+                "the pool given to PostgresCheckpointer is closed (closeall() or close() was called): "
+                "open a new pool and a new checkpointer"
+            )
         connection = self.borrow()
         try:
             if self.status(connection) != _STATUS_IDLE:
@@ -216,6 +241,10 @@ class PoolAdapter(PostgresAdapter):
     def borrow(self) -> Any:
         """Get a connection from the pool (``getconn``), as it is."""
         raise NotImplementedError
+
+    def pool_closed(self) -> bool:
+        """Whether the caller's pool is closed for good (the default: pools that cannot tell never are)."""
+        return False
 
     def roll_back(self, connection: Any) -> None:
         """Roll back the transaction open on a borrowed connection."""

@@ -15,7 +15,7 @@ from typing import Any
 
 from ...dbapi import ErrorKind, sqlstate, while_connecting
 
-__all__ = ["classify_postgres_error", "is_pool_exhausted", "sqlstate"]
+__all__ = ["classify_postgres_error", "is_pool_exhausted", "is_pool_timeout", "sqlstate"]
 
 # Worth a retry: serialization failure, deadlock, lock not available, the
 # server shutting down (admin or crash) or starting up, too many clients.
@@ -38,6 +38,12 @@ def is_pool_exhausted(error: BaseException) -> bool:
         *_classes("sqlalchemy.exc", "TimeoutError"),
     )
     return bool(pool_errors) and isinstance(error, pool_errors)
+
+
+def is_pool_timeout(error: BaseException) -> bool:
+    """Whether a pool gave up after waiting its own timeout for a free connection."""
+    waited = (*_classes("psycopg_pool", "PoolTimeout"), *_classes("sqlalchemy.exc", "TimeoutError"))
+    return bool(waited) and isinstance(error, waited)
 
 
 def _driver_error(error: BaseException) -> BaseException | None:

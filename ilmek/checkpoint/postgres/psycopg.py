@@ -52,6 +52,9 @@ class PsycopgPool(_PsycopgCursors, PoolAdapter):
     def borrow(self) -> Any:
         return self._pool.getconn()
 
+    def pool_closed(self) -> bool:
+        return bool(getattr(self._pool, "closed", False))
+
     def give_back(self, connection: Any, *, broken: bool) -> None:
         if broken:
             # psycopg_pool has no close=; a closed connection is discarded.

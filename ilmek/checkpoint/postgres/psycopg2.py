@@ -48,6 +48,9 @@ class Psycopg2Pool(_Psycopg2Cursors, PoolAdapter):
     def borrow(self) -> Any:
         return self._pool.getconn()
 
+    def pool_closed(self) -> bool:
+        return bool(getattr(self._pool, "closed", False))
+
     def give_back(self, connection: Any, *, broken: bool) -> None:
         with contextlib.suppress(Exception):
             self._pool.putconn(connection, close=broken)

@@ -153,9 +153,9 @@ class SqlCheckpointer(Checkpointer):
         """
         self._schema.migrate()
 
-    def ensure_schema(self) -> None:
+    def ensure_schema(self, thread_id: str | None = None) -> None:
         """Check, once, that the tables are at this code's version (migrating where the backend does)."""
-        self._schema.ensure()
+        self._schema.ensure(thread_id)
 
     # --- transactions -----------------------------------------------------------------
 
@@ -184,7 +184,7 @@ class SqlCheckpointer(Checkpointer):
         add two round trips and no consistency.
         """
         alone = alone or not write
-        self.ensure_schema()
+        self.ensure_schema(thread_id)
         if isinstance(hold, SqlHold):
             if hold.inherited:
                 raise hold.mark_lost(INHERITED)

@@ -143,7 +143,7 @@ class HoldRows:
         """Hold ``thread_id`` for the block (taken at once unless ``deferred``), then give it back."""
         owner = self._owner
         thread_id = checks.thread_id(thread_id)
-        owner.ensure_schema()
+        owner.ensure_schema(thread_id)
         pin = self._adapter.pin()
         joined = self._adapter.joins
         handle = SqlHold(

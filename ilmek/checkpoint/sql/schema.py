@@ -128,13 +128,18 @@ class Schema:
             expected=wanted,
         )
 
-    def ensure(self) -> None:
-        """Check the version once per checkpointer (migrating where the backend does so on its own)."""
+    def ensure(self, thread_id: str | None = None) -> None:
+        """Check the version once per checkpointer (migrating where the backend does so on its own).
+
+        ``thread_id``: the thread whose read or write needs the check, named if it fails.
+        """
         if self._ready:
             return
         with self._lock:
             if not self._ready:
-                found = self._adapter.run(self.found_version, what="read the schema version", write=False)
+                found = self._adapter.run(
+                    self.found_version, what="read the schema version", thread_id=thread_id, write=False
+                )
                 wanted = self._owner.schema_version
                 if found != wanted:
                     if self._owner.AUTO_MIGRATE and found < wanted:

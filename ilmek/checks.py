@@ -9,6 +9,7 @@ should be. Nothing here touches storage.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 from typing import Any
 
 from .errors import InvalidArgumentError
@@ -34,13 +35,16 @@ __all__ = [
 MAX_ID_BYTES = 1024
 """The longest thread, checkpoint or task id, in UTF-8 bytes (indexes have limits)."""
 
-MAX_KEY_BYTES = 256
-"""The longest key of a step or an interrupt (``ctx.step(key, ...)``), in UTF-8 bytes.
+MAX_KEY_BYTES = 384
+"""The longest key of a step or an interrupt (``ctx.step(key, ...)``), as stored: JSON-escaped ASCII.
 
-A journal row is indexed by thread, checkpoint, task and key together, and
-Postgres refuses an index entry over 2,704 bytes: with ids at their longest
-(1 KiB each) and names at theirs, keys up to this length fit on every backend.
-A longer key is refused before the step's function runs.
+A key is stored escaped (ASCII letters and digits count one byte each, any
+other character six, or twelve beyond the basic plane), so that any text,
+NUL included, can be a key. A journal row is indexed by thread, checkpoint,
+task and key together, and Postgres refuses an index entry over 2,704
+bytes: with ids at their longest (1 KiB each) and names at theirs, keys up
+to this length fit on every backend. A longer key is refused before the
+step's function runs.
 """
 
 MAX_NAME_BYTES = 128
@@ -76,18 +80,17 @@ def text(value: Any, name: str, *, allow_empty: bool = False) -> str:
 
 
 def journal_key(value: Any, what: str = "a step key") -> str:
-    """A step's or interrupt's key: a non-empty string of text, at most :data:`MAX_KEY_BYTES` bytes."""
+    """A step's or interrupt's key: a non-empty string, at most :data:`MAX_KEY_BYTES` bytes as stored."""
     if not isinstance(value, str) or not value:
         raise InvalidArgumentError(f"{what} must be a non-empty string, got {_shown_any(value)}")
     plain = str.__str__(value)
-    problem = _problem(plain, limit=len(plain) * 4)
-    if problem is None and len(plain.encode("utf-8")) > MAX_KEY_BYTES:
-        problem = (
-            f"is {len(plain.encode('utf-8'))} bytes long; keys are at most {MAX_KEY_BYTES} bytes (UTF-8), "
-            "so that every database can index the step's record. Use a shorter key (a hash of the data, say)"
+    stored = len(json.dumps(plain, ensure_ascii=True))
+    if stored > MAX_KEY_BYTES:
+        raise InvalidArgumentError(
+            f"{what} {_shown(plain)} is {stored} bytes as stored (JSON-escaped); keys are at most "
+            f"{MAX_KEY_BYTES} bytes so that every database can index the step's record. Use a shorter key "
+            "(a hash of the data, say)"
         )
-    if problem is not None:
-        raise InvalidArgumentError(f"{what} {_shown(plain)} {problem}")
     return plain
 
 

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 from . import forks
-from .errors import IlmekError, StorageError, TransientStorageError
+from .errors import IlmekError, InvalidArgumentError, StorageError, TransientStorageError
 from .redact import mask_secrets
 
 __all__ = [
@@ -383,8 +383,15 @@ class Adapter(abc.ABC):
     def transaction_scope(
         self, connection: Any, *, write: bool
     ) -> contextlib.AbstractContextManager[Session]:
-        """A transaction of ilmek's own or a savepoint in the caller's, as the adapter was made."""
+        """A transaction of ilmek's own or a savepoint in the caller's, as the adapter was made.
+
+        A read of a joining adapter with no transaction of the caller's open
+        runs in a short one of ilmek's own, which ends with the read, leaving
+        the connection as it was found (a write there is refused).
+        """
         if self.joins:
+            if not write and not self.transaction_open(connection):
+                return self._own_transaction(connection, write=False)
             return self._savepoint(connection)
         return self._own_transaction(connection, write=write)
 
@@ -393,6 +400,16 @@ class Adapter(abc.ABC):
 
     @contextlib.contextmanager
     def _savepoint(self, connection: Any) -> Iterator[Session]:
+        if not self.transaction_open(connection):
+            # Writes "joined" to no transaction would sit in one the driver
+            # opened by itself, durable only if somebody commits it, holding
+            # the thread's lock meanwhile; or fail with a raw SAVEPOINT error.
+            raise InvalidArgumentError(
+                "join_transaction=True, but no transaction of yours is open on this connection, so there "
+                "is nothing to join: call ilmek after your own statements, inside your transaction (and "
+                "commit it after), or build the checkpointer without join_transaction to let ilmek "
+                "commit its own"
+            )
         name = f"ilmek_sp{next(self._savepoints)}"
         self.execute(connection, f"SAVEPOINT {name}", None)
         try:

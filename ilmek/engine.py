@@ -40,10 +40,9 @@ __all__ = [
 
 def collect_result(graph: CompiledGraph, the_run: Run) -> Result:
     """Drive ``the_run`` to its end and sum it up as a :class:`Result`."""
-    # A node run on the caller's thread shares its thread-bound state (an
-    # open transaction of a framework's, say): the checkpointer says whether
-    # that is safe for what it writes. Otherwise every task runs on a worker.
-    the_run.may_run_inline = the_run.setup.checkpointer.tasks_may_share_caller_thread
+    # Nobody reads these events live, so a lone task may run on the caller's
+    # thread (where the checkpointer allows it: Checkpointer.tasks_on_caller_thread).
+    the_run.may_run_inline = True
     events = list(the_run.events())
     end = events[-1]
     assert isinstance(end, RunEnd)

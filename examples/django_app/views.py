@@ -6,14 +6,15 @@ savepoint in the request's transaction, so the receipt a view records and
 the checkpoint saying "charged" commit together, or not at all, when Django
 ends the request. Without it, each of ilmek's writes commits at once.
 
-The steps (create the order, charge the card) run on ilmek's worker threads,
-where Django gives each thread a connection of its own in autocommit: an
-order or a charge is committed at once, outside the request, as a call to a
-payment provider would be. So the charge carries an idempotency key (the
-order id): if the request fails after the charge, ``ATOMIC_REQUESTS`` rolls
-back ilmek's record of it, answering again runs the step again, and the key
-turns that second call into a repeat of the first charge (counted in
-``charges.attempts``) instead of a second one.
+The steps (create the order, charge the card) write through the same
+connection. Under ``ATOMIC_REQUESTS`` ilmek runs them on the request's own
+thread, inside the request's transaction: a step's rows and ilmek's record
+of the step commit together, or vanish together if the request fails, and
+answering again then runs the step again against a database that never saw
+the first try. Without ``ATOMIC_REQUESTS`` each commits at once. A call to a
+real payment provider would still carry an idempotency key (the order id,
+as ``charges`` does here): an effect outside the database cannot roll back
+with the request.
 
 ilmek's web console is mounted at ``/console`` (see ``urls.py``) through
 ``ilmek.web.django_view``, behind :func:`console_login_required`; it is
@@ -72,13 +73,10 @@ def create_tables() -> None:
 
 @contextlib.contextmanager
 def _step_cursor() -> Iterator[Any]:
-    # Django opens a connection per thread and closes it when a request ends;
-    # ilmek's worker threads serve no request, so nothing else would close it.
-    try:
-        with connection.cursor() as cursor:
-            yield cursor
-    finally:
-        connection.close()
+    # The thread's own Django connection: the request's, inside its transaction
+    # under ATOMIC_REQUESTS (ilmek closes the connections of its worker threads).
+    with connection.cursor() as cursor:
+        yield cursor
 
 
 def create_order(thread_id: str, cart: Sequence[str]) -> dict[str, Any]:

@@ -145,18 +145,29 @@ class Checkpointer(abc.ABC):
     # --- beyond the port: how runs may use it ---------------------------------------------
 
     @property
-    def tasks_may_share_caller_thread(self) -> bool:
-        """Whether a run's task may run on the thread that called ``run()``.
+    def tasks_on_caller_thread(self) -> bool | None:
+        """Where a run's tasks must run, asked on the thread that called ``run()`` or reads a stream.
 
-        A task on the caller's thread shares that thread's state. Inside a
-        Django ``atomic`` block, a step's ORM writes would then join the
-        caller's transaction (and vanish with its rollback) while the step's
-        record, written by the checkpointer, stays: such runs keep every
-        task on a worker thread.
+        ``True``: every task on that thread, one after another, because this
+        checkpointer writes inside the caller's transaction there (a Django
+        connection inside ``atomic``): a step's writes through the same
+        database then commit or vanish with the step's record. ``False``: no
+        task on it, because the caller's thread has a transaction open that
+        this checkpointer does not write in (a Django ``atomic`` block around
+        another store): a step's ORM writes would vanish with its rollback
+        while the step's record stays. ``None``: either.
         """
         from .callers import caller_in_atomic_block
 
-        return not caller_in_atomic_block()
+        return False if caller_in_atomic_block() else None
+
+    def worker_finished(self) -> None:
+        """Called on a run's worker thread after each task it ran: let go of what that thread opened.
+
+        The default does nothing; a Django connection's checkpointer closes
+        the worker thread's Django connections (Django closes a thread's
+        connection when a request ends, and a worker serves no request).
+        """
 
     # --- beyond the port: several journals at once --------------------------------------
 

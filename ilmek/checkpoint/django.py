@@ -49,6 +49,22 @@ class DjangoAdapter(Adapter):
         self._connection = connection
         self._classify_driver = classify
 
+    def worker_finished(self) -> None:
+        """Close the calling worker thread's Django connections (it serves no request that would)."""
+        from django.db import connections  # the caller's Django is already imported
+
+        with contextlib.suppress(Exception):
+            connections.close_all()
+
+    @property
+    def tasks_on_caller_thread(self) -> bool | None:
+        """Inside the caller's ``atomic`` block ilmek writes in the caller's transaction: tasks run on the
+        caller's thread, so a step's ORM writes and its record commit (or roll back) together."""
+        try:
+            return True if self._connection.in_atomic_block else None
+        except Exception:  # a connection that cannot say: let the default decide
+            return None
+
     @contextlib.contextmanager
     def _this_thread(self) -> Iterator[Any]:
         yield self._connection
@@ -73,6 +89,25 @@ class DjangoAdapter(Adapter):
             if cursor.description is None:
                 return []
             return [tuple(row) for row in cursor.fetchall()]
+
+    def advice(self, error: BaseException) -> str:
+        connection = self._connection
+        try:
+            deferred_sqlite = (
+                connection.vendor == "sqlite"
+                and connection.in_atomic_block
+                and str(connection.settings_dict.get("OPTIONS", {}).get("transaction_mode", "")).upper()
+                not in ("IMMEDIATE", "EXCLUSIVE")
+            )
+        except Exception:
+            return ""
+        if deferred_sqlite and self.classify(error) == "transient":
+            return (
+                "Django's atomic block on SQLite began a deferred transaction, which cannot wait for "
+                'another writer: give the database "OPTIONS": {"transaction_mode": "IMMEDIATE"} '
+                "(Django 5.1+) so that concurrent requests wait for each other's write lock."
+            )
+        return ""
 
     def classify(self, error: BaseException) -> ErrorKind | None:
         # Django re-raises the driver's errors as its own, chained from them.

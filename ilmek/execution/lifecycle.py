@@ -31,7 +31,7 @@ from .keeping import HoldKeeper
 from .position import ThreadPosition
 from .setup import EventStamper, RunOptions, RunSetup
 from .superstep import RunEnds, Superstep, plan_context
-from .tasks import TaskRunner
+from .tasks import INLINE_IF_ONE, SERIAL, WORKERS, Placement, TaskRunner
 
 __all__ = ["MovedOn", "Run", "Start"]
 
@@ -65,11 +65,12 @@ class Run:
     """One run of a graph on a thread; :meth:`events` drives it.
 
     Attributes:
-        may_run_inline: Whether a superstep of one task may run it on the
-            driving thread itself, with no hand-off to a worker and back:
-            only when nobody reads the events live (run(), resume()); streams
-            keep every task on a worker so its custom events reach the reader
-            as they happen.
+        may_run_inline: Whether nobody reads the events live (run(),
+            resume()): then a superstep of one task may run it on the driving
+            thread itself, with no hand-off to a worker and back; streams keep
+            every task on a worker so its custom events reach the reader as
+            they happen. The checkpointer has the last word
+            (``Checkpointer.tasks_on_caller_thread``).
         only_if: Asked once the hold is taken, before anything is read:
             False ends the run with a ConcurrentUpdateError (recover() uses
             it to run only a thread that is still as it found it).
@@ -141,10 +142,13 @@ class _Driving:
     steps_taken: int = 0
     #: The checkpoint the run must start from (the caller's, or the pause a resume first read).
     answer_only_at: str | None = attrs.field(init=False)
+    #: Where the tasks run (see ilmek.execution.tasks), decided once, on the driving thread.
+    placement: Placement = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         setup, event = self.run.setup, self.run._event
         self.answer_only_at = self.run.answer_only_at
+        self.placement = _placement(setup.checkpointer.tasks_on_caller_thread, self.run.may_run_inline)
         self.keeper = HoldKeeper(setup, self.hold)
         self.position = ThreadPosition(setup, self.hold)
         self.runner = TaskRunner(setup, self.keeper, event)
@@ -225,7 +229,7 @@ class _Driving:
             )
         try:
             base, values = yield from self.superstep.run(
-                base, values, steps_taken=self.steps_taken, may_run_inline=self.run.may_run_inline
+                base, values, steps_taken=self.steps_taken, placement=self.placement
             )
         except RunEnds as ends:
             raise _Finished(
@@ -418,6 +422,15 @@ class _Driving:
         )
         assert isinstance(end, RunEnd)
         return end
+
+
+def _placement(policy: bool | None, no_live_reader: bool) -> Placement:
+    """Where the tasks run: the checkpointer's policy first, then whether a reader wants events live."""
+    if policy is True:
+        return SERIAL
+    if policy is False or not no_live_reader:
+        return WORKERS
+    return INLINE_IF_ONE
 
 
 def _describe(checkpoint: Checkpoint | None) -> str:

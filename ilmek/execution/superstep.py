@@ -23,7 +23,7 @@ from .keeping import HoldKeeper
 from .messages import TaskRun
 from .position import ThreadPosition
 from .setup import EventStamper, RunSetup
-from .tasks import TaskRunner
+from .tasks import Placement, TaskRunner
 
 __all__ = ["RunEnds", "Superstep", "plan_context"]
 
@@ -81,7 +81,7 @@ class Superstep:
         self._event = event
 
     def run(
-        self, base: Checkpoint, values: dict[str, Any], *, steps_taken: int, may_run_inline: bool
+        self, base: Checkpoint, values: dict[str, Any], *, steps_taken: int, placement: Placement
     ) -> Generator[Event, None, tuple[Checkpoint, dict[str, Any]]]:
         """Run the superstep ``base`` plans; returns the next checkpoint and its values.
 
@@ -94,7 +94,7 @@ class Superstep:
         yield self._event(StepStart, step=step, tasks=tuple(keys))
         runs = self._task_runs(base, keys)
         contexts = self._contexts(base, values, runs, steps_taken)
-        yield from self._runner.run(contexts, may_run_inline=may_run_inline)
+        yield from self._runner.run(contexts, placement=placement)
 
         hold = self._keeper.hold
         if hold.lost or any(isinstance(r.error, HoldLostError) for r in runs):

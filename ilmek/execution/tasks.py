@@ -32,7 +32,7 @@ from .. import serde
 from ..checkpoint.holds import HoldLostError
 from ..context import NodeContext, StepGate
 from ..control import Command
-from ..errors import IlmekError, InterruptSignal, NondeterminismError, ReducerError, StorageError
+from ..errors import GraphError, IlmekError, InterruptSignal, NondeterminismError, ReducerError, StorageError
 from ..events import CustomEvent, Event, NodeEnd, NodeError, NodeRetry, NodeStart
 from ..logs import logger
 from ..types import JournalEntry
@@ -43,7 +43,15 @@ from .setup import EventStamper, RunSetup
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
-__all__ = ["TaskRunner"]
+__all__ = ["INLINE_IF_ONE", "SERIAL", "WORKERS", "Placement", "TaskRunner"]
+
+Placement = str
+#: A superstep of one task runs it on the driving thread; several go to the pool.
+INLINE_IF_ONE: Placement = "inline-if-one"
+#: Every task on the driving thread, one after another (the caller's transaction is there).
+SERIAL: Placement = "serial"
+#: Every task on the pool (a stream's reader sees events live; or the caller's thread is off limits).
+WORKERS: Placement = "workers"
 
 
 class TaskRunner:
@@ -145,22 +153,15 @@ class TaskRunner:
     # --- running a superstep's tasks ----------------------------------------------
 
     def run(
-        self, contexts: Sequence[tuple[TaskRun, Any, NodeContext]], *, may_run_inline: bool
+        self, contexts: Sequence[tuple[TaskRun, Any, NodeContext]], *, placement: Placement
     ) -> Iterator[Event]:
         """Start every task, then yield the superstep's events until every task is done."""
         self._driver = threading.get_ident()
         runs = [task_run for task_run, _, _ in contexts]
-        if self._runs_inline(runs, may_run_inline):
-            ((task_run, state, ctx),) = contexts
-            yield self._event(NodeStart, node=task_run.spec.name, task_id=task_run.task_id)
-            self._inline = True
-            try:
-                self._attempts(task_run, state, ctx)
-            except Exception as error:
-                task_run.outcome, task_run.error = "error", error
-            finally:
-                self._inline = False
-            self._queue.put(Done(task_run))
+        if placement == SERIAL or (placement == INLINE_IF_ONE and self._runs_inline(runs)):
+            for task_run, state, ctx in contexts:
+                yield self._event(NodeStart, node=task_run.spec.name, task_id=task_run.task_id)
+                self._run_inline(task_run, state, ctx)
         else:
             pool = self._workers()
             for task_run, state, ctx in contexts:
@@ -171,18 +172,27 @@ class TaskRunner:
                 yield self._event(NodeStart, node=task_run.spec.name, task_id=task_run.task_id)
         yield from self._collect(runs)
 
-    def _runs_inline(self, runs: Sequence[TaskRun], may_run_inline: bool) -> bool:
-        """Whether this superstep's one task runs on the driving thread.
+    def _run_inline(self, task_run: TaskRun, state: Any, ctx: NodeContext) -> None:
+        """Run one task on the driving thread; its end goes to the queue like a worker's."""
+        self._inline = True
+        try:
+            self._attempts(task_run, state, ctx)
+        except Exception as error:
+            task_run.outcome, task_run.error = "error", error
+        finally:
+            self._inline = False
+        self._queue.put(Done(task_run))
 
-        Only when the run allows it (``may_run_inline``: run() or resume(),
-        and the checkpointer lets tasks share the caller's thread), and only
-        when the hold's storage may be used from any thread: the keeper
+    def _runs_inline(self, runs: Sequence[TaskRun]) -> bool:
+        """Whether this superstep's one task may run on the driving thread (with ``INLINE_IF_ONE``).
+
+        Only when the hold's storage may be used from any thread: the keeper
         renews the hold while the driver is busy with the node, and steps
         recorded from threads the node starts are written from those threads
         (nobody is free to serve them). A Ctrl-C in such a node stops the
         program, as on the driving thread.
         """
-        return may_run_inline and len(runs) == 1 and self._keeper.hold.any_thread
+        return len(runs) == 1 and self._keeper.hold.any_thread
 
     def _workers(self) -> ThreadPoolExecutor:
         if self._pool is None:
@@ -297,11 +307,18 @@ class TaskRunner:
             raise StorageFailed(error) from error
 
     def _on_driver(self, work: Callable[[], None]) -> None:
-        if self._inline or threading.get_ident() == self._driver:
+        on_driver = threading.get_ident() == self._driver
+        if on_driver or self._inline:
             # A task running inline (on the driving thread, or on a thread it
             # started): nobody else would serve the request.
             if self._closed:
                 raise self._closed_error()
+            if not on_driver and not self._keeper.hold.any_thread:
+                raise GraphError(
+                    f"a thread that a node of thread {self._setup.thread_id!r} started took a step while "
+                    "the node ran on the caller's thread, whose connection (and transaction) is the only "
+                    "one the run may write through: take steps on the node's own thread"
+                )
             work()
             return
         request = Request(work)
@@ -327,7 +344,15 @@ class TaskRunner:
             self._attempts(task_run, state, ctx)
         except BaseException as error:  # the driving thread reports it
             task_run.outcome, task_run.error = "error", error
+        finally:
+            self._worker_finished()
         self._queue.put(Done(task_run))
+
+    def _worker_finished(self) -> None:
+        try:
+            self._setup.checkpointer.worker_finished()
+        except Exception as error:  # housekeeping: never the task's outcome
+            logger("ilmek.run").debug("a worker could not let go of its connections: %s", error)
 
     def _attempts(self, task_run: TaskRun, state: Any, ctx: NodeContext) -> None:
         policy = task_run.spec.retry

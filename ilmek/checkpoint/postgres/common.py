@@ -11,14 +11,21 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 from ... import forks
 from ...dbapi import Adapter, ConnectionClosed, ErrorKind, LockedConnection, Pin, Session
-from ...errors import StorageError
+from ...errors import InvalidArgumentError, StorageError
 from .errors import classify_postgres_error, is_pool_exhausted, is_pool_timeout
 
-__all__ = ["POOL_ADVICE", "PoolAdapter", "PoolPin", "PostgresAdapter", "SingleConnectionAdapter"]
+__all__ = [
+    "POOL_ADVICE",
+    "PoolAdapter",
+    "PoolPin",
+    "PostgresAdapter",
+    "SingleConnectionAdapter",
+    "refuse_join",
+]
 
 POOL_ADVICE = (
     "The pool lent every connection it has: a run keeps one connection from its start to its end, so "
@@ -29,6 +36,14 @@ _STATUS_IDLE = 0  # psycopg2 and psycopg 3 number transaction states alike
 # Active, in a transaction, in a failed transaction: someone's work is open.
 # (4, unknown, is a broken connection: its next statement says so.)
 _STATUS_OPEN = frozenset({1, 2, 3})
+
+
+def refuse_join(kind: str) -> NoReturn:
+    """Refuse ``join_transaction`` with a client that lends connections of its own."""
+    raise InvalidArgumentError(
+        f"join_transaction needs a connection of yours to join: a {kind} lends connections of its own. "
+        "Pass the connection whose transaction ilmek should write in, or drop join_transaction"
+    )
 
 
 class PostgresAdapter(Adapter):

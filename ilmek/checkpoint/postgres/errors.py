@@ -77,7 +77,9 @@ def classify_postgres_error(error: BaseException, *, connected_once: bool = Fals
         return "permanent"
     driver_error = _driver_error(error)
     if driver_error is None:
-        return "permanent" if _is_sqlalchemy_database_error(error) else None
+        # SQLAlchemy's own refusals (a session whose flush failed and awaits a
+        # rollback, a closed connection) are the caller's state, not an outage.
+        return "permanent" if _is_sqlalchemy_error(error) else None
     if type(driver_error).__name__ in ("OperationalError", "InterfaceError"):
         if connecting or _from_connect_attempt(driver_error):
             # A login that never worked (a wrong address or password) will not
@@ -94,7 +96,6 @@ def _from_connect_attempt(error: BaseException) -> bool:
     return getattr(error, "pgconn", None) is not None
 
 
-def _is_sqlalchemy_database_error(error: Any) -> bool:
-    return bool(_classes("sqlalchemy.exc", "DBAPIError")) and isinstance(
-        error, _classes("sqlalchemy.exc", "DBAPIError")
-    )
+def _is_sqlalchemy_error(error: Any) -> bool:
+    errors = _classes("sqlalchemy.exc", "SQLAlchemyError")
+    return bool(errors) and isinstance(error, errors)

@@ -11,12 +11,14 @@ round trip) and refuses to commit work it did not start. With
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 from ... import forks
 from ...dbapi import ErrorKind
+from ...errors import InvalidArgumentError
 from .common import PostgresAdapter
 from .errors import sqlstate
 
@@ -82,7 +84,18 @@ class GenericAdapter(PostgresAdapter):
 
 
 def adapt(client: Any, *, join_transaction: bool) -> PostgresAdapter | None:
-    """The adapter for an ``execute(sql, params)`` client, or ``None``."""
+    """The adapter for an ``execute(sql, params)`` client, or ``None``.
+
+    Raises:
+        InvalidArgumentError: a ``sqlite3.Connection`` (it has ``execute`` too,
+            but it is SQLite's: ``SqliteCheckpointer`` takes it).
+    """
+    sqlite3 = sys.modules.get("sqlite3")
+    if sqlite3 is not None and isinstance(client, sqlite3.Connection):
+        raise InvalidArgumentError(
+            "PostgresCheckpointer was given a sqlite3.Connection: that is a SQLite database; use "
+            "SqliteCheckpointer(connection) for it"
+        )
     if callable(getattr(client, "execute", None)):
         return GenericAdapter(client, joins=join_transaction)
     return None

@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from ...errors import InvalidArgumentError
-from .common import PoolAdapter, PostgresAdapter, SingleConnectionAdapter
+from .common import PoolAdapter, PostgresAdapter, SingleConnectionAdapter, refuse_join
 
 __all__ = ["adapt"]
 
@@ -87,5 +87,7 @@ def adapt(client: Any, *, join_transaction: bool) -> PostgresAdapter | None:
                 "not an AsyncConnectionPool"
             )
         if isinstance(client, pool.ConnectionPool):
+            if join_transaction:
+                refuse_join("psycopg_pool ConnectionPool")
             return PsycopgPool(client)
     return None

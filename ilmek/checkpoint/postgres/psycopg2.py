@@ -12,7 +12,7 @@ import contextlib
 import sys
 from typing import Any
 
-from .common import PoolAdapter, PostgresAdapter, SingleConnectionAdapter
+from .common import PoolAdapter, PostgresAdapter, SingleConnectionAdapter, refuse_join
 
 __all__ = ["adapt"]
 
@@ -63,5 +63,7 @@ def adapt(client: Any, *, join_transaction: bool) -> PostgresAdapter | None:
         return Psycopg2Connection(client, joins=join_transaction)
     pool = _module("psycopg2.pool")
     if pool is not None and isinstance(client, pool.AbstractConnectionPool):
+        if join_transaction:
+            refuse_join("psycopg2 pool")
         return Psycopg2Pool(client)
     return None

@@ -15,7 +15,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from ...dbapi import Adapter, Session
+from ...dbapi import Adapter, ConnectionClosed, Session, sqlstate
+from ...errors import InvalidArgumentError
 from .common import PoolAdapter, PostgresAdapter
 from .psycopg import PsycopgConnection
 from .psycopg2 import Psycopg2Connection
@@ -110,7 +111,24 @@ class _JoinedAdapter(PostgresAdapter):
         yield self._client
 
     def connection(self) -> contextlib.AbstractContextManager[Any]:
+        if bool(getattr(self._client, "closed", False)):
+            raise ConnectionClosed(
+                "the SQLAlchemy Connection given to PostgresCheckpointer is closed: pass one that is open "
+                "(or the Engine, which lends connections of its own)"
+            )
         return self._mine()
+
+    def advice(self, error: BaseException) -> str:
+        pending = _sqlalchemy_error("PendingRollbackError")
+        if (pending is not None and isinstance(error, pending)) or sqlstate(error) == _FAILED_TRANSACTION:
+            return (
+                "Your session's transaction failed earlier (a flush was refused) and must be rolled back "
+                "first: call session.rollback(), then try again."
+            )
+        return super().advice(error)
+
+    def transaction_open(self, connection: Any) -> bool:
+        return True  # SQLAlchemy begins one by itself (autobegin); it is the caller's to commit
 
     @contextlib.contextmanager
     def transaction_scope(self, connection: Any, *, write: bool) -> Iterator[Session]:
@@ -150,11 +168,30 @@ class SessionAdapter(_JoinedAdapter):
         return self._client.connection()
 
 
+_FAILED_TRANSACTION = "25P02"  # in_failed_sql_transaction: a statement of yours failed, roll back
+
+
+def _sqlalchemy_error(name: str) -> type[BaseException] | None:
+    found = getattr(sys.modules.get("sqlalchemy.exc"), name, None)
+    return found if isinstance(found, type) else None
+
+
 def adapt(client: Any, *, join_transaction: bool) -> Adapter | None:
-    """The adapter for a SQLAlchemy Engine, Connection or Session, or ``None``."""
+    """The adapter for a SQLAlchemy Engine, Connection or Session, or ``None``.
+
+    Raises:
+        InvalidArgumentError: ``join_transaction`` with an Engine (it lends
+            connections of its own: there is no transaction of yours to join).
+    """
     engine = sys.modules.get("sqlalchemy.engine")
     if engine is not None:
         if isinstance(client, engine.Engine):
+            if join_transaction:
+                raise InvalidArgumentError(
+                    "join_transaction needs a connection of yours to join: an Engine lends connections of "
+                    "its own. Pass a SQLAlchemy Connection or Session (they always write inside your "
+                    "transaction), or drop join_transaction"
+                )
             return EngineAdapter(client)
         if isinstance(client, engine.Connection):
             return ConnectionAdapter(client)

@@ -218,6 +218,18 @@ class SqlCheckpointer(Checkpointer):
             yield handle
 
     @property
+    def tasks_on_caller_thread(self) -> bool | None:
+        answer = getattr(self._adapter, "tasks_on_caller_thread", None)
+        if answer is not None:
+            return bool(answer)
+        return super().tasks_on_caller_thread
+
+    def worker_finished(self) -> None:
+        finished = getattr(self._adapter, "worker_finished", None)
+        if callable(finished):
+            finished()
+
+    @property
     def any_thread(self) -> bool:
         """Whether the connections may be used from any thread (else only from the caller's)."""
         return bool(getattr(self._adapter, "any_thread", False))

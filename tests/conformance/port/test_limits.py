@@ -43,10 +43,10 @@ def test_a_step_key_over_the_limit_is_refused_before_its_function_runs(checkpoin
 def test_keys_at_the_limit_are_stored_on_every_backend_even_with_the_longest_thread_id(
     checkpointer: Checkpointer,
 ) -> None:
-    """A key of exactly the limit (multibyte characters included), on a thread whose id is 1 KiB: the step
-    is recorded and replays."""
+    """A key of exactly the limit as stored, non-ASCII characters and a NUL included, on a thread whose id
+    is 1 KiB: the step is recorded and replays."""
     calls = Calls()
-    key = "é" * (MAX_KEY_BYTES // 2)  # two bytes each
+    key = "é\x00" + "k" * (MAX_KEY_BYTES - 2 - 12)  # quoted; "é" and NUL are six bytes each, escaped
     thread_id = "t" * 1024
     g = keyed_step(calls, key)
     assert "done" == run(g, {}, thread_id=thread_id, checkpointer=checkpointer).status

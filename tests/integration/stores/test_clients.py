@@ -98,10 +98,18 @@ def test_postgres_callers_rollback_leaves_no_trace_in_the_cache(postgres_dsn: st
     connection = psycopg2.connect(postgres_dsn)
     checkpointer = PostgresCheckpointer(connection, join_transaction=True)
     g = chat_graph()
+
+    def the_callers_own_work() -> None:
+        # psycopg2 begins the caller's transaction with the caller's first statement.
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+
     try:
+        the_callers_own_work()
         run(g, {"log": ["alice's secret"]}, thread_id="alice", checkpointer=checkpointer)
         assert ["alice's secret", "echo of alice's secret"] == checkpointer.get("alice").channels["log"]  # type: ignore[union-attr]
         connection.rollback()
+        the_callers_own_work()
         run(g, {"log": ["alice's other"]}, thread_id="alice", checkpointer=checkpointer)
         connection.commit()
         with PostgresCheckpointer.connect(postgres_dsn) as fresh:

@@ -8,17 +8,15 @@ import decimal
 import importlib.util
 import inspect
 import sys
-import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import attrs
 import pytest
 
 from ilmek import serde
 from ilmek.errors import SerializationError
-from ilmek.serde.decoding import MAX_KEYS_PER_HASH
+from ilmek.serde.decoding import MAX_KEYS_PER_HASH, _check_hashes, _Malformed
 from tests.support.serde_values import STORED, forged, recording_imports
 
 # --------------------------------------------------------------------------- security
@@ -174,37 +172,70 @@ def _colliding(count: int) -> list[int]:
     return [index * _HASH_MODULUS for index in range(1, count + 1)]
 
 
-def _timed(work: Any) -> tuple[float, Any]:
-    """Seconds ``work()`` took, and what it returned or raised."""
-    started = time.perf_counter()
+class _CountedKey:
+    """A key whose hash is chosen and whose comparisons are counted in ``compared``."""
+
+    compared = 0
+
+    def __init__(self, number: int, hash_value: int) -> None:
+        self.number = number
+        self.hash_value = hash_value
+
+    def __hash__(self) -> int:
+        return self.hash_value
+
+    def __eq__(self, other: object) -> bool:
+        _CountedKey.compared += 1
+        return isinstance(other, _CountedKey) and other.number == self.number
+
+
+def _comparisons_to_check(keys: list[_CountedKey]) -> tuple[int, Exception | None]:
+    """How many key comparisons the hash check made on ``keys``, and what it raised."""
+    _CountedKey.compared = 0
     try:
-        outcome = work()
-    except SerializationError as error:
-        outcome = error
-    return time.perf_counter() - started, outcome
+        _check_hashes(keys)
+    except Exception as error:
+        return _CountedKey.compared, error
+    return _CountedKey.compared, None
 
 
 @pytest.mark.parametrize("tag", ["set", "frozenset", "dict"])
-def test_keys_that_share_one_hash_are_refused_in_linear_time(tag: str) -> None:
-    """20,000 colliding ints (half a megabyte) are refused at once, not decoded in seconds."""
+def test_keys_that_share_one_hash_are_refused_before_the_value_is_built(tag: str) -> None:
+    """20,000 colliding ints (half a megabyte) are refused as malformed, naming the cause."""
     keys = _colliding(20_000)
     payload = [[key, None] for key in keys] if tag == "dict" else keys
     text = forged(tag, payload)
     assert len(text) > 450_000
-    seconds, outcome = _timed(lambda: serde.decode(text))
-    assert isinstance(outcome, SerializationError)
-    assert "share one hash value" in str(outcome)
-    # Today's decoding took 2 s and more (quadratic); the check takes milliseconds.
-    assert seconds < 0.3
+    with pytest.raises(SerializationError, match="share one hash value"):
+        serde.decode(text)
+
+
+def test_the_hash_check_compares_each_key_at_most_a_bounded_number_of_times() -> None:
+    """Linear, counted rather than timed: n colliding keys cost at most MAX_KEYS_PER_HASH comparisons each.
+
+    Building a set of them would cost n²/2 (200 million for 20,000); the check stops at the limit.
+    """
+    count = 20_000
+    colliding = [_CountedKey(number, hash_value=0) for number in range(count)]
+    compared, raised = _comparisons_to_check(colliding)
+    assert isinstance(raised, _Malformed)
+    assert compared <= MAX_KEYS_PER_HASH * MAX_KEYS_PER_HASH
+
+    spread = [_CountedKey(number, hash_value=number) for number in range(count)]
+    assert _comparisons_to_check(spread) == (0, None)
+
+    # Repeats of one key and a crowd just under the limit pass, with comparisons bounded per key.
+    repeats = [_CountedKey(7, hash_value=0) for _ in range(count)]
+    compared, raised = _comparisons_to_check(repeats)
+    assert raised is None
+    assert compared <= count * MAX_KEYS_PER_HASH
 
 
 def test_ordinary_sets_and_dicts_of_the_same_size_still_round_trip() -> None:
     """20,000 big ints with distinct hashes, in a set, a frozenset and as dict keys, decode as they were."""
     keys = [10**22 + index for index in range(20_000)]
     for value in (set(keys), frozenset(keys), dict.fromkeys(keys, "x")):
-        seconds, outcome = _timed(lambda value=value: serde.decode(serde.encode(value)))
-        assert value == outcome
-        assert seconds < 0.3
+        assert value == serde.decode(serde.encode(value))
 
 
 def test_a_few_colliding_keys_and_repeated_keys_still_decode() -> None:

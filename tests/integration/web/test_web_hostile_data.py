@@ -14,7 +14,6 @@ import json
 import pathlib
 import re
 import sqlite3
-import time
 import urllib.parse
 from collections.abc import Iterator, Mapping
 
@@ -154,10 +153,11 @@ def test_a_metadata_filter_nested_five_thousand_levels_gets_the_pages_message(
 def test_the_inbox_lists_a_pause_whose_payload_is_a_hash_flooding_set_at_once(
     path: pathlib.Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A 0.5 MB set of 20,000 ints that hash alike in an open pause: the inbox answers in well under a second.
+    """A 0.5 MB set of 20,000 ints that hash alike in an open pause: the inbox lists it and names the damage.
 
-    Today the inbox decoded it whole on every view (3 s); now it reads a bounded
-    preview, which names the damage, and the other rows are as ever.
+    The inbox once decoded it whole on every view (3 s, quadratic); now it reads a
+    bounded preview, which names the damage, and the other rows are as ever. That the
+    refusal is linear is counted, not timed, in tests/unit/test_serde_security.py.
     """
     colliding = {"__ilmek__": "set", "v": [index * HASH_MODULUS for index in range(1, 20_001)]}
     forge_payload(path, THREADS["waiting"], {"question": "Charge?", "ids": colliding})
@@ -165,25 +165,19 @@ def test_the_inbox_lists_a_pause_whose_payload_is_a_hash_flooding_set_at_once(
     store = SqliteCheckpointer(path)
     try:
         with serving(store) as server:
-            started = time.perf_counter()
             status, _, page = request(server.server_port, "GET", "/")
-            seconds = time.perf_counter() - started
-            # Its own page says the thread cannot be shown, at once, as the console's own message.
-            started = time.perf_counter()
+            # Its own page says the thread cannot be shown, as the console's own message.
             target = "/thread?" + urllib.parse.urlencode({"id": THREADS["second_waiting"]})
             thread_status, _, thread_page = request(server.server_port, "GET", target)
-            thread_seconds = time.perf_counter() - started
         with pytest.raises(ilmek.CorruptCheckpointError, match="share one hash value"):
             store.get(THREADS["second_waiting"])
     finally:
         store.close()
     assert 200 == status
-    assert seconds < 1.0
     assert "Charge?" in page
     assert "cannot be shown" in page
     assert (500, True) == (thread_status, "This thread cannot be shown" in thread_page)
     assert "share one hash value" in thread_page
-    assert thread_seconds < 1.0
     assert [] == crashes(caplog)
 
 

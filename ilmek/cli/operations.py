@@ -1,40 +1,31 @@
-"""The commands that change threads: ``delete``, ``prune``; for operations ``recover``, ``cancel``, ``gc``.
+"""The commands that change threads: ``delete``, ``prune``; for operations ``recover``, ``cancel``.
 
 ``recover`` continues stalled threads with the graphs given as
-``MODULE:NAME``; ``cancel`` asks the run holding a thread to stop; ``gc``
-deletes or prunes the threads last updated before an age. None of them
-touches a thread a live run holds unless asked to (``delete --force``).
+``MODULE:NAME``; ``cancel`` asks the run holding a thread to stop (``gc``,
+which deletes or prunes old threads in bulk, is :mod:`ilmek.cli.gc`). None
+of them touches a thread a live run holds unless asked to (``delete --force``).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import sys
 import time
 from collections.abc import Mapping, Sequence
 
-from ..checkpoint.base import Checkpointer, checkpoints_to_keep
+from ..checkpoint.base import Checkpointer
 from ..errors import IlmekError, ThreadBusyError
 from ..graph import CompiledGraph
 from ..loading import load_graphs
 from ..operations import recover, request_cancel, stalled_threads
 from ..redact import printable
-from ..types import Result, ThreadInfo
+from ..types import Result
 from .arguments import _THREAD_HELP, Subcommands, _past_moment, _positive, _text
 from .failures import _CommandFailed
-from .output import _NOTE_TEXT, _align, _clip, _one_line, _q, _say, _shell_word, _shorten, _when
+from .output import _NOTE_TEXT, _align, _clip, _count, _one_line, _q, _say, _shell_word, _shorten, _when
 from .stores import SqlCheckpointer, _database, _opened, _shown_database
 
-# `gc` never touches a running thread, so it does not offer that status.
-_GC_STATUSES = ("done", "interrupted", "unfinished", "error")
-
-
 # --- delete, prune ------------------------------------------------------------------------
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def _exists(checkpointer: SqlCheckpointer, thread_id: str) -> bool:
@@ -116,9 +107,6 @@ def add_prune_parser(commands: Subcommands) -> None:
 
 # --- operations: recover, cancel, gc ------------------------------------------------------
 
-# Threads are listed from the store this many at a time.
-_PAGE = 500
-
 
 def _loaded_graphs(references: Sequence[str]) -> dict[str, CompiledGraph]:
     """The graphs ``MODULE:NAME`` references name, keyed by graph name; any failure is one message."""
@@ -146,11 +134,6 @@ def _runs_with(name: str | None, graphs: Mapping[str, CompiledGraph]) -> bool:
     """Whether :func:`ilmek.recover` continues a thread of graph ``name`` with ``graphs``."""
     # As recover() does: a checkpoint that names no graph goes to the only graph given.
     return name in graphs if name is not None else len(graphs) == 1
-
-
-def _before(moment: float) -> str:
-    """``last updated before <moment>`` (epoch seconds), as `gc` reports what it took."""
-    return f"last updated before {_when(_dt.datetime.fromtimestamp(moment, _dt.UTC))}"
 
 
 def _outcome(result: Result) -> str:
@@ -262,100 +245,3 @@ def add_cancel_parser(commands: Subcommands) -> None:
     cancel.add_argument(
         "--reason", type=_text, default="cancelled", metavar="TEXT", help="why (default: cancelled)"
     )
-
-
-def _old_threads(checkpointer: Checkpointer, args: argparse.Namespace) -> tuple[list[ThreadInfo], int]:
-    """The threads `gc` would touch, least recently updated first, and how many running ones it spares."""
-    found: list[ThreadInfo] = []
-    offset = 0
-    while True:
-        page = checkpointer.list_threads(
-            status=args.status, updated_before=args.older_than, offset=offset, limit=_PAGE
-        )
-        found.extend(page)
-        if len(page) < _PAGE:
-            break
-        offset += _PAGE
-    idle = [info for info in found if not info.running]
-    idle.reverse()
-    return idle, len(found) - len(idle)
-
-
-def _cmd_gc(args: argparse.Namespace) -> int:
-    what = _before(args.older_than) + (f", status {args.status}" if args.status else "")
-    with _opened(args) as checkpointer:
-        if args.keep_last is None and not args.dry_run:
-            spared = [
-                info
-                for info in checkpointer.list_threads(status="running", updated_before=args.older_than)
-                if args.status in (None, info.status)
-            ]
-            deleted = checkpointer.delete_threads(updated_before=args.older_than, status=args.status)
-            _say(f"deleted {_count(deleted, 'thread')} {what}")
-            if spared:
-                _say(f"kept {_count(len(spared), 'thread')} that a run holds now")
-            return 0
-        threads, running = _old_threads(checkpointer, args)
-        if args.keep_last is None:
-            for info in threads:
-                _say(printable(f"{_when(info.updated_at)}  {info.status:<11}  {info.id}"))
-            _say(f"would delete {_count(len(threads), 'thread')} {what}")
-        else:
-            _gc_prune(checkpointer, threads, args, what)
-        if running:
-            _say(f"kept {_count(running, 'thread')} that a run holds now")
-    return 0
-
-
-def _gc_prune(
-    checkpointer: Checkpointer, threads: Sequence[ThreadInfo], args: argparse.Namespace, what: str
-) -> None:
-    """`gc --keep-last N`: prune each thread instead of deleting it (``what``: which threads, in words)."""
-    verb = "would drop" if args.dry_run else "dropped"
-    dropped_total = touched = 0
-    for info in threads:
-        if args.dry_run:
-            lineage = {c.id: c.parent_id for c in checkpointer.list(info.id)}
-            keep = checkpoints_to_keep(list(lineage), lineage, args.keep_last)
-            dropped, kept = len(lineage) - len(keep), len(keep)
-        else:
-            try:
-                dropped = checkpointer.prune(info.id, keep_last=args.keep_last)
-            except ThreadBusyError:
-                # A run took the thread since it was listed: leave it to that run.
-                _say(printable(f"thread {_q(info.id)}: skipped, a run holds it now"))
-                continue
-            kept = len(checkpointer.list(info.id))
-        if dropped:
-            touched += 1
-            dropped_total += dropped
-            _say(printable(f"thread {_q(info.id)}: {verb} {_count(dropped, 'checkpoint')}, {kept} kept"))
-    _say(
-        f"{verb} {_count(dropped_total, 'checkpoint')} of {_count(touched, 'thread')} ({len(threads)} {what})"
-    )
-
-
-def add_gc_parser(commands: Subcommands) -> None:
-    """Add ``gc``, which deletes or prunes old threads, to the commands."""
-    gc = commands.add(
-        "gc",
-        _cmd_gc,
-        "Delete threads last updated before an age (never one a run holds), or with --keep-last "
-        "prune each of them instead.",
-    )
-    gc.add_argument(
-        "--older-than",
-        type=_past_moment,
-        required=True,
-        metavar="AGE",
-        help="threads last updated before then: 30d, 12h, or an ISO date (2024-05-01)",
-    )
-    gc.add_argument("--status", choices=_GC_STATUSES, help="only threads in this status")
-    gc.add_argument(
-        "--keep-last",
-        type=_positive,
-        metavar="N",
-        help="keep the threads; drop all but the N newest checkpoints of each (and every one a "
-        "branch or pause needs)",
-    )
-    gc.add_argument("--dry-run", action="store_true", help="list what would go; change nothing")

@@ -198,7 +198,7 @@ def _result_json(result: Result) -> dict[str, Any]:
     }
 
 
-def _not_continued(info: ThreadInfo, owner: str | None, graphs: Mapping[str, CompiledGraph]) -> str:
+def _not_continued(owner: str | None, graphs: Mapping[str, CompiledGraph]) -> str:
     """Why a stalled thread was not continued by this `recover`."""
     if _runs_with(owner, graphs):
         return "another process or run took it first"
@@ -229,7 +229,7 @@ def _recover_json(
             ],
             "results": [_result_json(result) for result in results],
             "skipped": [
-                {"thread": info.id, "reason": _not_continued(info, owners[info.id], graphs)}
+                {"thread": info.id, "reason": _not_continued(owners[info.id], graphs)}
                 for info in stalled
                 if not args.dry_run and info.id not in continued
             ],
@@ -270,7 +270,7 @@ def _cmd_recover(args: argparse.Namespace) -> int:
         _say(printable(f"thread {_q(result.thread_id)}: {_outcome(result)}"))
     for info in stalled:
         if info.id not in continued:
-            why = _not_continued(info, owners[info.id], graphs)
+            why = _not_continued(owners[info.id], graphs)
             _say(printable(f"thread {_q(info.id)}: not continued here ({why})"))
     if not stalled and not results:
         _say("no stalled threads")

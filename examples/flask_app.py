@@ -12,13 +12,15 @@ The side effects (orders, charges) are rows in the same database, written
 inside journaled steps: ilmek records each step's result, so a step never
 runs twice for one thread.
 
-Run it on SQLite (``checkout.db`` in the current folder)::
+From the root of a clone, with the project's interpreter (``bash
+scripts/test`` installs Flask into ``.venv``), run it on SQLite
+(``checkout.db`` in the current folder)::
 
-    python examples/flask_app.py
+    .venv/bin/python examples/flask_app.py
 
-or on Postgres::
+or on Postgres (``PORT`` picks another port than 5000)::
 
-    DATABASE_URL=postgresql://localhost/shop python examples/flask_app.py
+    DATABASE_URL=postgresql://localhost/shop .venv/bin/python examples/flask_app.py
 
 then::
 
@@ -385,7 +387,7 @@ if __name__ == "__main__":
             shop,
             console_password=os.environ.get("CONSOLE_PASSWORD"),
             console_secret=os.environ.get("CONSOLE_SECRET"),
-        ).run(threaded=True)
+        ).run(threaded=True, port=int(os.environ.get("PORT", "5000")))
     finally:
         checkpointer.close()
         shop.close()

@@ -1,10 +1,12 @@
 """Watch a checkout run as it happens: one line per event, the assistant's tokens inline.
 
-From the repository root::
+From the root of a clone, with the project's interpreter (``bash
+scripts/demo`` or ``bash scripts/test`` makes ``.venv``; a ``python`` without
+ilmek installed cannot import it)::
 
-    python examples/stream_checkout.py               # pauses at the question, answers "yes"
-    python examples/stream_checkout.py --answer no   # ... or declines: nothing is charged
-    python examples/stream_checkout.py --db shop.db  # keep the thread in a SQLite file
+    .venv/bin/python examples/stream_checkout.py               # pauses at the question, answers "yes"
+    .venv/bin/python examples/stream_checkout.py --answer no   # ... or declines: nothing is charged
+    .venv/bin/python examples/stream_checkout.py --db shop.db  # keep the thread in a SQLite file
 
 The flow: ``quote`` creates the order (a journaled step) and streams a
 message token by token; ``confirm`` pauses for a person; ``charge`` calls a

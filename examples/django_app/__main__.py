@@ -1,8 +1,13 @@
-"""Run the Django example: ``DATABASE_URL=postgresql://localhost/shop python -m examples.django_app``.
+"""Run the Django example from the root of a clone, with the project's interpreter (``.venv``).
 
 Creates ilmek's tables and the shop's, then runs a Django management
-command: ``runserver`` when none is given (``python -m examples.django_app
-runserver 8001``, ``... check``). Then::
+command: ``runserver`` when none is given::
+
+    DATABASE_URL=postgresql://localhost/shop .venv/bin/python -m examples.django_app
+    DATABASE_URL=postgresql://localhost/shop .venv/bin/python -m examples.django_app runserver 8001
+    DATABASE_URL=postgresql://localhost/shop .venv/bin/python -m examples.django_app check
+
+(``bash scripts/test`` installs Django and psycopg2 into ``.venv``). Then::
 
     curl -X POST localhost:8000/checkout -d '{"thread_id": "order-1", "cart": ["coffee", "mug"]}'
     curl -X POST localhost:8000/checkout/order-1/approve -d '{"answer": "yes"}'

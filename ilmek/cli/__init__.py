@@ -25,7 +25,7 @@ how), :mod:`~ilmek.cli.rendering` (stored values) and
 :mod:`~ilmek.cli.failures`. Each command module adds its own sub-parsers:
 :mod:`~ilmek.cli.demo`, :mod:`~ilmek.cli.threads` (``threads``, ``show``),
 :mod:`~ilmek.cli.history`, :mod:`~ilmek.cli.operations` (``delete``,
-``prune``, ``recover``, ``cancel``, ``gc``), :mod:`~ilmek.cli.schema`
+``prune``, ``recover``, ``cancel``), :mod:`~ilmek.cli.gc`, :mod:`~ilmek.cli.schema`
 (``migrate``, ``ddl``) and :mod:`~ilmek.cli.web`. This module only re-exports.
 """
 

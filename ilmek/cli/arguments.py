@@ -138,11 +138,13 @@ def _store_options(parser: argparse.ArgumentParser, *, default: Any) -> None:
     )
 
 
-def _json_option(parser: argparse.ArgumentParser) -> None:
+def _json_option(parser: argparse.ArgumentParser, shape: str) -> None:
+    """``--json``: one JSON document on stdout instead of text; ``shape`` says what its keys hold."""
     parser.add_argument(
         "--json",
         action="store_true",
-        help="print one JSON document (stored values in ilmek's JSON form, times in ISO 8601)",
+        help=f"print one JSON document instead: {shape} (stored values in ilmek's JSON form, "
+        "times in ISO 8601); errors stay one line on stderr",
     )
 
 

@@ -168,4 +168,8 @@ def add_history_parser(commands: Subcommands) -> None:
     )
     history.add_argument("thread", type=_text, metavar="THREAD", help=_THREAD_HELP)
     history.add_argument("--limit", type=_positive, metavar="N", help="only the N newest checkpoints")
-    _json_option(history)
+    _json_option(
+        history,
+        '{"thread", "truncated", "checkpoints": [{"id", "parent_id", "parent_shown", "step", "status", '
+        '"source", "ts", "latest", "answered", "pending"}, ...]}, oldest first',
+    )

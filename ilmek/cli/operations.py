@@ -1,49 +1,65 @@
-"""The commands that change threads: ``delete``, ``prune``; for operations ``recover``, ``cancel``, ``gc``.
+"""The commands that change threads: ``delete``, ``prune``; for operations ``recover``, ``cancel``.
 
 ``recover`` continues stalled threads with the graphs given as
-``MODULE:NAME``; ``cancel`` asks the run holding a thread to stop; ``gc``
-deletes or prunes the threads last updated before an age. None of them
-touches a thread a live run holds unless asked to (``delete --force``).
+``MODULE:NAME``; ``cancel`` asks the run holding a thread to stop (``gc``,
+which deletes or prunes old threads in bulk, is :mod:`ilmek.cli.gc`). None
+of them touches a thread a live run holds unless asked to (``delete --force``).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
+import contextlib
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-from ..checkpoint.base import Checkpointer, checkpoints_to_keep
+from ..checkpoint.base import Checkpointer
 from ..errors import IlmekError, ThreadBusyError
 from ..graph import CompiledGraph
 from ..loading import load_graphs
 from ..operations import recover, request_cancel, stalled_threads
 from ..redact import printable
 from ..types import Result, ThreadInfo
-from .arguments import _THREAD_HELP, Subcommands, _past_moment, _positive, _text
+from .arguments import _THREAD_HELP, Subcommands, _json_option, _past_moment, _positive, _text
 from .failures import _CommandFailed
-from .output import _NOTE_TEXT, _align, _clip, _one_line, _q, _say, _shell_word, _shorten, _when
+from .output import (
+    _NOTE_TEXT,
+    _align,
+    _clip,
+    _count,
+    _json_time,
+    _one_line,
+    _pending_json,
+    _print_json,
+    _q,
+    _say,
+    _shell_word,
+    _shorten,
+    _when,
+)
 from .stores import SqlCheckpointer, _database, _opened, _shown_database
 
-# `gc` never touches a running thread, so it does not offer that status.
-_GC_STATUSES = ("done", "interrupted", "unfinished", "error")
-
-
 # --- delete, prune ------------------------------------------------------------------------
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def _exists(checkpointer: SqlCheckpointer, thread_id: str) -> bool:
     return checkpointer.get_thread(thread_id) is not None or checkpointer.get(thread_id) is not None
 
 
-def _confirmed(question: str) -> bool:
+def _confirmed(question: str, *, on_stderr: bool = False) -> bool:
+    """Ask on the terminal; only yes is yes. ``on_stderr``: stdout is for a JSON document."""
+    prompt = f"{printable(question)} [y/N] "
     try:
-        answer = input(f"{printable(question)} [y/N] ")
+        if not on_stderr:
+            answer = input(prompt)
+        else:
+            sys.stderr.write(prompt)
+            sys.stderr.flush()
+            answer = sys.stdin.readline()
+            if not answer:
+                return False
     except EOFError:
         return False
     return answer.strip().lower() in {"y", "yes"}
@@ -62,7 +78,8 @@ def _cmd_delete(args: argparse.Namespace) -> int:
                     "terminal, so pass --yes"
                 )
             count = len(checkpointer.list(args.thread))
-            if not _confirmed(f"delete thread {_q(args.thread)} and its {_count(count, 'checkpoint')}?"):
+            question = f"delete thread {_q(args.thread)} and its {_count(count, 'checkpoint')}?"
+            if not _confirmed(question, on_stderr=args.json):
                 raise _CommandFailed("nothing deleted")
         if args.force:
             checkpointer.delete_thread(args.thread)
@@ -75,7 +92,10 @@ def _cmd_delete(args: argparse.Namespace) -> int:
                     f"first with: ilmek cancel {_shell_word(args.thread)}; or pass --force to "
                     "delete the thread under it (the run then fails at its next write)"
                 ) from None
-    _say(printable(f"deleted thread {_q(args.thread)}"))
+    if args.json:
+        _print_json({"thread": args.thread, "deleted": True, "forced": args.force})
+    else:
+        _say(printable(f"deleted thread {_q(args.thread)}"))
     return 0
 
 
@@ -87,7 +107,10 @@ def _cmd_prune(args: argparse.Namespace) -> int:
             )
         dropped = checkpointer.prune(args.thread, keep_last=args.keep_last)
         kept = len(checkpointer.list(args.thread))
-    _say(printable(f"dropped {_count(dropped, 'checkpoint')} of thread {_q(args.thread)}; {kept} kept"))
+    if args.json:
+        _print_json({"thread": args.thread, "dropped": dropped, "kept": kept})
+    else:
+        _say(printable(f"dropped {_count(dropped, 'checkpoint')} of thread {_q(args.thread)}; {kept} kept"))
     return 0
 
 
@@ -101,6 +124,7 @@ def add_delete_parser(commands: Subcommands) -> None:
         action="store_true",
         help="delete it even while a run holds it (that run then fails at its next write)",
     )
+    _json_option(delete, '{"thread", "deleted": true, "forced"} (a question asked goes to stderr)')
 
 
 def add_prune_parser(commands: Subcommands) -> None:
@@ -112,12 +136,10 @@ def add_prune_parser(commands: Subcommands) -> None:
     )
     prune.add_argument("thread", type=_text, metavar="THREAD", help=_THREAD_HELP)
     prune.add_argument("--keep-last", type=_positive, required=True, metavar="N", help="keep the N newest")
+    _json_option(prune, '{"thread", "dropped", "kept"} (numbers of checkpoints)')
 
 
-# --- operations: recover, cancel, gc ------------------------------------------------------
-
-# Threads are listed from the store this many at a time.
-_PAGE = 500
+# --- operations: recover, cancel ----------------------------------------------------------
 
 
 def _loaded_graphs(references: Sequence[str]) -> dict[str, CompiledGraph]:
@@ -148,11 +170,6 @@ def _runs_with(name: str | None, graphs: Mapping[str, CompiledGraph]) -> bool:
     return name in graphs if name is not None else len(graphs) == 1
 
 
-def _before(moment: float) -> str:
-    """``last updated before <moment>`` (epoch seconds), as `gc` reports what it took."""
-    return f"last updated before {_when(_dt.datetime.fromtimestamp(moment, _dt.UTC))}"
-
-
 def _outcome(result: Result) -> str:
     """How a continued run ended, for one line of `recover`."""
     if result.status == "error" and result.errors:
@@ -165,37 +182,96 @@ def _outcome(result: Result) -> str:
     return result.status
 
 
+def _result_json(result: Result) -> dict[str, Any]:
+    """A continued run in `recover --json`'s ``results``."""
+    error = None
+    if result.status == "error" and result.errors:
+        node, raised = result.errors[0]
+        error = {"node": node, "type": type(raised).__name__, "message": str(raised)}
+    return {
+        "thread": result.thread_id,
+        "status": result.status,
+        "checkpoint_id": result.checkpoint_id,
+        "error": error,
+        "abort_reason": result.abort_reason,
+        "pending": [_pending_json(pause) for pause in result.pending],
+    }
+
+
+def _not_continued(owner: str | None, graphs: Mapping[str, CompiledGraph]) -> str:
+    """Why a stalled thread was not continued by this `recover`."""
+    if _runs_with(owner, graphs):
+        return "another process or run took it first"
+    return f"its graph {_q(owner or '(unnamed)')} was not given"
+
+
+def _recover_json(
+    args: argparse.Namespace,
+    stalled: Sequence[ThreadInfo],
+    owners: Mapping[str, str | None],
+    graphs: Mapping[str, CompiledGraph],
+    results: Sequence[Result],
+) -> None:
+    """`recover --json`'s document: what was stalled, how each continued run ended, what was left."""
+    continued = {result.thread_id for result in results}
+    _print_json(
+        {
+            "dry_run": args.dry_run,
+            "stalled": [
+                {
+                    "thread": info.id,
+                    "status": info.status,
+                    "updated_at": _json_time(info.updated_at),
+                    "graph": owners[info.id],
+                    "continue": _runs_with(owners[info.id], graphs),
+                }
+                for info in stalled
+            ],
+            "results": [_result_json(result) for result in results],
+            "skipped": [
+                {"thread": info.id, "reason": _not_continued(owners[info.id], graphs)}
+                for info in stalled
+                if not args.dry_run and info.id not in continued
+            ],
+            "continued": len(results),
+        }
+    )
+
+
 def _cmd_recover(args: argparse.Namespace) -> int:
     graphs = _loaded_graphs(args.graphs)
     older_than = max(0.0, time.time() - args.older_than) if args.older_than is not None else 0.0
+    results: list[Result] = []
     with _opened(args) as checkpointer:
         stalled = stalled_threads(checkpointer, older_than=older_than, limit=args.limit)
         owners = {info.id: _graph_name(checkpointer, info.id) for info in stalled}
-        if args.dry_run:
-            if not stalled:
-                _say("no stalled threads")
-                return 0
-            rows = [["THREAD", "STATUS", "UPDATED", "GRAPH", "WOULD"]]
-            for info in stalled:
-                owner = owners[info.id]
-                would = "continue" if _runs_with(owner, graphs) else "skip: its graph was not given"
-                rows.append([info.id, info.status, _when(info.updated_at), owner or "-", would])
-            for line in _align(rows):
-                _say(line)
+        if not args.dry_run:
+            # What the graphs' nodes print is theirs, not the command's: under
+            # --json stdout carries the document alone, so it goes to stderr.
+            with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+                results = recover(graphs, checkpointer, older_than=older_than, limit=args.limit)
+    if args.json:
+        _recover_json(args, stalled, owners, graphs, results)
+        return 0
+    if args.dry_run:
+        if not stalled:
+            _say("no stalled threads")
             return 0
-        results = recover(graphs, checkpointer, older_than=older_than, limit=args.limit)
+        rows = [["THREAD", "STATUS", "UPDATED", "GRAPH", "WOULD"]]
+        for info in stalled:
+            owner = owners[info.id]
+            would = "continue" if _runs_with(owner, graphs) else "skip: its graph was not given"
+            rows.append([info.id, info.status, _when(info.updated_at), owner or "-", would])
+        for line in _align(rows):
+            _say(line)
+        return 0
     continued = {result.thread_id for result in results}
     for result in results:
         _say(printable(f"thread {_q(result.thread_id)}: {_outcome(result)}"))
     for info in stalled:
-        if info.id in continued:
-            continue
-        owner = owners[info.id]
-        if _runs_with(owner, graphs):
-            why = "another process or run took it first"
-        else:
-            why = f"its graph {_q(owner or '(unnamed)')} was not given"
-        _say(printable(f"thread {_q(info.id)}: not continued here ({why})"))
+        if info.id not in continued:
+            why = _not_continued(owners[info.id], graphs)
+            _say(printable(f"thread {_q(info.id)}: not continued here ({why})"))
     if not stalled and not results:
         _say("no stalled threads")
     else:
@@ -229,6 +305,12 @@ def add_recover_parser(commands: Subcommands) -> None:
     recover_.add_argument(
         "--dry-run", action="store_true", help="list the stalled threads and their graphs; run nothing"
     )
+    _json_option(
+        recover_,
+        '{"dry_run", "stalled": [{"thread", "status", "updated_at", "graph", "continue"}, ...], '
+        '"results": [{"thread", "status", "checkpoint_id", "error": null or {"node", "type", "message"}, '
+        '"abort_reason", "pending"}, ...], "skipped": [{"thread", "reason"}, ...], "continued"}',
+    )
 
 
 def _cmd_cancel(args: argparse.Namespace) -> int:
@@ -241,6 +323,9 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
                 f"thread {_q(args.thread)} does not exist in {_shown_database(_database(args))}"
             )
         raise _CommandFailed(f"no run holds thread {_q(args.thread)} now: nothing to cancel")
+    if args.json:
+        _print_json({"thread": args.thread, "asked": True, "reason": args.reason})
+        return 0
     _say(
         printable(
             f"asked the run holding thread {_q(args.thread)} to stop: it ends aborted "
@@ -262,100 +347,4 @@ def add_cancel_parser(commands: Subcommands) -> None:
     cancel.add_argument(
         "--reason", type=_text, default="cancelled", metavar="TEXT", help="why (default: cancelled)"
     )
-
-
-def _old_threads(checkpointer: Checkpointer, args: argparse.Namespace) -> tuple[list[ThreadInfo], int]:
-    """The threads `gc` would touch, least recently updated first, and how many running ones it spares."""
-    found: list[ThreadInfo] = []
-    offset = 0
-    while True:
-        page = checkpointer.list_threads(
-            status=args.status, updated_before=args.older_than, offset=offset, limit=_PAGE
-        )
-        found.extend(page)
-        if len(page) < _PAGE:
-            break
-        offset += _PAGE
-    idle = [info for info in found if not info.running]
-    idle.reverse()
-    return idle, len(found) - len(idle)
-
-
-def _cmd_gc(args: argparse.Namespace) -> int:
-    what = _before(args.older_than) + (f", status {args.status}" if args.status else "")
-    with _opened(args) as checkpointer:
-        if args.keep_last is None and not args.dry_run:
-            spared = [
-                info
-                for info in checkpointer.list_threads(status="running", updated_before=args.older_than)
-                if args.status in (None, info.status)
-            ]
-            deleted = checkpointer.delete_threads(updated_before=args.older_than, status=args.status)
-            _say(f"deleted {_count(deleted, 'thread')} {what}")
-            if spared:
-                _say(f"kept {_count(len(spared), 'thread')} that a run holds now")
-            return 0
-        threads, running = _old_threads(checkpointer, args)
-        if args.keep_last is None:
-            for info in threads:
-                _say(printable(f"{_when(info.updated_at)}  {info.status:<11}  {info.id}"))
-            _say(f"would delete {_count(len(threads), 'thread')} {what}")
-        else:
-            _gc_prune(checkpointer, threads, args, what)
-        if running:
-            _say(f"kept {_count(running, 'thread')} that a run holds now")
-    return 0
-
-
-def _gc_prune(
-    checkpointer: Checkpointer, threads: Sequence[ThreadInfo], args: argparse.Namespace, what: str
-) -> None:
-    """`gc --keep-last N`: prune each thread instead of deleting it (``what``: which threads, in words)."""
-    verb = "would drop" if args.dry_run else "dropped"
-    dropped_total = touched = 0
-    for info in threads:
-        if args.dry_run:
-            lineage = {c.id: c.parent_id for c in checkpointer.list(info.id)}
-            keep = checkpoints_to_keep(list(lineage), lineage, args.keep_last)
-            dropped, kept = len(lineage) - len(keep), len(keep)
-        else:
-            try:
-                dropped = checkpointer.prune(info.id, keep_last=args.keep_last)
-            except ThreadBusyError:
-                # A run took the thread since it was listed: leave it to that run.
-                _say(printable(f"thread {_q(info.id)}: skipped, a run holds it now"))
-                continue
-            kept = len(checkpointer.list(info.id))
-        if dropped:
-            touched += 1
-            dropped_total += dropped
-            _say(printable(f"thread {_q(info.id)}: {verb} {_count(dropped, 'checkpoint')}, {kept} kept"))
-    _say(
-        f"{verb} {_count(dropped_total, 'checkpoint')} of {_count(touched, 'thread')} ({len(threads)} {what})"
-    )
-
-
-def add_gc_parser(commands: Subcommands) -> None:
-    """Add ``gc``, which deletes or prunes old threads, to the commands."""
-    gc = commands.add(
-        "gc",
-        _cmd_gc,
-        "Delete threads last updated before an age (never one a run holds), or with --keep-last "
-        "prune each of them instead.",
-    )
-    gc.add_argument(
-        "--older-than",
-        type=_past_moment,
-        required=True,
-        metavar="AGE",
-        help="threads last updated before then: 30d, 12h, or an ISO date (2024-05-01)",
-    )
-    gc.add_argument("--status", choices=_GC_STATUSES, help="only threads in this status")
-    gc.add_argument(
-        "--keep-last",
-        type=_positive,
-        metavar="N",
-        help="keep the threads; drop all but the N newest checkpoints of each (and every one a "
-        "branch or pause needs)",
-    )
-    gc.add_argument("--dry-run", action="store_true", help="list what would go; change nothing")
+    _json_option(cancel, '{"thread", "asked": true, "reason"}')

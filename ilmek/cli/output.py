@@ -43,6 +43,11 @@ def _say(text: str = "") -> None:
     print(printable(text, keep_newlines=True))
 
 
+def _count(number: int, noun: str) -> str:
+    """``1 thread``, ``12,345 threads``."""
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"
+
+
 def _shorten(text: str, limit: int = _MAX_ECHO) -> str:
     return text if len(text) <= limit else f"{text[:limit]}… ({len(text) - limit} more characters)"
 

@@ -20,14 +20,9 @@ from ..errors import IlmekError
 from .arguments import Subcommands, _Parser, _store_options
 from .demo import add_demo_parser
 from .failures import _CommandFailed, _UsageError
+from .gc import add_gc_parser
 from .history import add_history_parser
-from .operations import (
-    add_cancel_parser,
-    add_delete_parser,
-    add_gc_parser,
-    add_prune_parser,
-    add_recover_parser,
-)
+from .operations import add_cancel_parser, add_delete_parser, add_prune_parser, add_recover_parser
 from .output import _complain
 from .schema import add_ddl_parser, add_migrate_parser
 from .stores import _secrets_in

@@ -1,13 +1,20 @@
-"""The schema commands: ``migrate`` creates or upgrades a store's tables, ``ddl`` prints their SQL."""
+"""The schema commands: ``migrate`` creates or upgrades a store's tables, ``ddl`` prints their SQL.
+
+``ddl`` prints, without connecting, the SQL that creates the tables, that
+upgrades them from an older schema version (``--from-version N``) or that
+removes them (``--drop``); the SQL itself is built by the checkpointer
+classes (:meth:`~ilmek.checkpoint.sql.SqlCheckpointer.schema_sql`,
+``upgrade_sql``, ``drop_sql``), never here.
+"""
 
 from __future__ import annotations
 
 import argparse
 
-from .arguments import Subcommands, _database_argument
+from .arguments import Subcommands, _database_argument, _json_option, _positive
 from .failures import _CommandFailed
-from .output import _say
-from .stores import _URL, SqlCheckpointer, _database, _is_postgres, _opened, _unsupported
+from .output import _print_json, _say
+from .stores import _URL, SqlCheckpointer, _database, _is_postgres, _opened, _shown_database, _unsupported
 
 _DIALECTS = ("postgres", "sqlite")
 
@@ -17,7 +24,13 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
         args.db = args.database
     with _opened(args, create=True) as checkpointer:
         checkpointer.migrate()
-        _say(f"{checkpointer.table_prefix}_* tables up to date, schema version {checkpointer.schema_version}")
+        prefix, version = checkpointer.table_prefix, checkpointer.schema_version
+    if args.json:
+        _print_json(
+            {"database": _shown_database(_database(args)), "table_prefix": prefix, "schema_version": version}
+        )
+    else:
+        _say(f"{prefix}_* tables up to date, schema version {version}")
     return 0
 
 
@@ -31,20 +44,31 @@ def add_migrate_parser(commands: Subcommands) -> None:
         metavar="DATABASE",
         help="the store, as with --db (which it overrides)",
     )
+    _json_option(
+        migrate, '{"database" (its password masked), "table_prefix", "schema_version" (now current)}'
+    )
 
 
-def _ddl_statements(dialect: str, table_prefix: str) -> list[str]:
-    """What ``SqlCheckpointer.ddl()`` returns for ``dialect``, built without a connection."""
-    checkpointer_class: type[SqlCheckpointer]
+def _dialect_class(dialect: str) -> type[SqlCheckpointer]:
+    """The checkpointer class whose SQL ``ddl`` prints for ``dialect`` (imported only when asked)."""
     if dialect == "postgres":
         from ..checkpoint.postgres import PostgresCheckpointer
 
-        checkpointer_class = PostgresCheckpointer
-    else:
-        from ..checkpoint.sqlite import SqliteCheckpointer
+        return PostgresCheckpointer
+    from ..checkpoint.sqlite import SqliteCheckpointer
 
-        checkpointer_class = SqliteCheckpointer
-    return checkpointer_class.schema_sql(table_prefix)
+    return SqliteCheckpointer
+
+
+def _ddl_statements(args: argparse.Namespace, dialect: str) -> list[str]:
+    """The statements ``ddl`` prints: the create, upgrade or drop script, built without a connection."""
+    checkpointer_class = _dialect_class(dialect)
+    if args.drop:
+        return checkpointer_class.drop_sql(args.table_prefix)
+    if args.from_version is not None:
+        # A step that is Python (not SQL) is a SchemaVersionError saying to run `ilmek migrate`.
+        return checkpointer_class.upgrade_sql(args.from_version, args.table_prefix)
+    return checkpointer_class.schema_sql(args.table_prefix)
 
 
 def _cmd_ddl(args: argparse.Namespace) -> int:
@@ -58,7 +82,15 @@ def _cmd_ddl(args: argparse.Namespace) -> int:
             raise _CommandFailed(_unsupported(database))
         else:
             dialect = "sqlite"
-    for statement in _ddl_statements(dialect, args.table_prefix):
+    statements = _ddl_statements(args, dialect)
+    if args.json:
+        _print_json(statements)
+        return 0
+    if not statements:
+        # An SQL comment: the output stays a script a client can run.
+        version = _dialect_class(dialect).SCHEMA_VERSION
+        _say(f"-- schema version {version} is the current one: nothing to upgrade")
+    for statement in statements:
         _say(f"{statement};")
     return 0
 
@@ -68,10 +100,26 @@ def add_ddl_parser(commands: Subcommands) -> None:
     ddl = commands.add(
         "ddl",
         _cmd_ddl,
-        "Print the SQL that creates the store's tables, for running it yourself; connects to nothing.",
+        "Print the SQL that creates the store's tables (or upgrades or drops them), for running it "
+        "yourself; connects to nothing.",
     )
     ddl.add_argument(
         "--dialect",
         choices=_DIALECTS,
         help="the database's dialect (default: the kind of store --db names)",
     )
+    script = ddl.add_mutually_exclusive_group()
+    script.add_argument(
+        "--drop",
+        action="store_true",
+        help="print the SQL that removes every table, index and function of the prefix instead "
+        "(it deletes every thread stored there)",
+    )
+    script.add_argument(
+        "--from-version",
+        type=_positive,
+        metavar="N",
+        help="print only the SQL that upgrades tables at schema version N to the current one "
+        "(run it in one transaction); where a step is not SQL alone, run `ilmek migrate` instead",
+    )
+    _json_option(ddl, "a list of the statements, each without its closing semicolon")

@@ -25,6 +25,7 @@ from typing import Any, Final
 # ilmek.cli take these names from here (`as`: an explicit re-export).
 from ..checkpoint.sql import SqlCheckpointer as SqlCheckpointer
 from ..checkpoint.sql import validate_prefix as validate_prefix
+from ..checkpoint.sql.statements import LIVE_HOLD as LIVE_HOLD
 from ..checkpoint.sqlite import DEFAULT_PATH, SqliteCheckpointer
 from ..errors import IlmekError, StorageError
 from ..redact import dsn_secrets, mask_dsn
@@ -187,7 +188,12 @@ def _database(args: argparse.Namespace) -> str:
 
 @contextlib.contextmanager
 def _opened(
-    args: argparse.Namespace, *, create: bool = False, read_only: bool = False, pool_size: int = 0
+    args: argparse.Namespace,
+    *,
+    create: bool = False,
+    read_only: bool = False,
+    pool_size: int = 0,
+    synchronous: str = "FULL",
 ) -> Iterator[SqlCheckpointer]:
     """The store the arguments name, closed afterwards.
 
@@ -197,7 +203,9 @@ def _opened(
     nothing can be written to it (see :func:`_open_read_only`). With a
     ``pool_size``, a Postgres store is opened through a pool of that many
     connections at most, which replaces a connection the server dropped.
-    Every way opening can fail becomes one message.
+    ``synchronous``: SQLite's pragma on the command's own connections (see
+    :class:`~ilmek.checkpoint.sqlite.SqliteCheckpointer`). Every way opening
+    can fail becomes one message.
     """
     database = _database(args)
     shown = _shown_database(database)
@@ -209,7 +217,7 @@ def _opened(
                     raise _CommandFailed(_unsupported(database))
                 if not create and not pathlib.Path(database).expanduser().exists():
                     raise _CommandFailed(f"no database at {shown} (nothing has been stored there yet)")
-            checkpointer = _open(database, args.table_prefix, shown, owned, read_only, pool_size)
+            checkpointer = _open(database, args.table_prefix, shown, owned, read_only, pool_size, synchronous)
         except StorageError as error:
             # The driver's own words (a refused connection, a malformed DSN, a file
             # that is not a database), chained under ilmek's: what the user needs.
@@ -236,7 +244,13 @@ def _opened(
 
 
 def _open(
-    database: str, table_prefix: str, shown: str, owned: contextlib.ExitStack, read_only: bool, pool_size: int
+    database: str,
+    table_prefix: str,
+    shown: str,
+    owned: contextlib.ExitStack,
+    read_only: bool,
+    pool_size: int,
+    synchronous: str,
 ) -> SqlCheckpointer:
     """The checkpointer for :func:`_opened`; what else it opens is closed by ``owned``."""
     if read_only and not _is_postgres(database):
@@ -250,6 +264,8 @@ def _open(
 
             owned.callback(_close_pool, pool)
             return PostgresCheckpointer(pool, table_prefix=table_prefix)
+    if synchronous != "FULL" and not _is_postgres(database):
+        return SqliteCheckpointer(database, table_prefix=table_prefix, synchronous=synchronous)
     return open_checkpointer(database, table_prefix)
 
 

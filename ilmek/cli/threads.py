@@ -141,7 +141,11 @@ def add_threads_parser(commands: Subcommands) -> None:
         metavar="WHEN",
         help="only threads last updated at or after WHEN (as above)",
     )
-    _json_option(threads)
+    _json_option(
+        threads,
+        '{"threads": [{"id", "status", "step", "created_at", "updated_at", "checkpoint_id", "metadata", '
+        '"running", "held_since", "error"}, ...], "more"}',
+    )
 
 
 # --- show -------------------------------------------------------------------------------
@@ -367,4 +371,9 @@ def add_show_parser(commands: Subcommands) -> None:
         "checkpoint", type=_text, nargs="?", metavar="CHECKPOINT", help="a checkpoint id (default: latest)"
     )
     show.add_argument("--full", action="store_true", help="print long values whole")
-    _json_option(show)
+    _json_option(
+        show,
+        '{"thread", "checkpoint", "parent_id", "step", "status", "ts", "metadata", "next", "pending" '
+        '(each pause with "answered", "resumed", "journal"), "channels", "thread_status", "running", '
+        '"held_since", "error"}',
+    )

@@ -6,6 +6,8 @@ own work. With a ``Connection`` or a ``Session`` — what Flask and FastAPI
 applications usually hold — the transaction is yours: ilmek writes in a
 savepoint (``begin_nested()``), commits nothing, and the writes land when
 you commit. SQLAlchemy is imported only once the caller has imported it.
+A mock connection (Alembic's offline mode) is refused, saying to emit the
+DDL instead.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from .common import PoolAdapter, PostgresAdapter
 from .psycopg import PsycopgConnection
 from .psycopg2 import Psycopg2Connection
 
-__all__ = ["adapt"]
+__all__ = ["OFFLINE_ADVICE", "adapt"]
 
 
 def _driver_adapter(driver_connection: Any) -> PostgresAdapter:
@@ -176,13 +178,32 @@ def _sqlalchemy_error(name: str) -> type[BaseException] | None:
     return found if isinstance(found, type) else None
 
 
+OFFLINE_ADVICE = (
+    "PostgresCheckpointer cannot use a SQLAlchemy mock connection, which runs no SQL and answers no "
+    "query: it is what Alembic's op.get_bind() returns in offline mode (alembic upgrade --sql), where "
+    "migrate() cannot read the schema's version. In offline mode emit the DDL instead: "
+    "for statement in PostgresCheckpointer.schema_sql(prefix): op.execute(statement) "
+    "(or PostgresCheckpointer.upgrade_sql(from_version, prefix) for an upgrade); "
+    "online, PostgresCheckpointer(op.get_bind()).migrate() works"
+)
+"""Why a mock connection is refused, and what to do instead."""
+
+
 def adapt(client: Any, *, join_transaction: bool) -> Adapter | None:
     """The adapter for a SQLAlchemy Engine, Connection or Session, or ``None``.
 
     Raises:
         InvalidArgumentError: ``join_transaction`` with an Engine (it lends
-            connections of its own: there is no transaction of yours to join).
+            connections of its own: there is no transaction of yours to join);
+            or a mock connection (``create_mock_engine``, and Alembic's
+            ``op.get_bind()`` in offline mode), which only records SQL: left
+            to the generic adapter, its probe for an open transaction would
+            land in the emitted script and then read as a transaction open
+            (see :data:`OFFLINE_ADVICE`).
     """
+    mock = sys.modules.get("sqlalchemy.engine.mock")
+    if mock is not None and isinstance(client, mock.MockConnection):
+        raise InvalidArgumentError(OFFLINE_ADVICE)
     engine = sys.modules.get("sqlalchemy.engine")
     if engine is not None:
         if isinstance(client, engine.Engine):

@@ -33,7 +33,7 @@ from ..holds import INHERITED, Hold
 from .holds import HoldRows, SqlHold
 from .journals import Journals
 from .reads import Reads
-from .schema import Migration, Schema, schema_sql
+from .schema import Migration, Schema, drop_sql, schema_sql, upgrade_sql
 from .statements import Statements, format_sql, validate_prefix
 from .supersteps import Supersteps
 from .threads import Threads
@@ -140,6 +140,31 @@ class SqlCheckpointer(Checkpointer):
     def schema_sql(cls, table_prefix: str = "ilmek") -> builtins.list[str]:
         """The SQL that creates the current schema under ``table_prefix``; needs no connection."""
         return schema_sql(cls, table_prefix)
+
+    @classmethod
+    def upgrade_sql(cls, from_version: int, table_prefix: str = "ilmek") -> builtins.list[str]:
+        """The SQL that upgrades tables at schema ``from_version`` to :attr:`SCHEMA_VERSION`.
+
+        What :meth:`migrate` would run on such a database, for operators who
+        run it themselves (in one transaction); empty at the current
+        version. Needs no connection.
+
+        Raises:
+            InvalidArgumentError: not a version from 1 to the current one.
+            SchemaVersionError: a step on the way is Python, not SQL: run
+                :meth:`migrate` (``ilmek migrate``) instead.
+        """
+        return upgrade_sql(cls, from_version, table_prefix)
+
+    @classmethod
+    def drop_sql(cls, table_prefix: str = "ilmek") -> builtins.list[str]:
+        """The SQL that removes every table, index and function of the schema under ``table_prefix``.
+
+        Functions first, then indexes, then tables, each ``IF EXISTS`` and
+        never ``CASCADE``. It deletes every thread stored there. Needs no
+        connection.
+        """
+        return drop_sql(cls, table_prefix)
 
     def ddl(self) -> builtins.list[str]:
         """The SQL that creates this schema, for operators who run it themselves."""

@@ -2,20 +2,24 @@
 
 A backend supplies its DDL (``SCHEMA`` for a new database, ``UPGRADES``
 from each older version, both in the templates' ``{p}`` form);
-:class:`Schema` decides what to run. The one upgrade step that is Python,
-not SQL (:func:`copy_v1_journals`), lives here too.
+:class:`Schema` decides what to run. The scripts for operators who run the
+SQL themselves are built here from the same lists, without a connection:
+:func:`schema_sql` (create), :func:`upgrade_sql` (from an older version)
+and :func:`drop_sql` (remove everything). The one upgrade step that is
+Python, not SQL (:func:`copy_v1_journals`), lives here too.
 """
 
 from __future__ import annotations
 
 import builtins
 import logging
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ... import forks
 from ...dbapi import Adapter, Session, Statement
-from ...errors import SchemaVersionError
+from ...errors import InvalidArgumentError, SchemaVersionError
 from .. import _records
 from .journals import task_scope
 from .statements import Statements, format_sql, validate_prefix
@@ -23,7 +27,7 @@ from .statements import Statements, format_sql, validate_prefix
 if TYPE_CHECKING:
     from .checkpointer import SqlCheckpointer
 
-__all__ = ["Migration", "Schema", "copy_v1_journals", "schema_sql"]
+__all__ = ["Migration", "Schema", "copy_v1_journals", "drop_sql", "schema_sql", "upgrade_sql"]
 
 _LOG = logging.getLogger("ilmek.storage")
 
@@ -31,19 +35,90 @@ Migration = str | Callable[[Session, "SqlCheckpointer"], None]
 """One upgrade step: DDL in template form, or a function of the session and the checkpointer."""
 
 
+# What a schema statement creates: its kind and its name (the prefix included).
+_CREATES = re.compile(
+    r"CREATE\s+(?:OR\s+REPLACE\s+)?(?:UNIQUE\s+)?(TABLE|INDEX|FUNCTION)\s+(?:IF\s+NOT\s+EXISTS\s+)?(\w+)",
+    re.IGNORECASE,
+)
+
+
+def _set_version_sql(dialect: type[SqlCheckpointer], prefix: str, version: int) -> str:
+    """The statement that records ``version`` as the schema's, as a literal (for a script)."""
+    return format_sql(
+        dialect,
+        f"INSERT INTO {{p}}_meta (key, value) VALUES ('schema_version', '{int(version)}') "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        prefix,
+    )
+
+
 def schema_sql(dialect: type[SqlCheckpointer], table_prefix: str = "ilmek") -> builtins.list[str]:
     """The SQL that creates the current schema under ``table_prefix``; needs no connection."""
     prefix = validate_prefix(table_prefix).lower()
     statements = [format_sql(dialect, s, prefix) for s in dialect.SCHEMA]
-    statements.append(
-        format_sql(
-            dialect,
-            "INSERT INTO {p}_meta (key, value) VALUES ('schema_version', "
-            f"'{dialect.SCHEMA_VERSION}') ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            prefix,
-        )
-    )
+    statements.append(_set_version_sql(dialect, prefix, dialect.SCHEMA_VERSION))
     return statements
+
+
+def upgrade_sql(
+    dialect: type[SqlCheckpointer], from_version: int, table_prefix: str = "ilmek"
+) -> builtins.list[str]:
+    """The SQL that upgrades tables at schema ``from_version`` to the current one; needs no connection.
+
+    The statements are those :meth:`Schema.migrate` runs, in its order, then
+    the one that records the new version; run them in one transaction. At
+    the current version already, the list is empty.
+
+    Raises:
+        InvalidArgumentError: ``from_version`` is not a version this code
+            upgrades from (1 up to the current one).
+        SchemaVersionError: a step on the way is Python, not SQL (from
+            version 1 the journals are copied row by row): no script can do
+            it, so run ``migrate()`` (``ilmek migrate``) instead.
+    """
+    prefix = validate_prefix(table_prefix).lower()
+    wanted = dialect.SCHEMA_VERSION
+    if isinstance(from_version, bool) or not isinstance(from_version, int) or not 1 <= from_version <= wanted:
+        raise InvalidArgumentError(
+            f"from_version must be a schema version from 1 to {wanted}, got {from_version!r} "
+            "(for a database without ilmek's tables, use schema_sql())"
+        )
+    statements: builtins.list[str] = []
+    for version in range(from_version, wanted):
+        for step in dialect.UPGRADES[version]:
+            if not isinstance(step, str):
+                raise SchemaVersionError(
+                    f"the upgrade from schema version {version} to {version + 1} is not SQL alone: "
+                    f"{step.__name__} moves rows in Python, which no script can do. Run "
+                    "`ilmek migrate --db <database>` (or migrate()) instead: it runs every step "
+                    "in one transaction",
+                    found=from_version,
+                    expected=wanted,
+                )
+            statements.append(format_sql(dialect, step, prefix))
+    if statements:
+        statements.append(_set_version_sql(dialect, prefix, wanted))
+    return statements
+
+
+def drop_sql(dialect: type[SqlCheckpointer], table_prefix: str = "ilmek") -> builtins.list[str]:
+    """The SQL that removes every table, index and function the schema creates under ``table_prefix``.
+
+    Read from the same statements that create them, so nothing the schema
+    has is forgotten; in an order that works (functions, then indexes, then
+    tables, the newest first). ``IF EXISTS`` everywhere: running it twice,
+    or on a schema half made, is safe. Nothing is dropped ``CASCADE``: an
+    object of yours built on ilmek's tables (a view) stops the script
+    rather than vanishing with them. Needs no connection.
+    """
+    prefix = validate_prefix(table_prefix).lower()
+    created: dict[str, builtins.list[str]] = {"FUNCTION": [], "INDEX": [], "TABLE": []}
+    for statement in schema_sql(dialect, prefix):
+        found = _CREATES.match(statement.lstrip())
+        if found is not None and found.group(2) not in created[found.group(1).upper()]:
+            created[found.group(1).upper()].append(found.group(2))
+    # A function is dropped by its name alone: the schema has one of each name.
+    return [f"DROP {kind} IF EXISTS {name}" for kind, names in created.items() for name in reversed(names)]
 
 
 class Schema:

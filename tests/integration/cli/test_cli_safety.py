@@ -93,6 +93,11 @@ def assert_clean(status: int, out: str, err: str) -> None:
         ["history", "missing " + EVIL],
         ["delete", "missing " + EVIL, "--yes"],
         ["prune", "{thread}", "--keep-last", "1"],
+        ["prune", "{thread}", "--keep-last", "1", "--json"],
+        ["delete", "missing " + EVIL, "--yes", "--json"],
+        ["demo", "--thread", "{thread}", "--json"],
+        ["cancel", "{thread}", "--reason", EVIL, "--json"],
+        ["recover", "no_such_module:" + EVIL, "--json"],
         ["demo", "--thread", "{thread}"],
         ["demo", "--thread", "other " + EVIL, "--answer", EVIL],
         ["threads", EVIL],
@@ -100,8 +105,9 @@ def assert_clean(status: int, out: str, err: str) -> None:
         ["cancel", "{thread}", "--reason", EVIL],
         ["cancel", "missing " + EVIL],
         ["gc", "--older-than", EVIL],
-        ["gc", "--older-than", "0s", "--dry-run"],
-        ["gc", "--older-than", "0s", "--keep-last", "1", "--dry-run"],
+        ["gc", "--older-than", "0s", "--dry-run", "--verbose"],
+        ["gc", "--older-than", "0s", "--keep-last", "1", "--dry-run", "--verbose"],
+        ["gc", "--older-than", "0s", "--keep-last", "1", "--dry-run", "--verbose", "--json"],
         ["recover", "no_such_module:" + EVIL],
         ["recover", EVIL],
     ],
@@ -342,7 +348,12 @@ def expected_for(kind: str, command: str, shown: str) -> tuple[int, str]:
     """The exit status and the start of stderr (or stdout, on success) for a path of ``kind``."""
     if kind == "missing":
         if command in ("demo", "migrate"):
-            return 0, "creating order" if command == "demo" else "ilmek_* tables up to date"
+            return (
+                0,
+                f"the demo keeps thread 'demo' in {shown} "
+                if command == "demo"
+                else "ilmek_* tables up to date",
+            )
         return 1, f"ilmek: no database at {shown} (nothing has been stored there yet)"
     if kind == "text-file":
         return 1, f"ilmek: cannot open {shown}: file is not a database"
@@ -363,7 +374,7 @@ def expected_for(kind: str, command: str, shown: str) -> tuple[int, str]:
         "threads": "no threads",
         "gc": "deleted 0 threads",
         "recover": "no stalled threads",
-        "demo": "creating order",
+        "demo": f"the demo keeps thread 'demo' in {shown} ",
         "migrate": "ilmek_* tables up to date",
     }[command]
 

@@ -107,7 +107,7 @@ def thread_ids(checkpointer: Checkpointer) -> set[str]:
 def test_gc_deletes_exactly_the_old_threads_and_never_a_held_one(
     capsys: pytest.CaptureFixture[str], store: Store, checkpointer: Checkpointer
 ) -> None:
-    """`gc --older-than 30d` deletes every thread idle that long but a held one; --dry-run only lists."""
+    """`gc --older-than 30d` deletes every thread idle that long but a held one; --dry-run --verbose lists."""
     for thread_id in ("old-done", "old-paused", "old-held", "young"):
         forked_order(checkpointer, thread_id)
     paused_order(checkpointer, "old-waiting")
@@ -116,7 +116,9 @@ def test_gc_deletes_exactly_the_old_threads_and_never_a_held_one(
     everything = thread_ids(checkpointer)
 
     with checkpointer.hold("old-held"):
-        status, out, err = cli(capsys, "--db", store.db, "gc", "--older-than", "30d", "--dry-run")
+        status, out, err = cli(
+            capsys, "--db", store.db, "gc", "--older-than", "30d", "--dry-run", "--verbose"
+        )
         assert (0, "") == (status, err)
         assert everything == thread_ids(checkpointer)
         listed = [line.split()[-1] for line in out.splitlines()[:-2]]
@@ -191,7 +193,7 @@ def test_gc_keep_last_prunes_old_threads_to_their_newest_and_what_prune_must_kee
     assert len(expected["old-forked"]) > 2  # a fork point and two tips
 
     status, out, err = cli(
-        capsys, "--db", store.db, "gc", "--older-than", "30d", "--keep-last", "2", "--dry-run"
+        capsys, "--db", store.db, "gc", "--older-than", "30d", "--keep-last", "2", "--dry-run", "--verbose"
     )
     assert (0, "") == (status, err)
     dropped_long = len(before["old-long"]) - 2
@@ -199,7 +201,9 @@ def test_gc_keep_last_prunes_old_threads_to_their_newest_and_what_prune_must_kee
     assert f"thread 'old-long': would drop {dropped_long} checkpoints, 2 kept" in out.splitlines()
     assert before == {thread_id: lineage(thread_id) for thread_id in before}
 
-    status, out, err = cli(capsys, "--db", store.db, "gc", "--older-than", "30d", "--keep-last", "2")
+    status, out, err = cli(
+        capsys, "--db", store.db, "gc", "--older-than", "30d", "--keep-last", "2", "--verbose"
+    )
     assert (0, "") == (status, err)
     assert f"thread 'old-long': dropped {dropped_long} checkpoints, 2 kept" in out.splitlines()
     assert out.splitlines()[-1].startswith(

@@ -26,6 +26,7 @@ from ..errors import (
 from ..events import CheckpointEvent, Event, RunEnd, RunStart, StateEvent
 from ..graph import START, CompiledGraph
 from ..types import Checkpoint, Pending, ScheduledTask, task_id_for
+from . import exiting
 from .answers import Resume, answers_by_id, record_answers
 from .keeping import HoldKeeper
 from .position import ThreadPosition
@@ -103,7 +104,10 @@ class Run:
         return self.setup.run_id
 
     def events(self) -> Iterator[Event]:
-        """Drive the run, yielding its events as they happen."""
+        """Drive the run, yielding its events as they happen (closed at exit if still open)."""
+        return exiting.watch(self._events())
+
+    def _events(self) -> Generator[Event, None, None]:
         setup = self.setup
         try:
             # A run that begins by committing its input, or a resume by

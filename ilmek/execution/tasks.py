@@ -36,6 +36,7 @@ from ..errors import GraphError, IlmekError, InterruptSignal, NondeterminismErro
 from ..events import CustomEvent, Event, NodeEnd, NodeError, NodeRetry, NodeStart
 from ..logs import logger
 from ..types import JournalEntry
+from . import exiting
 from .keeping import HoldKeeper
 from .messages import Done, Emit, Message, Request, Retry, RunClosed, StepLeft, StorageFailed, TaskRun
 from .setup import EventStamper, RunSetup
@@ -200,6 +201,7 @@ class TaskRunner:
             # never needs it, and ``import ilmek`` is 3 ms shorter without it.
             from concurrent.futures import ThreadPoolExecutor
 
+            exiting.close_open_streams_before_workers_join()
             self._pool = ThreadPoolExecutor(
                 max_workers=self._setup.max_workers, thread_name_prefix=f"ilmek-{self._setup.graph.name}"
             )

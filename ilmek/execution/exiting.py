@@ -56,9 +56,11 @@ def close_open_streams_before_workers_join() -> None:
 
 
 def _close_open_streams() -> None:
+    import inspect  # only at exit, and only once a pool existed
+
     for events in list(_open):
-        # A stream another thread is reading right now is that thread's to end.
-        if events.gi_frame is None or events.gi_running:
+        # Only a stream suspended mid-run: one another thread is reading right now is that thread's to end.
+        if inspect.getgeneratorstate(events) != inspect.GEN_SUSPENDED:
             continue
         try:
             events.close()

@@ -12,7 +12,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from . import channel, serde
-from .channel import UNSET, append_field, merge_field, reduce_field
+from .channel import (
+    UNSET,
+    append_field,
+    merge_field,
+    messages,
+    reduce_field,
+    remove,
+)
 from .checkpoint.base import Checkpointer
 from .checkpoint.holds import Hold, HoldLostError
 from .context import NodeContext
@@ -145,9 +152,11 @@ __all__ = [
     "graph",
     "history",
     "merge_field",
+    "messages",
     "pending_interrupts",
     "recover",
     "reduce_field",
+    "remove",
     "request_cancel",
     "resume",
     "resume_keyed",

@@ -208,7 +208,8 @@ class StateSchema:
 
         Returns:
             The new written values, and what changed per channel: the new items
-            of an ``append`` channel, the whole new value of any other.
+            of an ``append`` channel (or of a ``messages`` channel whose
+            writes only appended), the whole new value of any other.
 
         Raises:
             ReducerError: a write names an undeclared channel or a reducer
@@ -226,7 +227,7 @@ class StateSchema:
                 # reducer's current value is absent on the first write.
                 current = new_values.get(name, UNSET)
                 try:
-                    new_values[name] = channel.fold(current, incoming)
+                    new_values[name], added = channel.fold_change(current, incoming)
                 except Exception as exc:
                     raise ReducerError(
                         f"channel {name!r} could not fold the write of {who}: {exc} (thread {thread_id!r})",
@@ -234,10 +235,13 @@ class StateSchema:
                         node=writer,
                         thread_id=thread_id,
                     ) from exc
-                if channel.kind == "append":
-                    appended.setdefault(name, []).extend(channel.new_items(incoming))
+                # A list that only grew stores its new items; one changed
+                # otherwise (a message replaced or removed) is stored whole.
+                if added is not None and name not in replaced:
+                    appended.setdefault(name, []).extend(added)
                 else:
                     replaced.add(name)
+                    appended.pop(name, None)
         changes: dict[str, ChannelChange] = {}
         for name in replaced:
             changes[name] = Replace(new_values[name])

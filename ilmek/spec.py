@@ -27,7 +27,8 @@ TypeScript or .NET builder loads, runs and exports unchanged. What
 
 Python extensions, which the reference cannot load: a channel's ``default``
 (``last_write`` and ``reduce``), a ``reduce`` channel naming its function
-(``{"reducer": "reduce", "fn": "max"}``, resolved through ``reducers=``),
+(``{"reducer": "reduce", "fn": "max"}``, resolved through ``reducers=``), a
+``messages`` channel (``{"reducer": "messages"}``: a list kept by id),
 a node's ``retry`` (all five fields) and ``destinations``, and the
 predicate operators ``not_in``, ``ge``, ``le``, ``exists``, ``all``,
 ``any`` and ``not``; each appears only when used.
@@ -73,6 +74,15 @@ _CHANNEL_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "append": (("reducer",), ()),
     "merge": (("reducer",), ()),
     "reduce": (("reducer", "fn"), ("default",)),
+    "messages": (("reducer",), ()),
+}
+
+
+# The kinds whose channel takes no argument: a spec cannot give them a default.
+_LIST_CHANNELS: dict[str, Callable[[], Channel]] = {
+    "append": channels.append,
+    "merge": channels.merge,
+    "messages": channels.messages,
 }
 
 
@@ -284,7 +294,9 @@ def _channels_from_spec(
         elif reducer == "last_write":
             ch = channels.last_write(default)
         else:
-            ch = channels.append() if reducer == "append" else channels.merge()
+            ch = {"append": channels.append, "merge": channels.merge, "messages": channels.messages}[
+                reducer
+            ]()
         builder.channel(name, ch)
     return declared
 
@@ -414,8 +426,8 @@ def to_spec(g: CompiledGraph[Any]) -> dict[str, Any]:
     Args:
         g: A compiled graph whose nodes were all given ``type=`` (and, where
             needed, ``config=``), whose guards are predicate dicts and whose
-            channels are ``last_write``, ``append``, ``merge``, or ``reduce``
-            channels built by :func:`from_spec`.
+            channels are ``last_write``, ``append``, ``merge``, ``messages``,
+            or ``reduce`` channels built by :func:`from_spec`.
 
     Returns:
         The spec in canonical form (see the module docstring).

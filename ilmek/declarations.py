@@ -7,7 +7,7 @@ planning and no execution here. :mod:`ilmek.graph` re-exports them.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -138,3 +138,34 @@ def check_endpoint(name: str, known: set[str], where: str, *, as_source: bool) -
     if name in (START, END) or name in known:
         return
     raise GraphError(f"{where} names unknown node {name!r}", node=name if isinstance(name, str) else None)
+
+
+def checked_structure(
+    graph_name: str, nodes: Sequence[NodeSpec], edges: Sequence[EdgeSpec], routers: Sequence[RouterSpec]
+) -> dict[str, NodeSpec]:
+    """The nodes by name, once every node, edge, router and destination is checked.
+
+    Raises:
+        GraphError: naming the culprit (see ``GraphBuilder.compile``), or a
+            graph with no way out of ``START``.
+    """
+    by_name: dict[str, NodeSpec] = {}
+    for spec in nodes:
+        check_node(spec, by_name)
+        by_name[spec.name] = spec
+    known = set(by_name)
+    for edge in edges:
+        where = f"edge {edge.source!r} -> {edge.target!r}"
+        check_endpoint(edge.source, known, where, as_source=True)
+        check_endpoint(edge.target, known, where, as_source=False)
+    for router in routers:
+        where = f"router on {router.source!r}"
+        check_endpoint(router.source, known, where, as_source=True)
+        for target in router.destinations or ():
+            check_endpoint(target, known, where, as_source=False)
+    for spec in by_name.values():
+        for target in spec.destinations or ():
+            check_endpoint(target, known, f"destinations of node {spec.name!r}", as_source=False)
+    if not any(e.source == START for e in edges) and not any(r.source == START for r in routers):
+        raise GraphError(f"graph {graph_name!r} has no edge from START; add .edge(START, <first node>)")
+    return by_name

@@ -24,8 +24,7 @@ from .declarations import (
     EdgeSpec,
     NodeSpec,
     RouterSpec,
-    check_endpoint,
-    check_node,
+    checked_structure,
     destinations_tuple,
 )
 from .errors import GraphError
@@ -73,7 +72,9 @@ _Typed = TypeVar("_Typed", bound=Mapping[str, object])
 _Attrs = TypeVar("_Attrs", bound="AttrsInstance")
 
 Guard: TypeAlias = "Callable[[StateT], object] | Callable[[StateT, PlanContext], object]"
+"""An edge's ``when=`` function: ``when(state)`` or ``when(state, ctx)``, true to take the edge."""
 Route: TypeAlias = "Callable[[StateT], Any] | Callable[[StateT, PlanContext], Any]"
+"""A router: ``fn(state)`` or ``fn(state, ctx)`` returning node names, ``END`` or sends."""
 
 
 @overload
@@ -327,27 +328,7 @@ class GraphBuilder(Generic[StateT]):
                 **per_run,
             },
         )
-        nodes: dict[str, NodeSpec] = {}
-        for spec in self._nodes:
-            check_node(spec, nodes)
-            nodes[spec.name] = spec
-        known = set(nodes)
-        for edge in self._edges:
-            where = f"edge {edge.source!r} -> {edge.target!r}"
-            check_endpoint(edge.source, known, where, as_source=True)
-            check_endpoint(edge.target, known, where, as_source=False)
-        for router in self._routers:
-            where = f"router on {router.source!r}"
-            check_endpoint(router.source, known, where, as_source=True)
-            for target in router.destinations or ():
-                check_endpoint(target, known, where, as_source=False)
-        for spec in nodes.values():
-            for target in spec.destinations or ():
-                check_endpoint(target, known, f"destinations of node {spec.name!r}", as_source=False)
-        if not any(e.source == START for e in self._edges) and not any(
-            r.source == START for r in self._routers
-        ):
-            raise GraphError(f"graph {self.name!r} has no edge from START; add .edge(START, <first node>)")
+        nodes = checked_structure(self.name, self._nodes, self._edges, self._routers)
         compiled: CompiledGraph[StateT] = CompiledGraph(
             name=self.name,
             schema=self.schema,

@@ -41,7 +41,8 @@ class RunSetup:
         graph: The compiled graph.
         schema: Its channels (the graph's schema).
         checkpointer: Where the thread lives (an in-memory one when the caller gave none).
-        can_pause: Whether the caller gave a checkpointer (else nobody could answer a pause).
+        can_pause: Whether the run has a checkpointer of the caller's, given or bound (else
+            nobody could answer a pause).
         thread_id: The thread.
         run_id: This run's id.
         options: The call's options over the graph's bound defaults.

@@ -1,18 +1,23 @@
 """Channels: the named slots of a graph's state and how writes fold into them.
 
 ``last_write`` keeps the newest write, ``append`` grows a list, ``merge``
-shallow-merges dicts and ``reduce`` applies any ``fn(current, incoming)``.
+shallow-merges dicts, ``reduce`` applies any ``fn(current, incoming)`` and
+``messages`` keeps a list of items by id (append, replace, :func:`remove`).
 For a state declared as an ``attrs`` class, :func:`append_field`,
-:func:`merge_field` and :func:`reduce_field` mark a field's channel.
+:func:`merge_field` and :func:`reduce_field` mark a field's channel; in a
+``TypedDict``, ``Annotated[list[str], append]`` does (the functions
+themselves, or the channels they make, are the markers).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any, Final, Literal
 
 import attrs
+
+from .types import new_random_id
 
 __all__ = [
     "UNSET",
@@ -22,11 +27,13 @@ __all__ = [
     "last_write",
     "merge",
     "merge_field",
+    "messages",
     "reduce",
     "reduce_field",
+    "remove",
 ]
 
-ChannelKind = Literal["last_write", "append", "merge", "reduce"]
+ChannelKind = Literal["last_write", "append", "merge", "reduce", "messages"]
 
 METADATA_KEY: Final = "ilmek.channel"
 """The key under which an attrs field's metadata carries its :class:`Channel`."""
@@ -65,12 +72,96 @@ def _list_items(incoming: Any) -> list[Any]:
     return [incoming]
 
 
+def _message_id(item: Any) -> Any:
+    """An item's id: ``item["id"]`` for a mapping, ``item.id`` for an attrs or dataclass value."""
+    if isinstance(item, Mapping):
+        return item.get("id")
+    if not hasattr(item, "id"):
+        raise TypeError(
+            f"a messages channel holds dicts with an 'id' (or attrs/dataclass values with an id "
+            f"attribute), got {type(item).__name__}"
+        )
+    return item.id
+
+
+def _with_fresh_id(item: Any) -> Any:
+    """A copy of ``item`` carrying a new id (the caller's value is never changed)."""
+    fresh = new_random_id()
+    if isinstance(item, Mapping):
+        return {**item, "id": fresh}
+    if attrs.has(type(item)):
+        return attrs.evolve(item, id=fresh)
+    import dataclasses  # only for dataclass messages: `import ilmek` does not load it
+
+    if dataclasses.is_dataclass(item) and not isinstance(item, type):
+        return dataclasses.replace(item, id=fresh)
+    raise TypeError(f"cannot give a {type(item).__name__} a fresh id; set its id before writing it")
+
+
+def _is_removal(item: Any) -> bool:
+    return isinstance(item, Mapping) and item.get("remove") is True and set(item) == {"id", "remove"}
+
+
+_GONE: Final = object()
+
+
+def _ids(items: list[Any]) -> set[Any]:
+    """The ids of stored messages (each has one: it was given one when written)."""
+    try:
+        return {item["id"] for item in items}  # dicts, the common case: the fast way
+    except (TypeError, KeyError):
+        return {_message_id(item) for item in items}
+
+
+def _fold_messages(current: Any, incoming: Any) -> tuple[list[Any], tuple[Any, ...] | None]:
+    """The list after a write, and the items it appended when it only appended (else ``None``).
+
+    An item whose id is new is appended, one whose id is there replaces it in
+    place, ``{"id": X, "remove": True}`` removes ``X``; an item without an id
+    gets a fresh one, here, so the stored value never changes afterwards. A
+    write that only appends costs a set of the ids, not a copy of the items'
+    positions: that is only built for a replace or a removal.
+    """
+    result = [] if current is UNSET else list(current)
+    known = _ids(result)
+    positions: dict[Hashable, int] | None = None
+    appended: list[Any] | None = []
+    for item in _list_items(incoming):
+        removal = _is_removal(item)
+        if not removal and _message_id(item) is None:
+            item = _with_fresh_id(item)
+        item_id = _message_id(item)
+        if not isinstance(item_id, Hashable):
+            raise TypeError(f"a message id must be a string (or another hashable value), got {item_id!r}")
+        if removal or item_id in known:
+            if positions is None:
+                positions = {_message_id(old): at for at, old in enumerate(result) if old is not _GONE}
+            if item_id not in positions:
+                raise ValueError(f"there is no message with id {item_id!r} to remove")
+            appended = None
+            if removal:
+                result[positions.pop(item_id)] = _GONE
+                known.discard(item_id)
+            else:
+                result[positions[item_id]] = item
+            continue
+        known.add(item_id)
+        if positions is not None:
+            positions[item_id] = len(result)
+        result.append(item)
+        if appended is not None:
+            appended.append(item)
+    if appended is None:
+        result = [item for item in result if item is not _GONE]
+    return result, None if appended is None else tuple(appended)
+
+
 @attrs.frozen
 class Channel:
     """One slot of state and the reducer that folds writes into it.
 
-    Build channels with :func:`last_write`, :func:`append`, :func:`merge` or
-    :func:`reduce` rather than directly.
+    Build channels with :func:`last_write`, :func:`append`, :func:`merge`,
+    :func:`reduce` or :func:`messages` rather than directly.
     """
 
     kind: ChannelKind
@@ -91,6 +182,19 @@ class Channel:
         """For an ``append`` channel, the items a write adds."""
         return _list_items(incoming)
 
+    def fold_change(self, current: Any, incoming: Any) -> tuple[Any, tuple[Any, ...] | None]:
+        """:meth:`fold`, and the items the write appended when that is all it did.
+
+        ``None`` for the second part means the value changed otherwise (a
+        ``messages`` write that replaced or removed an item, any write to a
+        channel that is not a list), so it must be stored whole; items mean
+        only they need storing, at the end of the list.
+        """
+        if self.kind == "messages":
+            return _fold_messages(current, incoming)
+        value = self.fold(current, incoming)
+        return value, tuple(_list_items(incoming)) if self.kind == "append" else None
+
     def fold(self, current: Any, incoming: Any) -> Any:
         """The channel's value after ``incoming`` is written onto ``current``.
 
@@ -101,10 +205,14 @@ class Channel:
 
         Raises:
             TypeError: the write has the wrong shape for the channel (a
-                ``merge`` channel given something other than a mapping).
+                ``merge`` channel given something other than a mapping, a
+                ``messages`` channel an item without a place for an id).
+            ValueError: a ``messages`` write removes an id the list does not have.
         """
         if self.kind == "last_write":
             return incoming
+        if self.kind == "messages":
+            return _fold_messages(current, incoming)[0]
         if self.kind == "append":
             # One copy of the list per write: it is the bulk of a long conversation.
             if current is UNSET:
@@ -158,6 +266,30 @@ def reduce(fn: Callable[[Any, Any], Any], default: Any = UNSET) -> Channel:
     if not callable(fn):
         raise TypeError(f"reduce() needs a callable, got {fn!r}")
     return Channel("reduce", default, fn)
+
+
+def messages() -> Channel:
+    """A list of messages kept by id: what LangGraph users know as ``add_messages``.
+
+    Items are dicts with an ``"id"`` (or attrs/dataclass values with an ``id``
+    attribute). A write of items (a list, or one item) appends those whose id
+    is new and replaces in place those whose id is already there; an item
+    ``{"id": X, "remove": True}`` (see :func:`remove`) removes ``X``; an item
+    without an id (or with ``None``) is stored with a fresh one. Removing an
+    id the list does not have is an error. Stored as an :func:`append`
+    channel is, one row per new item, so ``read_channel`` pages it in SQL; a
+    write that replaces or removes stores the list whole once (the next
+    appends are rows again).
+    """
+    return Channel("messages", [])
+
+
+def remove(message_id: Any) -> dict[str, Any]:
+    """The item that removes message ``message_id`` from a :func:`messages` channel.
+
+    ``{"messages": [ilmek.remove("m1")]}`` is ``{"messages": [{"id": "m1", "remove": True}]}``.
+    """
+    return {"id": message_id, "remove": True}
 
 
 def append_field(**kwargs: Any) -> Any:

@@ -24,7 +24,7 @@ from .execution.answers import Resume
 from .execution.lifecycle import Run, Start
 from .execution.setup import DEFAULT_RECURSION_LIMIT, RunOptions
 from .graph import CompiledGraph
-from .types import Result
+from .types import Result, StateT
 
 __all__ = [
     "DEFAULT_RECURSION_LIMIT",
@@ -37,8 +37,12 @@ __all__ = [
     "stream",
 ]
 
+# Every entry point spells out the same keyword-only options, so that a type
+# checker catches a misspelt one; None means "the graph's binding, else the
+# library's default", resolved in one place: RunSetup.of.
 
-def collect_result(graph: CompiledGraph, the_run: Run) -> Result:
+
+def collect_result(graph: CompiledGraph[StateT], the_run: Run) -> Result[StateT]:
     """Drive ``the_run`` to its end and sum it up as a :class:`Result`."""
     # Nobody reads these events live, so a lone task may run on the caller's
     # thread (where the checkpointer allows it: Checkpointer.tasks_on_caller_thread).
@@ -46,11 +50,12 @@ def collect_result(graph: CompiledGraph, the_run: Run) -> Result:
     events = list(the_run.events())
     end = events[-1]
     assert isinstance(end, RunEnd)
+    # As in the reference: the state of a run that finished; a paused,
+    # failed or aborted run's thread is read with thread_state().
+    state: Any = end.state if end.status == "done" else None
     return Result(
-        status=end.status,  # type: ignore[arg-type]
-        # As in the reference: the state of a run that finished; a paused,
-        # failed or aborted run's thread is read with thread_state().
-        state=end.state if end.status == "done" else None,
+        status=end.status,
+        state=state,
         pending=end.pending,
         errors=end.errors,
         abort_reason=end.abort_reason,
@@ -63,14 +68,14 @@ def collect_result(graph: CompiledGraph, the_run: Run) -> Result:
 
 
 def stream(
-    graph: CompiledGraph,
+    graph: CompiledGraph[StateT],
     input: Any = None,  # noqa: A002 - the spec's name
     *,
     thread_id: str | None = None,
     checkpointer: Checkpointer | None = None,
     checkpoint_id: str | None = None,
-    recursion_limit: int = DEFAULT_RECURSION_LIMIT,
-    strict: bool = True,
+    recursion_limit: int | None = None,
+    strict: bool | None = None,
     meta: Mapping[str, Any] | None = None,
     cancel: threading.Event | None = None,
     max_workers: int | None = None,
@@ -97,23 +102,24 @@ def stream(
 
 
 def run(
-    graph: CompiledGraph,
+    graph: CompiledGraph[StateT],
     input: Any = None,  # noqa: A002 - the spec's name
     *,
     thread_id: str | None = None,
     checkpointer: Checkpointer | None = None,
     checkpoint_id: str | None = None,
-    recursion_limit: int = DEFAULT_RECURSION_LIMIT,
-    strict: bool = True,
+    recursion_limit: int | None = None,
+    strict: bool | None = None,
     meta: Mapping[str, Any] | None = None,
     cancel: threading.Event | None = None,
     max_workers: int | None = None,
     expect_checkpoint_id: str | None = None,
-) -> Result:
+) -> Result[StateT]:
     """Run a graph on a thread until it finishes, pauses, fails or is cancelled.
 
     Args:
-        graph: A compiled graph.
+        graph: A compiled graph; the options it was compiled with (its bound
+            checkpointer...) apply unless given here.
         input: A partial update folded through the channels' reducers and
             committed before any node runs. On a thread whose last run did
             not finish (planned tasks left by a crash, a node error or the
@@ -121,26 +127,31 @@ def run(
             every recorded step; otherwise it starts at ``START``. ``None``
             continues the thread where it stopped.
         thread_id: The thread; required with a checkpointer.
-        checkpointer: Where checkpoints live; without one the run keeps them
-            in memory and cannot pause.
+        checkpointer: Where checkpoints live; without one (given or bound)
+            the run keeps them in memory and cannot pause.
         checkpoint_id: Start from this checkpoint instead of the latest; if it
             is not the latest, the run forks a new branch.
-        recursion_limit: The most supersteps this run may take.
+        recursion_limit: The most supersteps this run may take (default 25).
         strict: Raise :class:`NondeterminismError` when a replayed task skips a
-            journal key.
-        meta: Free-form values nodes read as ``ctx.meta``.
+            journal key (default ``True``).
+        meta: Free-form values nodes read as ``ctx.meta``, laid over the
+            graph's bound ``meta``.
         cancel: A ``threading.Event``; once set, the run stops at the next
             superstep boundary with status ``aborted``.
         max_workers: Threads for a superstep's tasks.
         expect_checkpoint_id: Run only while the thread's latest checkpoint is
             this one (the one the caller saw); else a :class:`ResumeError`.
 
+    Every option left ``None`` takes the graph's binding (see
+    :meth:`~ilmek.GraphBuilder.compile`), else the default shown.
+
     Returns:
         The :class:`Result`. A node's failure is ``status="error"``, never raised.
 
     Raises:
         InvalidArgumentError: a bad argument, an undeclared input channel, or a
-            ``thread_id`` without a checkpointer (before any node runs).
+            ``thread_id`` without a checkpointer, or a checkpointer without a
+            ``thread_id`` (before any node runs).
         ResumeError: the thread is paused (answer it with :func:`resume`).
         ThreadBusyError: another run holds the thread.
         RecursionLimitError: the run took ``recursion_limit`` supersteps.
@@ -162,12 +173,29 @@ def run(
     return collect_result(graph, Run(graph, Start(input), options))
 
 
-def resume_run(graph: CompiledGraph, answers: Any, keyed: bool, options: Mapping[str, Any]) -> Run:
-    """The run a resume makes (``keyed``: ``answers`` is a dict of pause id to answer)."""
+def resume_run(graph: CompiledGraph[Any], answers: Any, keyed: bool, options: Mapping[str, Any]) -> Run:
+    """The run a resume makes (``keyed``: ``answers`` is a dict of pause id to answer).
+
+    ``options`` are keyword options as :func:`run` takes them; the graph's
+    bindings fill in what they leave out.
+    """
     return Run(graph, Resume(answers, keyed), RunOptions.of(options))
 
 
-def resume(graph: CompiledGraph, answer: Any, **options: Any) -> Result:
+def resume(
+    graph: CompiledGraph[StateT],
+    answer: Any,
+    *,
+    thread_id: str | None = None,
+    checkpointer: Checkpointer | None = None,
+    checkpoint_id: str | None = None,
+    recursion_limit: int | None = None,
+    strict: bool | None = None,
+    meta: Mapping[str, Any] | None = None,
+    cancel: threading.Event | None = None,
+    max_workers: int | None = None,
+    expect_checkpoint_id: str | None = None,
+) -> Result[StateT]:
     """Answer the thread's one open pause and run on; options as for :func:`run`.
 
     Pass ``expect_checkpoint_id=`` the paused run's ``Result.checkpoint_id``
@@ -181,23 +209,106 @@ def resume(graph: CompiledGraph, answer: Any, **options: Any) -> Result:
             (use :func:`resume_keyed`), or the pause was already answered
             differently by a resume that did not finish.
     """
-    return collect_result(graph, resume_run(graph, answer, False, options))
+    options = RunOptions(
+        thread_id=thread_id,
+        checkpointer=checkpointer,
+        checkpoint_id=checkpoint_id,
+        recursion_limit=recursion_limit,
+        strict=strict,
+        meta=meta,
+        cancel=cancel,
+        max_workers=max_workers,
+        expect_checkpoint_id=expect_checkpoint_id,
+    )
+    return collect_result(graph, Run(graph, Resume(answer, False), options))
 
 
-def resume_keyed(graph: CompiledGraph, answers: Mapping[str, Any], **options: Any) -> Result:
+def resume_keyed(
+    graph: CompiledGraph[StateT],
+    answers: Mapping[str, Any],
+    *,
+    thread_id: str | None = None,
+    checkpointer: Checkpointer | None = None,
+    checkpoint_id: str | None = None,
+    recursion_limit: int | None = None,
+    strict: bool | None = None,
+    meta: Mapping[str, Any] | None = None,
+    cancel: threading.Event | None = None,
+    max_workers: int | None = None,
+    expect_checkpoint_id: str | None = None,
+) -> Result[StateT]:
     """Answer open pauses by their ``id`` and run on; options as for :func:`run`.
 
     Every open pause must be answered; answers for ids that are not open are
     ignored. Nothing is recorded unless every pause is answered.
     """
-    return collect_result(graph, resume_run(graph, answers, True, options))
+    options = RunOptions(
+        thread_id=thread_id,
+        checkpointer=checkpointer,
+        checkpoint_id=checkpoint_id,
+        recursion_limit=recursion_limit,
+        strict=strict,
+        meta=meta,
+        cancel=cancel,
+        max_workers=max_workers,
+        expect_checkpoint_id=expect_checkpoint_id,
+    )
+    return collect_result(graph, Run(graph, Resume(answers, True), options))
 
 
-def resume_stream(graph: CompiledGraph, answer: Any, **options: Any) -> Iterator[Event]:
-    """:func:`resume`, yielding events as they happen."""
-    return resume_run(graph, answer, False, options).events()
+def resume_stream(
+    graph: CompiledGraph[StateT],
+    answer: Any,
+    *,
+    thread_id: str | None = None,
+    checkpointer: Checkpointer | None = None,
+    checkpoint_id: str | None = None,
+    recursion_limit: int | None = None,
+    strict: bool | None = None,
+    meta: Mapping[str, Any] | None = None,
+    cancel: threading.Event | None = None,
+    max_workers: int | None = None,
+    expect_checkpoint_id: str | None = None,
+) -> Iterator[Event]:
+    """:func:`resume`, yielding events as they happen; options as for :func:`run`."""
+    options = RunOptions(
+        thread_id=thread_id,
+        checkpointer=checkpointer,
+        checkpoint_id=checkpoint_id,
+        recursion_limit=recursion_limit,
+        strict=strict,
+        meta=meta,
+        cancel=cancel,
+        max_workers=max_workers,
+        expect_checkpoint_id=expect_checkpoint_id,
+    )
+    return Run(graph, Resume(answer, False), options).events()
 
 
-def resume_keyed_stream(graph: CompiledGraph, answers: Mapping[str, Any], **options: Any) -> Iterator[Event]:
-    """:func:`resume_keyed`, yielding events as they happen."""
-    return resume_run(graph, answers, True, options).events()
+def resume_keyed_stream(
+    graph: CompiledGraph[StateT],
+    answers: Mapping[str, Any],
+    *,
+    thread_id: str | None = None,
+    checkpointer: Checkpointer | None = None,
+    checkpoint_id: str | None = None,
+    recursion_limit: int | None = None,
+    strict: bool | None = None,
+    meta: Mapping[str, Any] | None = None,
+    cancel: threading.Event | None = None,
+    max_workers: int | None = None,
+    expect_checkpoint_id: str | None = None,
+) -> Iterator[Event]:
+    """:func:`resume_keyed`, yielding events as they happen; options as for :func:`run`."""
+    options = RunOptions(
+        thread_id=thread_id,
+        checkpointer=checkpointer,
+        checkpoint_id=checkpoint_id,
+        recursion_limit=recursion_limit,
+        strict=strict,
+        meta=meta,
+        cancel=cancel,
+        max_workers=max_workers,
+        expect_checkpoint_id=expect_checkpoint_id,
+    )
+    return Run(graph, Resume(answers, True), options).events()

@@ -11,16 +11,17 @@ commits; ``interrupt`` when it pauses; ``run_end`` last.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 import attrs
 
-from .types import Pending
+from .types import Pending, RunStatus
 
 __all__ = [
     "CheckpointEvent",
     "CustomEvent",
     "Event",
+    "EventBase",
     "InterruptEvent",
     "NodeEnd",
     "NodeError",
@@ -36,8 +37,12 @@ __all__ = [
 
 
 @attrs.frozen(kw_only=True)
-class Event:
-    """The envelope every event shares."""
+class EventBase:
+    """The envelope every event shares; :data:`Event` is the union of its kinds.
+
+    Each kind narrows ``type`` to one literal, so ``if event.type == "custom":``
+    tells a type checker the event is a :class:`CustomEvent`.
+    """
 
     type: str = attrs.field(default="event", init=False)
     run_id: str
@@ -47,45 +52,45 @@ class Event:
 
 
 @attrs.frozen(kw_only=True)
-class RunStart(Event):
+class RunStart(EventBase):
     """The run began."""
 
-    type: str = attrs.field(default="run_start", init=False)
+    type: Literal["run_start"] = attrs.field(default="run_start", init=False)
 
 
 @attrs.frozen(kw_only=True)
-class StepStart(Event):
+class StepStart(EventBase):
     """A superstep began; ``tasks`` are its task keys in task order."""
 
-    type: str = attrs.field(default="step_start", init=False)
+    type: Literal["step_start"] = attrs.field(default="step_start", init=False)
     step: int
     tasks: tuple[str, ...]
 
 
 @attrs.frozen(kw_only=True)
-class NodeStart(Event):
+class NodeStart(EventBase):
     """A task began."""
 
-    type: str = attrs.field(default="node_start", init=False)
+    type: Literal["node_start"] = attrs.field(default="node_start", init=False)
     node: str
     task_id: str
 
 
 @attrs.frozen(kw_only=True)
-class CustomEvent(Event):
+class CustomEvent(EventBase):
     """A node called ``ctx.emit`` (or ``ctx.emit_token``)."""
 
-    type: str = attrs.field(default="custom", init=False)
+    type: Literal["custom"] = attrs.field(default="custom", init=False)
     payload: Any
     node: str
     task_id: str
 
 
 @attrs.frozen(kw_only=True)
-class NodeRetry(Event):
+class NodeRetry(EventBase):
     """A task's attempt number ``attempt`` failed with ``error``; it runs again."""
 
-    type: str = attrs.field(default="node_retry", init=False)
+    type: Literal["node_retry"] = attrs.field(default="node_retry", init=False)
     node: str
     attempt: int
     error: BaseException
@@ -93,60 +98,76 @@ class NodeRetry(Event):
 
 
 @attrs.frozen(kw_only=True)
-class NodeEnd(Event):
+class NodeEnd(EventBase):
     """A task returned ``update`` (its channel writes)."""
 
-    type: str = attrs.field(default="node_end", init=False)
+    type: Literal["node_end"] = attrs.field(default="node_end", init=False)
     node: str
     update: Mapping[str, Any]
     task_id: str
 
 
 @attrs.frozen(kw_only=True)
-class NodeError(Event):
+class NodeError(EventBase):
     """A task failed for good with ``error``."""
 
-    type: str = attrs.field(default="node_error", init=False)
+    type: Literal["node_error"] = attrs.field(default="node_error", init=False)
     node: str
     error: BaseException
     task_id: str
 
 
 @attrs.frozen(kw_only=True)
-class StateEvent(Event):
+class StateEvent(EventBase):
     """The channel values after a superstep's writes were folded in."""
 
-    type: str = attrs.field(default="state", init=False)
+    type: Literal["state"] = attrs.field(default="state", init=False)
     channels: Mapping[str, Any]
 
 
 @attrs.frozen(kw_only=True)
-class CheckpointEvent(Event):
+class CheckpointEvent(EventBase):
     """A checkpoint was committed."""
 
-    type: str = attrs.field(default="checkpoint", init=False)
+    type: Literal["checkpoint"] = attrs.field(default="checkpoint", init=False)
     id: str
 
 
 @attrs.frozen(kw_only=True)
-class InterruptEvent(Event):
+class InterruptEvent(EventBase):
     """The run paused; ``pending`` are the open pauses."""
 
-    type: str = attrs.field(default="interrupt", init=False)
+    type: Literal["interrupt"] = attrs.field(default="interrupt", init=False)
     pending: tuple[Pending, ...]
 
 
 @attrs.frozen(kw_only=True)
-class RunEnd(Event):
+class RunEnd(EventBase):
     """The run ended with ``status`` ``done``, ``interrupted``, ``error`` or ``aborted``."""
 
-    type: str = attrs.field(default="run_end", init=False)
-    status: str
+    type: Literal["run_end"] = attrs.field(default="run_end", init=False)
+    status: RunStatus
     state: Any = None
     pending: tuple[Pending, ...] = ()
     errors: tuple[tuple[str, BaseException], ...] = ()
     abort_reason: str | None = None
     checkpoint_id: str | None = None
+
+
+Event: TypeAlias = (
+    RunStart
+    | StepStart
+    | NodeStart
+    | CustomEvent
+    | NodeRetry
+    | NodeEnd
+    | NodeError
+    | StateEvent
+    | CheckpointEvent
+    | InterruptEvent
+    | RunEnd
+)
+"""Any event a run yields: one of the kinds above, told apart by ``type`` (or ``isinstance``)."""
 
 
 @attrs.frozen(kw_only=True)

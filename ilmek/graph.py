@@ -7,29 +7,49 @@ how to plan the tasks that follow a superstep.
 
 from __future__ import annotations
 
-import inspect
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, Generic, Never, TypeAlias, TypeVar, overload
 
 import attrs
 
 from .channel import Channel
+from .checkpoint.base import Checkpointer
 from .control import Command, RetryPolicy, Send
+from .declarations import (
+    END,
+    START,
+    Callback,
+    EdgeSpec,
+    NodeSpec,
+    RouterSpec,
+    checked_structure,
+    destinations_tuple,
+)
 from .errors import GraphError
+from .options import RunOptions
 from .predicates import Predicate
 from .schema import StateSchema
-from .types import ScheduledTask
+from .types import ScheduledTask, StateT
 
-__all__ = ["END", "START", "CompiledGraph", "GraphBuilder", "UnreachableNodeWarning", "graph"]
+if TYPE_CHECKING:
+    from attrs import AttrsInstance
 
-START: Final = "__start__"
-"""The virtual entry node."""
-END: Final = "__end__"
-"""The virtual exit node."""
+    from .context import NodeContext, PlanContext
 
-_RESERVED_CHARACTERS = ("\0",)
+__all__ = [
+    "END",
+    "START",
+    "CompiledGraph",
+    "EdgeSpec",
+    "GraphBuilder",
+    "NodeSpec",
+    "RouterSpec",
+    "UnreachableNodeWarning",
+    "graph",
+]
+
 UNNAMED: Final = "unnamed"
 """The name of a graph built from a spec whose ``name`` is ``null``."""
 
@@ -43,107 +63,53 @@ class UnreachableNodeWarning(UserWarning):
     """
 
 
-def _takes_context(fn: Callable[..., Any]) -> bool:
-    """Whether ``fn`` accepts a second positional argument (the context)."""
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return True
-    positional = 0
-    for parameter in signature.parameters.values():
-        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
-            return True
-        if parameter.kind in (
-            inspect.Parameter.POSITIONAL_ONLY,
-            inspect.Parameter.POSITIONAL_OR_KEYWORD,
-        ):
-            positional += 1
-    return positional >= 2
+Update: TypeAlias = "Mapping[str, Any] | Command | None"
+"""What a node of a graph with a channel map or an ``attrs`` state returns."""
+
+# The state types the overloads of GraphBuilder.node tell apart: a TypedDict
+# is a Mapping, an attrs class is not (and has __attrs_attrs__).
+_Typed = TypeVar("_Typed", bound=Mapping[str, object])
+_Attrs = TypeVar("_Attrs", bound="AttrsInstance")
+
+Guard: TypeAlias = "Callable[[StateT], object] | Callable[[StateT, PlanContext], object]"
+"""An edge's ``when=`` function: ``when(state)`` or ``when(state, ctx)``, true to take the edge."""
+Route: TypeAlias = "Callable[[StateT], Any] | Callable[[StateT, PlanContext], Any]"
+"""A router: ``fn(state)`` or ``fn(state, ctx)`` returning node names, ``END`` or sends."""
 
 
-@attrs.frozen
-class Callback:
-    """A user function called as ``fn(state, ctx)`` or ``fn(state)``."""
-
-    fn: Callable[..., Any]
-    takes_context: bool
-
-    @classmethod
-    def of(cls, fn: Callable[..., Any]) -> Callback:
-        return cls(fn, _takes_context(fn))
-
-    def __call__(self, state: Any, ctx: Any) -> Any:
-        if self.takes_context:
-            return self.fn(state, ctx)
-        return self.fn(state)
-
-
-def _frozen_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
-    # A read-only copy: adding to the caller's dict, or to the compiled graph's,
-    # must not change the node. Shallow, since a config built in code may hold
-    # objects that cannot be copied; to_spec deep-copies what it exports.
-    return MappingProxyType(dict(config))
-
-
-@attrs.frozen(kw_only=True)
-class NodeSpec:
-    """A node as declared: its body, retry policy and what the spec exports."""
-
-    name: str
-    body: Callback
-    retry: RetryPolicy | None = None
-    destinations: tuple[str, ...] | None = None
-    type: str | None = None
-    config: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_config)
-
-
-@attrs.frozen(kw_only=True)
-class EdgeSpec:
-    """A static edge, optionally guarded."""
-
-    source: str
-    target: str
-    guard: Callback | None = None
-    predicate: Mapping[str, Any] | None = None
-
-
-@attrs.frozen(kw_only=True)
-class RouterSpec:
-    """A routing function attached to a node (or ``START``)."""
-
-    source: str
-    route: Callback
-    destinations: tuple[str, ...] | None = None
-
-
-def graph(name: str, schema: Mapping[str, Channel] | type | None = None) -> GraphBuilder:
+@overload
+def graph(name: str, schema: Mapping[str, Channel] | None = None) -> GraphBuilder[dict[str, Any]]: ...
+@overload
+def graph(name: str, schema: type[StateT]) -> GraphBuilder[StateT]: ...
+def graph(name: str, schema: Mapping[str, Channel] | type | None = None) -> GraphBuilder[Any]:
     """Start building a graph.
+
+    The builder, and the graph it compiles, are generic in the state nodes
+    receive, so a type checker checks node signatures: ``dict[str, Any]``
+    for a channel map, the class for an ``attrs`` class, the ``TypedDict``
+    for a ``TypedDict`` (whose nodes must then return that ``TypedDict``:
+    declare it ``total=False`` to return partial updates).
 
     Args:
         name: The graph's name, used in messages and exported specs.
         schema: A dict of channel name to channel (see :mod:`ilmek.channel`),
-            an ``attrs`` class whose fields are the channels, or ``None`` to
-            declare channels one by one with :meth:`GraphBuilder.channel`.
+            an ``attrs`` class whose fields are the channels, a ``TypedDict``
+            whose fields carry their fold with ``Annotated`` (e.g.
+            ``Annotated[list[str], ilmek.append]``), or ``None`` to declare
+            channels one by one with :meth:`GraphBuilder.channel`.
     """
     if not isinstance(name, str) or not name:
         raise GraphError(f"a graph needs a non-empty name, got {name!r}")
     return GraphBuilder(name, StateSchema.build(schema))
 
 
-def _destinations(value: Iterable[str] | None) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return (value,)
-    return tuple(value)
-
-
 @attrs.define
-class GraphBuilder:
+class GraphBuilder(Generic[StateT]):
     """Collects channels, nodes, edges and routers; :meth:`compile` checks them.
 
     Every method returns the builder, so calls chain. ``named`` is ``False``
-    only for a graph built from a spec whose ``name`` is ``null``.
+    only for a graph built from a spec whose ``name`` is ``null``. Generic in
+    the state its nodes receive (see :func:`graph`).
     """
 
     name: str
@@ -154,7 +120,7 @@ class GraphBuilder:
     _routers: list[RouterSpec] = attrs.field(factory=list, alias="_routers")
     _declared: list[EdgeSpec | RouterSpec] = attrs.field(factory=list, alias="_declared")
 
-    def channel(self, name: str, channel: Channel) -> GraphBuilder:
+    def channel(self, name: str, channel: Channel) -> GraphBuilder[StateT]:
         """Declare a channel.
 
         Raises:
@@ -165,6 +131,55 @@ class GraphBuilder:
         self.schema = self.schema.with_channel(name, channel)
         return self
 
+    # A node's body, as a type checker sees it: for a channel map or an attrs
+    # class, any mapping of writes; for a TypedDict, the TypedDict itself, so a
+    # write to an unknown key or of the wrong type is a type error. A TypedDict
+    # gets one overload per arity: a lambda is inferred against one callable,
+    # not against a union of two.
+    @overload
+    def node(
+        self: GraphBuilder[dict[str, Any]],
+        name: str,
+        fn: Callable[[dict[str, Any]], Update] | Callable[[dict[str, Any], NodeContext], Update],
+        *,
+        retry: RetryPolicy | None = None,
+        destinations: Iterable[str] | None = None,
+        type: str | None = None,
+        config: Mapping[str, Any] | None = None,
+    ) -> GraphBuilder[dict[str, Any]]: ...
+    @overload
+    def node(
+        self: GraphBuilder[_Attrs],
+        name: str,
+        fn: Callable[[_Attrs], Update] | Callable[[_Attrs, NodeContext], Update],
+        *,
+        retry: RetryPolicy | None = None,
+        destinations: Iterable[str] | None = None,
+        type: str | None = None,
+        config: Mapping[str, Any] | None = None,
+    ) -> GraphBuilder[_Attrs]: ...
+    @overload
+    def node(
+        self: GraphBuilder[_Typed],
+        name: str,
+        fn: Callable[[_Typed], _Typed | Command | None],
+        *,
+        retry: RetryPolicy | None = None,
+        destinations: Iterable[str] | None = None,
+        type: str | None = None,
+        config: Mapping[str, Any] | None = None,
+    ) -> GraphBuilder[_Typed]: ...
+    @overload
+    def node(
+        self: GraphBuilder[_Typed],
+        name: str,
+        fn: Callable[[_Typed, NodeContext], _Typed | Command | None],
+        *,
+        retry: RetryPolicy | None = None,
+        destinations: Iterable[str] | None = None,
+        type: str | None = None,
+        config: Mapping[str, Any] | None = None,
+    ) -> GraphBuilder[_Typed]: ...
     def node(
         self,
         name: str,
@@ -174,13 +189,16 @@ class GraphBuilder:
         destinations: Iterable[str] | None = None,
         type: str | None = None,  # noqa: A002 - the spec's field name
         config: Mapping[str, Any] | None = None,
-    ) -> GraphBuilder:
+    ) -> GraphBuilder[Any]:
         """Add a node whose body is ``fn(state, ctx)`` or ``fn(state)``.
 
         Args:
             name: Unique; not ``START``/``END``; no ``:`` or ``#`` (they
                 delimit task and pause ids).
             fn: Returns a dict of channel writes, ``None``, or ``command(...)``.
+                For a ``TypedDict`` state, type checkers want the
+                ``TypedDict`` itself (declared ``total=False`` for partial
+                updates), so they check every key and value it writes.
             retry: Re-run a failing body within its superstep.
             destinations: Nodes this node's ``command(goto=...)`` may route to.
                 Optional: a goto needs no declaration. Declared, they are drawn
@@ -195,7 +213,7 @@ class GraphBuilder:
                 name=name,
                 body=Callback.of(fn) if callable(fn) else Callback(fn, False),
                 retry=retry,
-                destinations=_destinations(destinations),
+                destinations=destinations_tuple(destinations),
                 type=type,
                 config=config or {},
             )
@@ -207,8 +225,8 @@ class GraphBuilder:
         source: str,
         target: str,
         *,
-        when: Callable[..., Any] | Mapping[str, Any] | None = None,
-    ) -> GraphBuilder:
+        when: Guard[StateT] | Mapping[str, Any] | None = None,
+    ) -> GraphBuilder[StateT]:
         """Add an edge; with ``when``, it is taken only if ``when(state, ctx)`` is true.
 
         ``when`` may also be a declarative predicate such as
@@ -234,10 +252,10 @@ class GraphBuilder:
     def router(
         self,
         source: str,
-        fn: Callable[..., Any],
+        fn: Route[StateT],
         *,
         destinations: Iterable[str] | None = None,
-    ) -> GraphBuilder:
+    ) -> GraphBuilder[StateT]:
         """Route after ``source`` with ``fn(state, ctx)``.
 
         ``fn`` returns a node name, ``END``, a :func:`~ilmek.send`, or a list
@@ -249,46 +267,69 @@ class GraphBuilder:
         if not callable(fn):
             raise GraphError(f"router on {source!r} must be a function, got {fn!r}")
         self._routers.append(
-            RouterSpec(source=source, route=Callback.of(fn), destinations=_destinations(destinations))
+            RouterSpec(source=source, route=Callback.of(fn), destinations=destinations_tuple(destinations))
         )
         self._declared.append(self._routers[-1])
         return self
 
-    def compile(self) -> CompiledGraph:
-        """Check the structure and freeze the graph.
+    def compile(
+        self,
+        checkpointer: Checkpointer | None = None,
+        *,
+        recursion_limit: int | None = None,
+        strict: bool | None = None,
+        meta: Mapping[str, Any] | None = None,
+        max_workers: int | None = None,
+        **per_run: Never,
+    ) -> CompiledGraph[StateT]:
+        """Check the structure and freeze the graph, binding run defaults to it.
+
+        Bound options are what every :func:`~ilmek.run`, resume, stream and
+        host helper (``thread_state``, ``history``...) of this graph uses
+        unless the call passes its own, which wins::
+
+            g = builder.compile(checkpointer=SqliteCheckpointer("app.db"))
+            run(g, {"cart": ["mug"]}, thread_id="conv-42")
+            resume(g, "yes", thread_id="conv-42")
 
         A node that no declared edge, router or ``destinations=`` reaches
         from ``START`` is legal (a ``command(goto=...)`` may lead there, MODEL
         §15) but draws an :class:`UnreachableNodeWarning` naming it and the fix.
+
+        Args:
+            checkpointer: Where this graph's threads live; a run then needs
+                only a ``thread_id``.
+            recursion_limit: The most supersteps a run may take.
+            strict: Raise ``NondeterminismError`` when a replayed task skips a
+                journal key.
+            meta: What nodes read as ``ctx.meta``; a call's ``meta`` keys are
+                laid over these.
+            max_workers: Threads for a superstep's tasks.
+            per_run: Refused: ``thread_id``, ``checkpoint_id``,
+                ``expect_checkpoint_id`` and ``cancel`` belong to one run (a
+                bound cancel event, once set, would abort every later run).
 
         Raises:
             GraphError: naming the culprit, for: a bad, reserved or duplicate
                 node name, a node body that is not callable, an edge or router
                 touching an unknown node, an edge out of ``END`` or into
                 ``START``, or no way out of ``START``.
+            InvalidArgumentError: a bound option is of the wrong type or value,
+                or names one run.
         """
-        nodes: dict[str, NodeSpec] = {}
-        for spec in self._nodes:
-            _check_node(spec, nodes)
-            nodes[spec.name] = spec
-        known = set(nodes)
-        for edge in self._edges:
-            where = f"edge {edge.source!r} -> {edge.target!r}"
-            _check_endpoint(edge.source, known, where, as_source=True)
-            _check_endpoint(edge.target, known, where, as_source=False)
-        for router in self._routers:
-            where = f"router on {router.source!r}"
-            _check_endpoint(router.source, known, where, as_source=True)
-            for target in router.destinations or ():
-                _check_endpoint(target, known, where, as_source=False)
-        for spec in nodes.values():
-            for target in spec.destinations or ():
-                _check_endpoint(target, known, f"destinations of node {spec.name!r}", as_source=False)
-        if not any(e.source == START for e in self._edges) and not any(
-            r.source == START for r in self._routers
-        ):
-            raise GraphError(f"graph {self.name!r} has no edge from START; add .edge(START, <first node>)")
-        compiled = CompiledGraph(
+        defaults = RunOptions.binding(
+            f"graph {self.name!r}",
+            {
+                "checkpointer": checkpointer,
+                "recursion_limit": recursion_limit,
+                "strict": strict,
+                "meta": meta,
+                "max_workers": max_workers,
+                **per_run,
+            },
+        )
+        nodes = checked_structure(self.name, self._nodes, self._edges, self._routers)
+        compiled: CompiledGraph[StateT] = CompiledGraph(
             name=self.name,
             schema=self.schema,
             nodes=nodes,
@@ -296,6 +337,7 @@ class GraphBuilder:
             routers=tuple(self._routers),
             declared=tuple(self._declared),
             named=self.named,
+            defaults=defaults,
         )
         reachable = compiled.reachable()
         for name in nodes:
@@ -309,36 +351,6 @@ class GraphBuilder:
                     stacklevel=2,
                 )
         return compiled
-
-
-def _check_node(spec: NodeSpec, seen: Mapping[str, NodeSpec]) -> None:
-    name = spec.name
-    if not isinstance(name, str) or not name:
-        raise GraphError(f"node names are non-empty strings, got {name!r}")
-    if name in (START, END):
-        raise GraphError(f"{name!r} is reserved for the virtual entry and exit", node=name)
-    for character in _RESERVED_CHARACTERS:
-        if character in name:
-            raise GraphError(
-                f"node name {name!r} contains {character!r}, which no database can store; rename the node",
-                node=name,
-            )
-    if name in seen:
-        raise GraphError(f"node {name!r} is declared twice", node=name)
-    if not callable(spec.body.fn):
-        raise GraphError(f"node {name!r}: its body must be callable, got {spec.body.fn!r}", node=name)
-    if spec.retry is not None and not isinstance(spec.retry, RetryPolicy):
-        raise GraphError(f"node {name!r}: retry= must be a RetryPolicy", node=name)
-
-
-def _check_endpoint(name: str, known: set[str], where: str, *, as_source: bool) -> None:
-    if as_source and name == END:
-        raise GraphError(f"{where}: nothing can leave END")
-    if not as_source and name == START:
-        raise GraphError(f"{where}: nothing can enter START")
-    if name in (START, END) or name in known:
-        return
-    raise GraphError(f"{where} names unknown node {name!r}", node=name if isinstance(name, str) else None)
 
 
 def _read_only_nodes(nodes: Mapping[str, NodeSpec]) -> Mapping[str, NodeSpec]:
@@ -358,17 +370,21 @@ def _connection_tuple(connections: Iterable[EdgeSpec | RouterSpec]) -> tuple[Edg
 
 
 @attrs.frozen(kw_only=True)
-class CompiledGraph:
+class CompiledGraph(Generic[StateT]):
     """A validated, frozen graph: what ``run`` and friends execute.
 
     Nothing in it can change: ``nodes`` and ``channels`` are read-only
     mappings, edges and routers are tuples of frozen values, and the builder
-    it came from can go on changing without touching it.
+    it came from can go on changing without touching it. Generic in the state
+    its nodes receive, which ``Result.state`` and ``thread_state`` return.
 
     Attributes:
         name: The graph's name (:data:`UNNAMED` for a spec whose name is null).
         named: ``False`` when built from a spec whose ``name`` is ``null``;
             ``to_spec`` then writes ``null`` back.
+        defaults: The run options bound by ``compile()`` (or :meth:`bind`):
+            ``None`` in a field means none is bound. Not part of the graph's
+            identity: ``to_spec`` ignores it and equality does too.
     """
 
     name: str
@@ -380,6 +396,7 @@ class CompiledGraph:
     #: empty means every edge, then every router.
     declared: tuple[EdgeSpec | RouterSpec, ...] = attrs.field(default=(), converter=_connection_tuple)
     named: bool = True
+    defaults: RunOptions = attrs.field(factory=RunOptions, eq=False)
     _order: Mapping[str, int] = attrs.field(init=False, alias="_order")
     # Derived once, for planning every superstep: each source's edges and
     # routers (in declaration order), and the task of each node planned by name.
@@ -408,6 +425,45 @@ class CompiledGraph:
     def channels(self) -> Mapping[str, Channel]:
         """The declared channels."""
         return self.schema.channels
+
+    @property
+    def checkpointer(self) -> Checkpointer | None:
+        """The checkpointer bound by ``compile(checkpointer=...)``, if any."""
+        return self.defaults.checkpointer
+
+    def bind(
+        self,
+        checkpointer: Checkpointer | None = None,
+        *,
+        recursion_limit: int | None = None,
+        strict: bool | None = None,
+        meta: Mapping[str, Any] | None = None,
+        max_workers: int | None = None,
+        **per_run: Never,
+    ) -> CompiledGraph[StateT]:
+        """A copy of this graph with these run defaults bound over its own.
+
+        The graph itself does not change. What is not given keeps its
+        current binding; ``None`` never unbinds (compile the builder again
+        for a graph bound to less). Arguments as for
+        :meth:`GraphBuilder.compile`.
+
+        Raises:
+            InvalidArgumentError: a bound option is of the wrong type or value,
+                or names one run.
+        """
+        given = RunOptions.binding(
+            f"graph {self.name!r}",
+            {
+                "checkpointer": checkpointer,
+                "recursion_limit": recursion_limit,
+                "strict": strict,
+                "meta": meta,
+                "max_workers": max_workers,
+                **per_run,
+            },
+        )
+        return attrs.evolve(self, defaults=given.over(self.defaults))
 
     def reachable(self) -> set[str]:
         """The nodes that some path from ``START`` may reach."""

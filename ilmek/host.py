@@ -1,48 +1,219 @@
-"""Helpers for the host application: inspect a thread, edit its state."""
+"""Helpers for the host application: inspect a thread, edit its state.
+
+Every helper takes the thread as ``thread_id=`` and finds its checkpointer
+the same way: the one passed as ``checkpointer=``, else the one the graph was
+compiled with (``compile(checkpointer=...)``)::
+
+    thread_state(g, thread_id="conv-42")
+    pending_interrupts(g, thread_id="conv-42")
+    history(g, thread_id="conv-42", limit=10)
+    update_state(g, thread_id="conv-42", update={"cart": []})
+
+The positional forms of SPEC §4 keep working: ``pending_interrupts(cp,
+thread_id)``, ``thread_state(g, cp, thread_id)``, ``history(cp, thread_id,
+limit)`` and ``update_state(g, cp, thread_id, update)``.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final, overload
 
 import attrs
 
 from . import checks
 from .checkpoint.base import Checkpointer
-from .errors import CheckpointNotFoundError
+from .errors import CheckpointNotFoundError, InvalidArgumentError
 from .graph import CompiledGraph
-from .types import Checkpoint, Pending, new_checkpoint_id, task_id_for
+from .types import Checkpoint, Pending, StateT, new_checkpoint_id, task_id_for
 
 __all__ = ["history", "pending_interrupts", "thread_state", "update_state"]
 
+_MISSING: Final = object()
 
-def pending_interrupts(checkpointer: Checkpointer, thread_id: str) -> tuple[Pending, ...]:
-    """The thread's open pauses (empty when it is not waiting for anyone)."""
-    latest = checkpointer.get(thread_id)
+
+def _thread(what: str, thread_id: Any) -> str:
+    if thread_id is None:
+        raise InvalidArgumentError(f"{what}() needs the thread: pass thread_id=...")
+    return checks.thread_id(thread_id)
+
+
+def _graph(what: str, graph: Any) -> CompiledGraph[Any]:
+    if not isinstance(graph, CompiledGraph):
+        raise InvalidArgumentError(
+            f"{what}() takes a compiled graph first, got {type(graph).__name__}; "
+            "call .compile() on the builder"
+        )
+    return graph
+
+
+def _given(what: str, given: Any) -> Checkpointer | None:
+    """The checkpointer a call passed, if any, checked."""
+    if given is None or isinstance(given, Checkpointer):
+        return given
+    if isinstance(given, str):
+        # thread_state(g, "t"): the second place is the checkpointer's.
+        raise InvalidArgumentError(
+            f"{what}() got the text {given!r} where the checkpointer goes; pass the thread "
+            f"as thread_id={given!r} (the graph's bound checkpointer is then used)"
+        )
+    raise InvalidArgumentError(f"checkpointer must be a Checkpointer, got {type(given).__name__}")
+
+
+def _checkpointer(
+    what: str, graph: CompiledGraph[Any] | None, given: Checkpointer | None, thread_id: str
+) -> Checkpointer:
+    """The checkpointer a helper reads: the one given, else the graph's bound one."""
+    if given is not None:
+        return given
+    if graph is not None and graph.checkpointer is not None:
+        return graph.checkpointer
+    where = (
+        f"graph {graph.name!r} is not bound to one (compile(checkpointer=...))"
+        if graph is not None
+        else "none was given"
+    )
+    raise InvalidArgumentError(
+        f"{what}() has no checkpointer to read thread {thread_id!r} from: {where}; pass checkpointer=..."
+    )
+
+
+def _source(
+    what: str, source: Any, checkpointer: Any
+) -> tuple[CompiledGraph[Any] | None, Checkpointer | None]:
+    """A helper's first argument, a graph or a checkpointer, and the checkpointer given."""
+    if isinstance(source, CompiledGraph):
+        return source, _given(what, checkpointer)
+    if source is None or isinstance(source, Checkpointer):
+        if source is not None and checkpointer is not None:
+            raise InvalidArgumentError(f"{what}() got two checkpointers; pass one")
+        return None, source if source is not None else _given(what, checkpointer)
+    raise InvalidArgumentError(
+        f"{what}() takes a compiled graph or a checkpointer first, got {type(source).__name__}; "
+        f"e.g. {what}(graph, thread_id=...)"
+    )
+
+
+@overload
+def pending_interrupts(
+    source: CompiledGraph[Any], /, thread_id: str, *, checkpointer: Checkpointer | None = None
+) -> tuple[Pending, ...]: ...
+@overload
+def pending_interrupts(source: Checkpointer, /, thread_id: str) -> tuple[Pending, ...]: ...
+@overload
+def pending_interrupts(*, thread_id: str, checkpointer: Checkpointer) -> tuple[Pending, ...]: ...
+def pending_interrupts(
+    source: CompiledGraph[Any] | Checkpointer | None = None,
+    /,
+    thread_id: str | None = None,
+    *,
+    checkpointer: Checkpointer | None = None,
+) -> tuple[Pending, ...]:
+    """The thread's open pauses (empty when it is not waiting for anyone).
+
+    Args:
+        source: A compiled graph (its bound checkpointer is read) or a
+            checkpointer.
+        thread_id: The thread.
+        checkpointer: Read this one instead of the graph's.
+
+    Raises:
+        InvalidArgumentError: no thread, or no checkpointer given or bound.
+    """
+    graph, given = _source("pending_interrupts", source, checkpointer)
+    thread = _thread("pending_interrupts", thread_id)
+    latest = _checkpointer("pending_interrupts", graph, given, thread).get(thread)
     return latest.pending if latest is not None else ()
 
 
-def thread_state(graph: CompiledGraph, checkpointer: Checkpointer, thread_id: str) -> Any:
+@overload
+def thread_state(
+    graph: CompiledGraph[StateT], checkpointer: Checkpointer, thread_id: str
+) -> StateT | None: ...
+@overload
+def thread_state(
+    graph: CompiledGraph[StateT], checkpointer: Checkpointer | None = None, *, thread_id: str
+) -> StateT | None: ...
+def thread_state(
+    graph: CompiledGraph[StateT], checkpointer: Checkpointer | None = None, thread_id: str | None = None
+) -> StateT | None:
     """The thread's latest state as nodes see it, or ``None`` for an unknown thread.
 
-    A dict for a graph with a channel map, an instance of the state class for
-    a graph whose state is an ``attrs`` class.
+    A dict for a graph with a channel map or a ``TypedDict``, an instance of
+    the state class for a graph whose state is an ``attrs`` class.
+
+    Args:
+        graph: The thread's graph (it says how to view the state).
+        checkpointer: Read this one instead of the graph's bound checkpointer.
+        thread_id: The thread.
+
+    Raises:
+        InvalidArgumentError: no thread, or no checkpointer given or bound.
     """
-    latest = checkpointer.get(thread_id)
+    graph = _graph("thread_state", graph)
+    given = _given("thread_state", checkpointer)
+    thread = _thread("thread_state", thread_id)
+    latest = _checkpointer("thread_state", graph, given, thread).get(thread)
     if latest is None:
         return None
-    return graph.schema.view(latest.channels)
+    state: StateT = graph.schema.view(latest.channels)
+    return state
 
 
-def history(checkpointer: Checkpointer, thread_id: str, limit: int | None = None) -> list[Checkpoint]:
+@overload
+def history(
+    source: CompiledGraph[Any],
+    /,
+    thread_id: str,
+    limit: int | None = None,
+    *,
+    checkpointer: Checkpointer | None = None,
+) -> list[Checkpoint]: ...
+@overload
+def history(source: Checkpointer, /, thread_id: str, limit: int | None = None) -> list[Checkpoint]: ...
+@overload
+def history(*, thread_id: str, limit: int | None = None, checkpointer: Checkpointer) -> list[Checkpoint]: ...
+def history(
+    source: CompiledGraph[Any] | Checkpointer | None = None,
+    /,
+    thread_id: str | None = None,
+    limit: int | None = None,
+    *,
+    checkpointer: Checkpointer | None = None,
+) -> list[Checkpoint]:
     """The thread's checkpoints, newest first, forks included.
 
     Each record's ``channels`` load only when first read, so listing a long
     history is cheap.
+
+    Args:
+        source: A compiled graph (its bound checkpointer is read) or a
+            checkpointer.
+        thread_id: The thread.
+        limit: At most this many, newest first.
+        checkpointer: Read this one instead of the graph's.
+
+    Raises:
+        InvalidArgumentError: no thread, or no checkpointer given or bound.
     """
-    return checkpointer.list(thread_id, limit=limit)
+    graph, given = _source("history", source, checkpointer)
+    thread = _thread("history", thread_id)
+    return _checkpointer("history", graph, given, thread).list(thread, limit=limit)
 
 
-def update_state(graph: CompiledGraph, checkpointer: Checkpointer, thread_id: str, update: Any) -> Checkpoint:
+@overload
+def update_state(
+    graph: CompiledGraph[Any], checkpointer: Checkpointer, thread_id: str, update: Any
+) -> Checkpoint: ...
+@overload
+def update_state(
+    graph: CompiledGraph[Any], checkpointer: Checkpointer | None = None, *, thread_id: str, update: Any
+) -> Checkpoint: ...
+def update_state(
+    graph: CompiledGraph[Any],
+    checkpointer: Checkpointer | None = None,
+    thread_id: str | None = None,
+    update: Any = _MISSING,
+) -> Checkpoint:
     """Fold ``update`` into the thread's state as a new checkpoint: a human edit.
 
     The new checkpoint keeps what was scheduled and any open pause, so the
@@ -50,16 +221,30 @@ def update_state(graph: CompiledGraph, checkpointer: Checkpointer, thread_id: st
     recorded still replay (as when a crashed run is continued with new
     input); a pause still open is answered afresh.
 
+    Args:
+        graph: The thread's graph (its channels fold the update).
+        checkpointer: Write to this one instead of the graph's bound checkpointer.
+        thread_id: The thread.
+        update: A dict of channel writes, folded through the reducers.
+
     Returns:
         The new checkpoint.
 
     Raises:
+        InvalidArgumentError: no thread, no update, or no checkpointer given or bound.
         CheckpointNotFoundError: the thread has no checkpoint (start it with ``run``).
         ReducerError: the update names an undeclared channel or a reducer failed.
         ThreadBusyError: a run holds the thread.
         ConcurrentUpdateError: another writer moved the thread on meanwhile.
     """
-    thread_id = checks.thread_id(thread_id)
+    graph = _graph("update_state", graph)
+    given = _given("update_state", checkpointer)
+    thread_id = _thread("update_state", thread_id)
+    if update is _MISSING:
+        raise InvalidArgumentError(
+            f"update_state() needs the edit to fold into thread {thread_id!r}: pass update={{...}}"
+        )
+    checkpointer = _checkpointer("update_state", graph, given, thread_id)
     with checkpointer.hold(thread_id) as hold:
         latest = checkpointer.load(thread_id, hold=hold)
         if latest is None:

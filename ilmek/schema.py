@@ -1,19 +1,22 @@
 """A graph's state schema: its channels, and the typed view nodes receive.
 
-A schema is either a plain map of channel name to :class:`~ilmek.channel.Channel`
-or an ``attrs`` class whose fields are channels. The engine always works on
-the channel map; for a class schema, :meth:`StateSchema.view` builds the
-instance nodes and hosts see.
+A schema is a plain map of channel name to :class:`~ilmek.channel.Channel`,
+an ``attrs`` class whose fields are channels, or a ``TypedDict`` whose fields
+carry their fold in ``Annotated``. The engine always works on the channel
+map; for an ``attrs`` schema, :meth:`StateSchema.view` builds the instance
+nodes and hosts see (a ``TypedDict`` state is a plain dict).
 """
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
 import attrs
 
+from . import channel as channels
 from . import serde
 from .channel import METADATA_KEY, UNSET, Channel, last_write
 from .errors import GraphError, ReducerError
@@ -47,6 +50,56 @@ def _channels_of_class(cls: type) -> dict[str, Channel]:
     return channels
 
 
+# What ``Annotated[T, marker]`` may carry: a channel, or the function that makes one.
+_MARKERS: dict[Any, Any] = {
+    channels.append: channels.append,
+    channels.merge: channels.merge,
+    channels.messages: channels.messages,
+    channels.last_write: channels.last_write,
+}
+
+
+def _marker_channel(cls: type, field: str, metadata: tuple[Any, ...]) -> Channel | None:
+    """The channel a field's ``Annotated`` metadata declares, if any (other metadata is left alone)."""
+    found: list[Channel] = []
+    for item in metadata:
+        if isinstance(item, Channel):
+            found.append(item)
+        elif item is channels.reduce:
+            raise GraphError(
+                f"field {field!r} of {cls.__qualname__} is marked with ilmek.reduce but not given its "
+                "function: write Annotated[int, ilmek.reduce(fn)]"
+            )
+        elif any(item is marker for marker in _MARKERS):
+            found.append(_MARKERS[item]())
+    if len(found) > 1:
+        raise GraphError(f"field {field!r} of {cls.__qualname__} declares {len(found)} folds; give it one")
+    return found[0] if found else None
+
+
+def _channels_of_typed_dict(cls: type) -> dict[str, Channel]:
+    try:
+        # Resolved here, not at import: a TypedDict written under
+        # `from __future__ import annotations` holds its annotations as text.
+        hints = typing.get_type_hints(cls, include_extras=True)
+    except Exception as exc:
+        raise GraphError(
+            f"the annotations of {cls.__qualname__} could not be resolved ({type(exc).__name__}: {exc}); "
+            "every name its fields use must be importable from its module at run time"
+        ) from exc
+    found: dict[str, Channel] = {}
+    for name, hint in hints.items():
+        _check_channel_name(name, found)
+        # Required[...] and NotRequired[...] may wrap Annotated[...], or sit inside it.
+        while typing.get_origin(hint) in (typing.Required, typing.NotRequired):
+            hint = typing.get_args(hint)[0]
+        declared = None
+        if typing.get_origin(hint) is typing.Annotated:
+            declared = _marker_channel(cls, name, hint.__metadata__)
+        found[name] = declared if declared is not None else last_write()
+    return found
+
+
 def _check_channel_name(name: Any, declared: Mapping[str, Channel]) -> None:
     if not isinstance(name, str) or not name:
         raise GraphError(f"channel names are non-empty strings, got {name!r}")
@@ -71,21 +124,33 @@ class StateSchema:
 
     channels: Mapping[str, Channel] = attrs.field(factory=dict, converter=_read_only)
     state_class: type | None = None
+    typed_dict: type | None = None
 
     @classmethod
     def build(cls, definition: Mapping[str, Channel] | type | None) -> StateSchema:
-        """A schema from a channel map, an ``attrs`` class or nothing.
+        """A schema from a channel map, an ``attrs`` class, a ``TypedDict`` or nothing.
+
+        A ``TypedDict`` field is a ``last_write`` channel unless ``Annotated``
+        gives its fold: ``Annotated[list[str], ilmek.append]``,
+        ``Annotated[dict[str, int], ilmek.merge]``,
+        ``Annotated[list[Message], ilmek.messages]``,
+        ``Annotated[int, ilmek.reduce(fn)]`` or
+        ``Annotated[int, ilmek.last_write(0)]`` (any channel works).
 
         Raises:
-            GraphError: the definition is neither, or a map value is not a channel.
+            GraphError: the definition is none of these, a map value is not a
+                channel, a ``TypedDict``'s annotations cannot be resolved, or
+                a field declares two folds.
         """
         if definition is None:
             return cls()
+        if isinstance(definition, type) and typing.is_typeddict(definition):
+            return cls(_channels_of_typed_dict(definition), typed_dict=definition)
         if isinstance(definition, type):
             if not attrs.has(definition):
                 raise GraphError(
-                    f"a state class must be an attrs class; {definition.__qualname__} is not "
-                    "(decorate it with @attrs.define or @attrs.frozen)"
+                    f"a state class must be an attrs class or a TypedDict; {definition.__qualname__} is "
+                    "neither (decorate it with @attrs.define, or derive it from typing.TypedDict)"
                 )
             if not serde.is_registered(definition):
                 serde.register(definition)
@@ -101,7 +166,9 @@ class StateSchema:
                     )
                 channels[name] = channel
             return cls(channels)
-        raise GraphError(f"a schema is a dict of channels or an attrs class, got {type(definition).__name__}")
+        raise GraphError(
+            f"a schema is a dict of channels, an attrs class or a TypedDict, got {type(definition).__name__}"
+        )
 
     def with_channel(self, name: str, channel: Channel) -> StateSchema:
         """This schema plus one more channel (only for map schemas).
@@ -111,9 +178,10 @@ class StateSchema:
                 string, holds NUL or is already declared, or ``channel`` is
                 not a channel.
         """
-        if self.state_class is not None:
+        declared_by = self.state_class or self.typed_dict
+        if declared_by is not None:
             raise GraphError(
-                f"this graph's state is the class {self.state_class.__qualname__}; "
+                f"this graph's state is the class {declared_by.__qualname__}; "
                 "declare channels as its fields instead of with .channel()"
             )
         _check_channel_name(name, self.channels)
@@ -208,7 +276,8 @@ class StateSchema:
 
         Returns:
             The new written values, and what changed per channel: the new items
-            of an ``append`` channel, the whole new value of any other.
+            of an ``append`` channel (or of a ``messages`` channel whose
+            writes only appended), the whole new value of any other.
 
         Raises:
             ReducerError: a write names an undeclared channel or a reducer
@@ -226,7 +295,7 @@ class StateSchema:
                 # reducer's current value is absent on the first write.
                 current = new_values.get(name, UNSET)
                 try:
-                    new_values[name] = channel.fold(current, incoming)
+                    new_values[name], added = channel.fold_change(current, incoming)
                 except Exception as exc:
                     raise ReducerError(
                         f"channel {name!r} could not fold the write of {who}: {exc} (thread {thread_id!r})",
@@ -234,10 +303,13 @@ class StateSchema:
                         node=writer,
                         thread_id=thread_id,
                     ) from exc
-                if channel.kind == "append":
-                    appended.setdefault(name, []).extend(channel.new_items(incoming))
+                # A list that only grew stores its new items; one changed
+                # otherwise (a message replaced or removed) is stored whole.
+                if added is not None and name not in replaced:
+                    appended.setdefault(name, []).extend(added)
                 else:
                     replaced.add(name)
+                    appended.pop(name, None)
         changes: dict[str, ChannelChange] = {}
         for name in replaced:
             changes[name] = Replace(new_values[name])

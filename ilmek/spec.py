@@ -27,7 +27,8 @@ TypeScript or .NET builder loads, runs and exports unchanged. What
 
 Python extensions, which the reference cannot load: a channel's ``default``
 (``last_write`` and ``reduce``), a ``reduce`` channel naming its function
-(``{"reducer": "reduce", "fn": "max"}``, resolved through ``reducers=``),
+(``{"reducer": "reduce", "fn": "max"}``, resolved through ``reducers=``), a
+``messages`` channel (``{"reducer": "messages"}``: a list kept by id),
 a node's ``retry`` (all five fields) and ``destinations``, and the
 predicate operators ``not_in``, ``ge``, ``le``, ``exists``, ``all``,
 ``any`` and ``not``; each appears only when used.
@@ -49,10 +50,11 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Never
 
 from . import channel as channels
 from .channel import UNSET, Channel
+from .checkpoint.base import Checkpointer
 from .control import RetryPolicy
 from .errors import GraphError
 from .graph import END, START, UNNAMED, CompiledGraph, EdgeSpec, GraphBuilder, NodeSpec, graph
@@ -72,6 +74,15 @@ _CHANNEL_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "append": (("reducer",), ()),
     "merge": (("reducer",), ()),
     "reduce": (("reducer", "fn"), ("default",)),
+    "messages": (("reducer",), ()),
+}
+
+
+# The kinds whose channel takes no argument: a spec cannot give them a default.
+_LIST_CHANNELS: dict[str, Callable[[], Channel]] = {
+    "append": channels.append,
+    "merge": channels.merge,
+    "messages": channels.messages,
 }
 
 
@@ -181,12 +192,20 @@ def from_spec(
     registry: Mapping[str, NodeFactory],
     *,
     reducers: Mapping[str, Callable[[Any, Any], Any]] | None = None,
-) -> CompiledGraph:
-    """Build and compile a graph from its spec.
+    checkpointer: Checkpointer | None = None,
+    recursion_limit: int | None = None,
+    strict: bool | None = None,
+    meta: Mapping[str, Any] | None = None,
+    max_workers: int | None = None,
+    **per_run: Never,
+) -> CompiledGraph[dict[str, Any]]:
+    """Build and compile a graph from its spec, binding run defaults as ``compile()`` does.
 
     Nothing in the spec is imported or evaluated: behaviour comes only from
     ``registry`` and ``reducers``, which the caller controls. The spec is
-    copied, so changing it afterwards does not change the graph.
+    copied, so changing it afterwards does not change the graph. A spec never
+    carries a checkpointer or run options: bind them here (or with
+    ``CompiledGraph.bind``); :func:`to_spec` leaves them out.
 
     Args:
         spec: A JSON-able dict (see the module docstring for its shape).
@@ -197,6 +216,14 @@ def from_spec(
             channels use to ``fn(current, incoming)`` functions. As for any
             :func:`~ilmek.channel.reduce` channel, ``current`` is ``None`` on
             the first write.
+        checkpointer: Bound to the graph: runs, resumes and host helpers
+            use it unless given their own (see
+            :meth:`~ilmek.GraphBuilder.compile`).
+        recursion_limit: Bound likewise.
+        strict: Bound likewise.
+        meta: Bound likewise.
+        max_workers: Bound likewise.
+        per_run: Refused, as by :meth:`~ilmek.GraphBuilder.compile`.
 
     Returns:
         The compiled graph; :func:`to_spec` turns it back into ``spec``.
@@ -206,6 +233,8 @@ def from_spec(
             example ``spec.nodes[2].type: unknown node type 'htp' (registered:
             http, llm)``); a factory raised (chained from its error); or the
             graph fails :meth:`~ilmek.GraphBuilder.compile`'s structural checks.
+        InvalidArgumentError: a bound option is of the wrong type or value,
+            or names one run.
     """
     document = _object(spec, "spec")
     _keys(document, "spec", (), ("name", "channels", "nodes", "edges"))
@@ -222,7 +251,14 @@ def from_spec(
         _node_from_spec(builder, node, f"spec.nodes[{index}]", registry, ids)
     for index, edge in enumerate(_list(_present(document, "edges", []), "spec.edges")):
         _edge_from_spec(builder, edge, f"spec.edges[{index}]", ids, declared)
-    return builder.compile()
+    return builder.compile(
+        checkpointer,
+        recursion_limit=recursion_limit,
+        strict=strict,
+        meta=meta,
+        max_workers=max_workers,
+        **per_run,
+    )
 
 
 def _present(entry: Mapping[str, Any], key: str, empty: Any) -> Any:
@@ -258,7 +294,9 @@ def _channels_from_spec(
         elif reducer == "last_write":
             ch = channels.last_write(default)
         else:
-            ch = channels.append() if reducer == "append" else channels.merge()
+            ch = {"append": channels.append, "merge": channels.merge, "messages": channels.messages}[
+                reducer
+            ]()
         builder.channel(name, ch)
     return declared
 
@@ -376,18 +414,20 @@ def _edge_from_spec(
 # --- to a spec -----------------------------------------------------------------------
 
 
-def to_spec(g: CompiledGraph) -> dict[str, Any]:
+def to_spec(g: CompiledGraph[Any]) -> dict[str, Any]:
     """Export a compiled graph as a JSON-able spec that :func:`from_spec` rebuilds.
 
     The result shares nothing with the graph: changing it changes nothing. A
-    graph whose state is an ``attrs`` class exports its channels; the graph
-    :func:`from_spec` rebuilds from them has a channel map (nodes get dicts).
+    graph whose state is an ``attrs`` class or a ``TypedDict`` exports its
+    channels; the graph :func:`from_spec` rebuilds from them has a channel
+    map (nodes get dicts). What the graph binds (a checkpointer, run
+    defaults) is not part of it.
 
     Args:
         g: A compiled graph whose nodes were all given ``type=`` (and, where
             needed, ``config=``), whose guards are predicate dicts and whose
-            channels are ``last_write``, ``append``, ``merge``, or ``reduce``
-            channels built by :func:`from_spec`.
+            channels are ``last_write``, ``append``, ``merge``, ``messages``,
+            or ``reduce`` channels built by :func:`from_spec`.
 
     Returns:
         The spec in canonical form (see the module docstring).

@@ -12,9 +12,23 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal
 
 import attrs
+
+if TYPE_CHECKING:
+    # For type checkers only (mypy and pyright bundle typing_extensions): a
+    # default lets ``CompiledGraph`` and ``Result`` be written bare, meaning
+    # ``[Any]``, in code that does not care about the state's type.
+    from typing_extensions import TypeVar
+
+    from .events import Event
+
+    StateT = TypeVar("StateT", default=Any)
+else:
+    from typing import TypeVar
+
+    StateT = TypeVar("StateT")
 
 __all__ = [
     "ChannelChange",
@@ -26,6 +40,7 @@ __all__ = [
     "Replace",
     "Result",
     "ScheduledTask",
+    "StateT",
     "ThreadError",
     "ThreadInfo",
     "ThreadStatus",
@@ -342,14 +357,17 @@ ChannelChange = Replace | Extend
 
 
 @attrs.frozen(kw_only=True)
-class Result:
-    """How a run ended.
+class Result(Generic[StateT]):
+    """How a run ended; generic in the graph's state type (``Result[MyState]``).
 
     Attributes:
         status: ``done``, ``interrupted``, ``error`` or ``aborted``.
-        state: The final state (the typed view for a class schema), when
-            ``done``; ``None`` otherwise, as in the reference (read a paused,
-            failed or aborted thread with :func:`~ilmek.thread_state`).
+        state: The final state as nodes see it (a dict, or an instance of
+            the graph's ``attrs`` class), when ``done``; ``None`` otherwise,
+            as in the reference (read a paused, failed or aborted thread
+            with :func:`~ilmek.thread_state`). Typed as the state, not as
+            ``state | None``: a type checker cannot tell that ``status ==
+            "done"`` means it is set, and code that checked would need a cast.
         pending: The open pauses, when ``interrupted``.
         errors: ``(node, exception)`` pairs, when ``error``.
         abort_reason: Why the run stopped, when ``aborted``.
@@ -361,7 +379,8 @@ class Result:
     """
 
     status: RunStatus
-    state: Any = None
+    # None unless done (see above); typed for the code that checked status.
+    state: StateT = attrs.field(default=None)
     pending: tuple[Pending, ...] = ()
     errors: tuple[tuple[str, BaseException], ...] = ()
     abort_reason: str | None = None
@@ -370,10 +389,10 @@ class Result:
     checkpoint_id: str | None = None
     # Left out of the repr: a run yields thousands of events, and print(result)
     # should show how the run ended, not all of them.
-    events: tuple[Any, ...] = attrs.field(default=(), repr=False)
+    events: tuple[Event, ...] = attrs.field(default=(), repr=False)
     graph_name: str = ""
 
-    def raise_for_status(self) -> Result:
+    def raise_for_status(self) -> Result[StateT]:
         """Re-raise the first node error, if the run ended ``error``; else return self.
 
         The exception gets a note naming the graph, the node and the thread.

@@ -510,3 +510,22 @@ def test_abandoning_a_stream_releases_the_thread_and_writes_nothing_more(
     (late,) = late_errors
     assert isinstance(late, IlmekError)
     assert "closed" in str(late)
+
+
+def test_every_event_kind_is_exported_at_the_top_level_and_is_an_event() -> None:
+    """ilmek.CustomEvent and its siblings are the ilmek.events classes; every event a run yields is one."""
+    import ilmek
+    from ilmek import events
+
+    kinds = [
+        getattr(ilmek, name) for name in events.__all__ if name not in ("Event", "StreamPart", "stream_modes")
+    ]
+    assert all(kind is getattr(events, kind.__name__) for kind in kinds)
+    assert ilmek.CustomEvent is CustomEvent
+    result = run(fetch_then_approve(), {})
+    assert all(isinstance(event, ilmek.Event) for event in result.events)
+    assert {"custom"} == {e.type for e in result.events if isinstance(e, ilmek.CustomEvent)}
+    # Each kind's type is fixed per class, so `event.type == "custom"` tells the kind.
+    assert len(kinds) - 1 == len(
+        {attrs.fields(kind).type.default for kind in kinds if kind is not ilmek.EventBase}
+    )

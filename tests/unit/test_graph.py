@@ -85,8 +85,8 @@ def test_a_schema_that_is_not_channels_is_refused() -> None:
     """A schema value that is not a channel, or a schema that is neither map nor attrs class, fails early."""
     with pytest.raises(GraphError, match=r"channel 'x' must be declared with ilmek\.channel"):
         graph("g", {"x": []})
-    with pytest.raises(GraphError, match="a schema is a dict of channels or an attrs class"):
-        graph("g", 42)  # type: ignore[arg-type]
+    with pytest.raises(GraphError, match="a schema is a dict of channels, an attrs class or a TypedDict"):
+        graph("g", 42)  # type: ignore[call-overload]
     with pytest.raises(GraphError, match="must be an attrs class"):
         graph("g", dict)
 

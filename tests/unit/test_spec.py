@@ -425,7 +425,8 @@ INVALID = {
     ),
     "unknown reducer": (
         _setting(("channels", "intent", "reducer"), "sum"),
-        "spec.channels.intent.reducer: unknown reducer 'sum' (known: last_write, append, merge, reduce)",
+        "spec.channels.intent.reducer: unknown reducer 'sum' "
+        "(known: last_write, append, merge, reduce, messages)",
     ),
     "reducer not a string": (
         _setting(("channels", "intent", "reducer"), ["append"]),

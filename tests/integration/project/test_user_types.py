@@ -1,0 +1,231 @@
+"""What ``mypy --strict`` says about users' programs: typed state, bound graphs, misspelt options, events.
+
+Small programs are written to a temporary folder, outside the repository,
+and type-checked together in one mypy run against the installed ilmek (as
+``test_packaging_devinstall`` does). Each test reads what mypy said about
+its own file.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.integration.project.test_packaging_devinstall import child_env
+
+pytestmark = pytest.mark.timeout(300)
+
+HEADER = """\
+from __future__ import annotations
+
+from typing import Annotated, Any, TypedDict
+
+import attrs
+
+import ilmek
+from ilmek import END, START, InMemoryCheckpointer, NodeContext, graph
+
+
+class State(TypedDict, total=False):
+    log: Annotated[list[str], ilmek.append]
+    turns: Annotated[int, ilmek.last_write(0)]
+    messages: Annotated[list[dict[str, Any]], ilmek.messages]
+    topic: str
+"""
+
+PROGRAMS = {
+    "typed_ok.py": HEADER
+    + """
+
+def greet(state: State) -> State:
+    return {"log": [f"turn {state.get('turns', 0)}"], "turns": state.get("turns", 0) + 1}
+
+
+def ask(state: State, ctx: NodeContext) -> State:
+    answer: str = ctx.interrupt({"question": "ok?"})
+    return {"messages": [{"role": "user", "text": answer}], "topic": answer}
+
+
+@attrs.define
+class Order:
+    total: float = 0.0
+    log: list[str] = ilmek.append_field()
+
+
+cp = InMemoryCheckpointer()
+g = (
+    graph("typed", State)
+    .node("greet", greet)
+    .node("ask", ask)
+    .node("done", lambda state: {"log": ["done"]})
+    .edge(START, "greet")
+    .edge("greet", "ask", when=lambda state: state.get("turns", 0) < 3)
+    .edge("ask", "done")
+    .edge("done", END)
+    .compile(checkpointer=cp, recursion_limit=10)
+)
+paused = ilmek.run(g, {"topic": "start"}, thread_id="t")
+reveal_type(paused)
+finished = ilmek.resume(g, "yes", thread_id="t", expect_checkpoint_id=paused.checkpoint_id)
+reveal_type(finished.state)
+reveal_type(ilmek.thread_state(g, thread_id="t"))
+reveal_type(ilmek.pending_interrupts(g, thread_id="t"))
+reveal_type(ilmek.history(g, thread_id="t", limit=2))
+ilmek.update_state(g, thread_id="t", update={"topic": "edited"})
+ilmek.pending_interrupts(cp, "t")
+ilmek.thread_state(g, cp, "t")
+
+orders = (
+    graph("orders", Order)
+    .node("bill", lambda order: {"total": order.total * 1.2})
+    .edge(START, "bill")
+    .compile(checkpointer=cp)
+)
+reveal_type(ilmek.thread_state(orders, thread_id="o"))
+plain = graph("plain", {"n": ilmek.last_write(0)}).node("inc", lambda s: {"n": s["n"] + 1}).edge(START, "inc")
+reveal_type(ilmek.run(plain.compile(), {}).state)
+""",
+    "typed_bad_write.py": HEADER
+    + """
+
+def unknown_key(state: State) -> State:
+    return {"log": ["x"], "lgo": ["typo"]}
+
+
+def wrong_type(state: State) -> State:
+    return {"turns": "three"}
+
+
+def untyped_return(state: State) -> dict[str, Any]:
+    return {"log": ["x"]}
+
+
+b = graph("bad", State)
+b.node("loose", untyped_return)
+b.node("lambda", lambda state: {"topik": "typo"})
+""",
+    "typo_keyword.py": HEADER
+    + """
+g = graph("typo", State).node("n", lambda state: None).edge(START, "n").compile()
+ilmek.resume(g, "yes", thred_id="t")
+ilmek.resume_keyed(g, {}, thread_id="t", chekpointer=InMemoryCheckpointer())
+ilmek.stream(g, {}, recursion_limt=3)
+graph("typo", State).node("n", lambda state: None).edge(START, "n").compile(thread_id="t")
+""",
+    "narrowing.py": HEADER
+    + """
+g = graph("events", State).node("n", lambda state: None).edge(START, "n").compile()
+for event in ilmek.stream(g, {}):
+    if event.type == "custom":
+        reveal_type(event)
+        print(event.payload)
+    elif event.type == "run_end":
+        print(event.status)
+custom: ilmek.CustomEvent | None = None
+""",
+}
+
+
+@pytest.fixture(scope="module")
+def mypy_says(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
+    """mypy --strict's messages on each program, by file name, as ``line: message`` strings."""
+    pytest.importorskip("mypy", reason="mypy comes with the test extra")
+    folder = tmp_path_factory.mktemp("user_programs")
+    for name, text in PROGRAMS.items():
+        (folder / name).write_text(textwrap.dedent(text), encoding="utf-8")
+    command = [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--show-error-codes"]
+    command += ["--cache-dir", str(folder / "cache"), *PROGRAMS]
+    checked = subprocess.run(
+        command, cwd=folder, capture_output=True, text=True, env=child_env(), timeout=280
+    )
+    said: dict[str, list[str]] = {name: [] for name in PROGRAMS}
+    for line in checked.stdout.splitlines():
+        found = re.match(r"(\w+\.py):(\d+): (.*)", line)
+        if found is not None:
+            said[found.group(1)].append(f"{found.group(2)}: {found.group(3)}")
+    assert checked.returncode in (0, 1), checked.stdout + checked.stderr
+    return said
+
+
+def lines_of(program: str, text: str) -> list[int]:
+    """The line numbers of ``program`` holding ``text``."""
+    lines = textwrap.dedent(PROGRAMS[program]).splitlines()
+    return [number for number, line in enumerate(lines, 1) if text in line]
+
+
+def test_a_typed_dict_program_with_a_bound_checkpointer_passes_strict_mypy_and_its_state_is_typed(
+    mypy_says: dict[str, list[str]],
+) -> None:
+    """TypedDict nodes, compile(checkpointer=...), keyword host helpers: no errors, and typed results."""
+    said = mypy_says["typed_ok.py"]
+    assert [] == [line for line in said if ": error:" in line], said
+    notes = [line.split("Revealed type is ", 1)[1] for line in said if "Revealed type is" in line]
+    state = "TypedDict(typed_ok.State, {'log'?: list[str], 'turns'?: int, "
+    state += "'messages'?: list[dict[str, Any]], 'topic'?: str})"
+    assert [
+        f'"ilmek.types.Result[{state}]"',  # run()
+        f'"{state}"',  # Result.state
+        f'"{state} | None"',  # thread_state(g, thread_id=...)
+        '"tuple[ilmek.types.Pending, ...]"',
+        '"list[ilmek.types.Checkpoint]"',
+        '"typed_ok.Order | None"',  # an attrs state
+        '"dict[str, Any]"',  # a channel map
+    ] == notes
+
+
+def test_a_wrong_write_to_a_typed_dict_state_fails_mypy(mypy_says: dict[str, list[str]]) -> None:
+    """An unknown key, a value of the wrong type, a node not returning the TypedDict: each a mypy error."""
+    errors = [line for line in mypy_says["typed_bad_write.py"] if ": error:" in line]
+    program = "typed_bad_write.py"
+    expected = [
+        (lines_of(program, '"lgo"')[0], 'Extra key "lgo" for TypedDict "State"'),
+        (lines_of(program, '"three"')[0], 'TypedDict item "turns" has type "int"'),
+        (lines_of(program, 'b.node("loose"')[0], 'incompatible type "Callable[[State], dict[str, Any]]"'),
+        (lines_of(program, '"topik"')[0], 'incompatible type "Callable[[State], dict[str, str]]"'),
+    ]
+    for line, text in expected:
+        assert any(e.startswith(f"{line}: ") and text in e for e in errors), (line, text, errors)
+    assert len(expected) <= len(errors)
+
+
+def test_a_misspelt_run_option_fails_mypy(mypy_says: dict[str, list[str]]) -> None:
+    """resume(g, "yes", thred_id=...) and its kin fail mypy, not only at run time; binding thread_id too."""
+    errors = [line for line in mypy_says["typo_keyword.py"] if ": error:" in line]
+    program = "typo_keyword.py"
+    for text, said in [
+        ("thred_id", 'Unexpected keyword argument "thred_id" for "resume"'),
+        ("chekpointer", 'Unexpected keyword argument "chekpointer" for "resume_keyed"'),
+        ("recursion_limt", 'Unexpected keyword argument "recursion_limt" for "stream"'),
+        (
+            'compile(thread_id="t")',
+            'Argument "thread_id" to "compile" of "GraphBuilder" has incompatible type',
+        ),
+    ]:
+        line = lines_of(program, text)[0]
+        assert any(e.startswith(f"{line}: ") and said in e for e in errors), (text, errors)
+
+
+def test_event_type_narrows_the_event(mypy_says: dict[str, list[str]]) -> None:
+    """`if event.type == "custom":` narrows the event to a CustomEvent, so .payload type-checks."""
+    said = mypy_says["narrowing.py"]
+    assert [] == [line for line in said if ": error:" in line], said
+    reveal = lines_of("narrowing.py", "reveal_type(event)")[0]
+    assert f'{reveal}: note: Revealed type is "ilmek.events.CustomEvent"' in said, said
+
+
+def test_the_programs_mypy_checks_run(tmp_path: pathlib.Path) -> None:
+    """The program that type-checks clean also runs: its graph pauses, resumes and reads back typed state."""
+    path = tmp_path / "typed_ok.py"
+    path.write_text(
+        textwrap.dedent(PROGRAMS["typed_ok.py"]).replace("reveal_type(", "print("), encoding="utf-8"
+    )
+    ran = subprocess.run(
+        [sys.executable, str(path)], capture_output=True, text=True, env=child_env(), timeout=60
+    )
+    assert 0 == ran.returncode, ran.stderr
+    assert "'topic': 'yes'" in ran.stdout

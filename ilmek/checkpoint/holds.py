@@ -242,7 +242,7 @@ class Hold:
 
     def seconds_until_renewal(self) -> float | None:
         """How long the driver may wait before it must renew (``None``: never)."""
-        if self.lease_seconds is None or self._released or not self.taken:
+        if self.lease_seconds is None or self._released or self._lost is not None or not self.taken:
             return None
         return max(0.0, self._renewed + self.lease_seconds * RENEW_AT - time.monotonic())
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .. import serde
+from .. import serde, tracing
 from ..checkpoint.holds import HoldLostError
 from ..context import NodeContext
 from ..control import Command
@@ -32,11 +32,36 @@ class Attempts:
         self._post = post
 
     def run(self, task_run: TaskRun, state: Any, ctx: NodeContext) -> None:
-        """Call the body until it returns, pauses, fails for good or the run closes; set the outcome."""
+        """Call the body until it returns, pauses, fails for good or the run closes; set the outcome.
+
+        Inside the task's span (see :mod:`ilmek.tracing`), current on this
+        thread while the body runs, and the parent of its steps' spans.
+        """
+        span = tracing.start(
+            "ilmek.task",
+            task_run.parent_span,
+            {"ilmek.node": task_run.spec.name, "ilmek.task_id": task_run.task_id},
+        )
+        if span is None:
+            self._attempts(task_run, state, ctx)
+            return
+        ctx._span = span
+        try:
+            with tracing.current(span):
+                self._attempts(task_run, state, ctx)
+        finally:
+            tracing.set_attributes(
+                span, {"ilmek.attempts": task_run.attempts, "ilmek.outcome": task_run.outcome}
+            )
+            failed = task_run.error if task_run.outcome in ("error", "storage") else None
+            tracing.end(span, failed)
+
+    def _attempts(self, task_run: TaskRun, state: Any, ctx: NodeContext) -> None:
         policy = task_run.spec.retry
         cancel = self._setup.cancel
         attempt = 1
         while True:
+            task_run.attempts = attempt
             task_run.journal.begin_attempt()
             ctx._begin_attempt()
             try:

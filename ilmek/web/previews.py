@@ -20,13 +20,24 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
+import attrs
+
 from .. import serde
 from ..checkpoint.base import Checkpointer
 from ..checkpoint.sql import SqlCheckpointer
 from ..errors import SerializationError
 from ..types import Pending
 
-__all__ = ["PREVIEW_DEPTH", "PREVIEW_ITEMS", "PREVIEW_NODES", "PREVIEW_TEXT", "cut", "latest_pauses"]
+__all__ = [
+    "PREVIEW_DEPTH",
+    "PREVIEW_ITEMS",
+    "PREVIEW_NODES",
+    "PREVIEW_TEXT",
+    "LatestSummary",
+    "cut",
+    "latest_pauses",
+    "latest_summary",
+]
 
 PREVIEW_ITEMS: Final = 50
 """The most items of one list, dict or set a preview keeps (more than a row's line shows)."""
@@ -44,6 +55,12 @@ _LATEST_PENDING: Final = (
     "SELECT {jo_pending} FROM {p}_checkpoints WHERE thread_id = :thread_id "
     "ORDER BY checkpoint_id DESC LIMIT 1"
 )
+_LATEST_SUMMARY: Final = (
+    "SELECT {jo_pending}, {jo_metadata} FROM {p}_checkpoints WHERE thread_id = :thread_id "
+    "ORDER BY checkpoint_id DESC LIMIT 1"
+)
+# A checkpoint's metadata is small (its source, run, graph, step); one larger than this is not read.
+_MAX_METADATA: Final = 64 * 1024
 
 
 class _Budget:
@@ -194,3 +211,56 @@ def latest_pauses(checkpointer: Checkpointer, thread_id: str) -> tuple[Pending, 
         write=False,
     )
     return _preview_pauses(rows[0][0]) if rows else ()
+
+
+@attrs.frozen(kw_only=True)
+class LatestSummary:
+    """What a row of the threads page reads of a thread's latest checkpoint.
+
+    Attributes:
+        pauses: Its open pauses, each payload a bounded preview (only when asked for).
+        graph: The graph it names, if it names one.
+    """
+
+    pauses: tuple[Pending, ...] = ()
+    graph: str | None = None
+
+
+def _graph_name(stored: Any) -> str | None:
+    if isinstance(stored, (bytes, bytearray, memoryview)):
+        stored = bytes(stored).decode("utf-8", "replace")
+    if isinstance(stored, str):
+        if len(stored) > _MAX_METADATA:
+            return None
+        try:
+            stored = json.loads(stored)
+        except (ValueError, RecursionError):
+            return None
+    name = stored.get("graph") if isinstance(stored, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def latest_summary(checkpointer: Checkpointer, thread_id: str, *, pauses: bool) -> LatestSummary:
+    """The graph a thread's latest checkpoint names, and (``pauses``) its open pauses as previews.
+
+    Raises:
+        StorageError: the store could not be read.
+    """
+    if not isinstance(checkpointer, SqlCheckpointer):
+        latest = checkpointer.list(thread_id, limit=1)
+        if not latest:
+            return LatestSummary()
+        name = latest[0].metadata.get("graph")
+        return LatestSummary(
+            pauses=latest[0].pending if pauses else (), graph=name if isinstance(name, str) else None
+        )
+    statement = checkpointer.statements.built(_LATEST_SUMMARY)
+    rows = checkpointer.transact(
+        lambda session: session.query(statement, thread_id=thread_id),
+        what="read a thread's latest checkpoint",
+        thread_id=thread_id,
+        write=False,
+    )
+    if not rows:
+        return LatestSummary()
+    return LatestSummary(pauses=_preview_pauses(rows[0][0]) if pauses else (), graph=_graph_name(rows[0][1]))

@@ -49,7 +49,7 @@ def _failed(text: str) -> Outcome:
     return Outcome("error", text)
 
 
-def _ended(result: Result, done: str, tried: str) -> Outcome:
+def _ended(result: Result, done: str, tried: str, *, again: bool = False) -> Outcome:
     """How a run the action started ended: ``done`` says what was done, ``tried`` what was tried."""
     if result.status == "done":
         return Outcome("ok", f"{done} The run finished.")
@@ -59,7 +59,8 @@ def _ended(result: Result, done: str, tried: str) -> Outcome:
     if result.status == "aborted":
         return Outcome("error", f"{tried} The run was cancelled: {result.abort_reason or 'no reason given'}.")
     failures = "; ".join(f"node {node!r}: {type(error).__name__}: {error}" for node, error in result.errors)
-    return Outcome("error", f"{tried} The run failed again, {failures or 'for an unknown reason'}.")
+    failed = "The run failed again" if again else "The run failed"
+    return Outcome("error", f"{tried} {failed}, {failures or 'for an unknown reason'}.")
 
 
 def cancel_reason(typed: str | None, user: str | None) -> str:
@@ -204,7 +205,7 @@ def recover(
         result = run(graph, None, thread_id=thread_id, checkpointer=checkpointer)
     except IlmekError as error:
         return _failed(f"Nothing was run: {error}")
-    return _ended(result, "Recovered.", "Recovery did not succeed.")
+    return _ended(result, "Recovered.", "Recovery did not succeed.", again=True)
 
 
 def delete(

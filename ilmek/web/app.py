@@ -379,7 +379,7 @@ class Console:
             problems.append(f"unknown status {status!r}")
             status = "interrupted"
         metadata: dict[str, Any] = {}
-        typed = tuple(text[:500] for text in request.query.get("meta", []) if text.strip())
+        typed = tuple(text for text in request.query.get("meta", []) if text.strip())
         for text in typed:
             try:
                 key, value = parse_metadata_filter(text)

@@ -41,6 +41,15 @@ CONTROL = "bell\x07 esc\x1b[31m nul-free \u202egnp.exe"
 HOSTILE_TEXTS = (XSS_SCRIPT, XSS_IMG, XSS_URL)
 """Markup that must never reach a page unescaped."""
 
+CONSOLE_SCRIPT = re.compile(r'<script src="(?:/[^"<>]*)?/static/console\.js" defer></script>')
+"""The one script the console writes: its own file, which reloads the inbox and a running thread."""
+
+
+def without_console_script(page: str) -> str:
+    """A page without the console's own ``<script src>`` (whatever else reads ``<script`` stays)."""
+    return CONSOLE_SCRIPT.sub("", page, count=1)
+
+
 HOSTILE_THREAD = f"{XSS_SCRIPT}{XSS_IMG}/../?&id=x#{XSS_URL}"
 HOSTILE_NODE = 'ask"><img src=x onerror=alert(1)>'
 

@@ -301,7 +301,7 @@ def test_cancel_stops_a_running_thread_at_its_next_superstep(store: Checkpointer
     assert "Asked the run to stop" in page
     runner.join(10)
     assert ["aborted"] == [result.status for result in results]
-    assert "enough ticks" == results[0].abort_reason
+    assert "cancelled in the web console: enough ticks" == results[0].abort_reason
 
 
 def test_a_cancel_form_drawn_for_one_run_never_cancels_the_next(store: Checkpointer) -> None:
@@ -379,7 +379,8 @@ def test_recover_of_a_thread_that_fails_again_shows_the_failure(client: Client) 
     """The CRM is still down: the note says the run failed, and why."""
     page = submit(client, thread_url(THREADS["failed"]), "recover")
     assert (
-        "Recovered. The run failed, node &#x27;fetch&#x27;: RuntimeError: upstream CRM answered 502" in page
+        "Recovery did not succeed. The run failed again, node &#x27;fetch&#x27;: RuntimeError: "
+        "upstream CRM answered 502" in page
     )
 
 

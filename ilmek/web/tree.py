@@ -235,6 +235,43 @@ def _edge_path(x0: int, y0: int, x1: int, y1: int) -> str:
     return f"M{x0},{y0} C{x0},{y0 - ROW // 2} {x1},{y0 - ROW // 2} {x1},{bend} L{x1},{y1}"
 
 
+def _row(
+    node: TreeNode,
+    by_id: Mapping[str, Checkpoint],
+    links: Links,
+    answered: set[str],
+    answers: Mapping[str, Mapping[str, Any]],
+    marks: tuple[str | None, str | None, str | None, str | None],
+    sizes: tuple[int, int],
+    x: Any,
+    y: Any,
+) -> Markup:
+    """One checkpoint's row: a link holding its circle and label.
+
+    ``marks``: the selected, latest, failed-from and recorded-answer checkpoints;
+    ``sizes``: where labels start and the row's width; ``x``, ``y``: lane and row to pixels.
+    """
+    selected, latest, failed_at, recorded_at = marks
+    checkpoint = node.checkpoint
+    cy = y(node.row)
+    parent = by_id.get(checkpoint.parent_id) if checkpoint.parent_id else None
+    state = pause_state(checkpoint, answered, latest, recorded_at)
+    classes = _node_classes(checkpoint, state, latest, failed_at)
+    label = _label(node, parent, state, answers.get(checkpoint.id, {}), latest, failed_at)
+    return tag(
+        "a",
+        {
+            "href": links.thread(checkpoint.thread_id, checkpoint.id),
+            "class": "row selected" if checkpoint.id == selected else "row",
+            "aria-current": "page" if checkpoint.id == selected else None,
+        },
+        tag("title", {}, f"{checkpoint.id} · {checkpoint.ts:%Y-%m-%d %H:%M:%S} UTC"),
+        tag("rect", {"class": "hit", "x": 0, "y": cy - ROW // 2, "width": sizes[1], "height": ROW}),
+        tag("circle", {"class": " ".join(classes), "cx": x(node.lane), "cy": cy, "r": 6}),
+        tag("text", {"x": sizes[0], "y": cy + 4}, label),
+    )
+
+
 def draw_tree(
     checkpoints: Sequence[Checkpoint],
     links: Links,
@@ -284,30 +321,11 @@ def draw_tree(
         fork = node.checkpoint.metadata.get("source") == "fork"
         edges.append(tag("path", {"d": path, "class": "edge fork" if fork else "edge"}))
 
-    rows_markup = []
     # Newest first in the document too: reading and tabbing go down the rows as drawn.
-    for node in reversed(nodes):
-        checkpoint = node.checkpoint
-        cy = y(node.row)
-        parent = by_id.get(checkpoint.parent_id) if checkpoint.parent_id else None
-        state = pause_state(checkpoint, answered, latest, recorded_at)
-        classes = _node_classes(checkpoint, state, latest, failed_at)
-        row_classes = "row selected" if checkpoint.id == selected else "row"
-        label = _label(node, parent, state, (answers or {}).get(checkpoint.id, {}), latest, failed_at)
-        rows_markup.append(
-            tag(
-                "a",
-                {
-                    "href": links.thread(checkpoint.thread_id, checkpoint.id),
-                    "class": row_classes,
-                    "aria-current": "page" if checkpoint.id == selected else None,
-                },
-                tag("title", {}, f"{checkpoint.id} · {checkpoint.ts:%Y-%m-%d %H:%M:%S} UTC"),
-                tag("rect", {"class": "hit", "x": 0, "y": cy - ROW // 2, "width": width, "height": ROW}),
-                tag("circle", {"class": " ".join(classes), "cx": x(node.lane), "cy": cy, "r": 6}),
-                tag("text", {"x": label_x, "y": cy + 4}, label),
-            )
-        )
+    rows_markup = [
+        _row(node, by_id, links, answered, answers or {}, (selected, latest, failed_at, recorded_at), (label_x, width), x, y)
+        for node in reversed(nodes)
+    ]
     return tag(
         "svg",
         {

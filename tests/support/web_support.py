@@ -193,9 +193,118 @@ def hostile_graph() -> ilmek.CompiledGraph:
     )
 
 
+DRAFT = (
+    "Hello Ayşe,\n\nThank you for writing to us. Your order #4711 left our warehouse today;\n"
+    "the tracking number is JP-1234-5678 (配送中).\n\nKind regards,\nThe support team 🙂"
+)
+"""The reply the support agent drafts for review: several lines, Turkish, Japanese and an emoji."""
+
+
+def support_graph() -> ilmek.CompiledGraph:
+    """A support agent loop: the agent calls a tool, then drafts a reply a person reviews before it is sent."""
+
+    def agent(state: dict[str, Any]) -> dict[str, Any]:
+        if not state["looked_up"]:
+            return {"log": ["agent: look up the order"]}
+        return {"draft": DRAFT, "log": ["agent: drafted a reply"]}
+
+    def tools(state: dict[str, Any], ctx: ilmek.NodeContext) -> dict[str, Any]:
+        found = ctx.step("lookup_order", lambda: {"order": 4711, "status": "shipped"})
+        return {"looked_up": True, "log": [f"tools: {found['status']}"]}
+
+    def review(state: dict[str, Any], ctx: ilmek.NodeContext) -> dict[str, Any]:
+        reply = ctx.interrupt({"question": "Send this reply to the customer?", "draft": state["draft"]})
+        return {"sent": reply, "log": ["review: answered"]}
+
+    def send_reply(state: dict[str, Any], ctx: ilmek.NodeContext) -> dict[str, Any]:
+        ctx.step("send_email", lambda: {"to": "ayse@example.com", "chars": len(state["sent"])})
+        return {"log": ["sent"]}
+
+    return (
+        graph(
+            "support",
+            {
+                "looked_up": channel.last_write(False),
+                "draft": channel.last_write(None),
+                "sent": channel.last_write(None),
+                "log": channel.append(),
+            },
+        )
+        .node("agent", agent)
+        .node("tools", tools)
+        .node("review", review)
+        .node("send", send_reply)
+        .edge(START, "agent")
+        .router("agent", lambda state: "review" if state["draft"] else "tools", destinations=["tools", "review"])
+        .edge("tools", "agent")
+        .edge("review", "send")
+        .edge("send", END)
+        .compile()
+    )
+
+
+def research_graph() -> ilmek.CompiledGraph:
+    """A fan-out: plan sends one research task per topic; the task for "pricing" fails; write sums up."""
+
+    def plan(state: dict[str, Any]) -> dict[str, Any]:
+        return {"topics": ["market", "pricing", "rivals"]}
+
+    def research(state: dict[str, Any], ctx: ilmek.NodeContext) -> dict[str, Any]:
+        notes = ctx.step("search", lambda: f"notes on {state['topic']}")
+        if state["topic"] == "pricing":
+            raise ConnectionError("the pricing API timed out after 30 s")
+        return {"notes": [notes]}
+
+    def write(state: dict[str, Any]) -> dict[str, Any]:
+        return {"report": " / ".join(state["notes"])}
+
+    return (
+        graph(
+            "research",
+            {"topics": channel.last_write([]), "notes": channel.append(), "report": channel.last_write(None)},
+        )
+        .node("plan", plan)
+        .node("research", research)
+        .node("write", write)
+        .edge(START, "plan")
+        .router(
+            "plan",
+            lambda state: [ilmek.send("research", {"topic": topic}) for topic in state["topics"]],
+            destinations=["research"],
+        )
+        .edge("research", "write")
+        .edge("write", END)
+        .compile()
+    )
+
+
+def retry_chain_graph() -> ilmek.CompiledGraph:
+    """A chain with a back edge: draft, check, and back to draft until the check passes."""
+    return (
+        graph("retry-chain", {"tries": channel.last_write(0)})
+        .node("draft", lambda state: {"tries": state["tries"] + 1})
+        .node("check", lambda state: None)
+        .node("publish", lambda state: None)
+        .edge(START, "draft")
+        .edge("draft", "check")
+        .router("check", lambda state: "publish" if state["tries"] > 2 else "draft", destinations=["draft", "publish"])
+        .edge("publish", END)
+        .compile()
+    )
+
+
 def graphs() -> dict[str, ilmek.CompiledGraph]:
     """Every sample graph by name."""
-    found = [checkout_graph(), failing_graph(), loop_graph(), batch_graph(), hostile_graph()]
+    found = [
+        checkout_graph(),
+        failing_graph(),
+        loop_graph(),
+        batch_graph(),
+        hostile_graph(),
+        support_graph(),
+        research_graph(),
+        retry_chain_graph(),
+    ]
     return {g.name: g for g in found}
 
 

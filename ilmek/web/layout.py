@@ -204,11 +204,14 @@ def value_block(
     first = text.split("\n", 1)[0]
     summary = first if len(first) <= 90 else first[:90] + "…"
     size = f"{rendered_lines} lines" + (", cut short" if cut else "")
-    return tag(
-        "details",
-        {"class": "fold"},
-        tag("summary", {}, tag("code", {}, summary), tag("span", {"class": "muted"}, f" ({size})")),
-        block,
+    return join(
+        tag(
+            "details",
+            {"class": "fold"},
+            tag("summary", {}, tag("code", {}, summary), tag("span", {"class": "muted"}, f" ({size})")),
+            block,
+        ),
+        # Outside the fold: the way to the rest is seen without opening it.
         more,
     )
 

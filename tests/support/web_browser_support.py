@@ -75,6 +75,35 @@ def browser(width: int = 1360, height: int = 900) -> Iterator[Any]:
             driver.quit()
 
 
+AXE_SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "axe" / "node_modules" / "axe-core" / "axe.min.js"
+"""axe-core, from npm (``tests/axe``; ``scripts/test`` installs it)."""
+
+_RUN_AXE = """
+const done = arguments[arguments.length - 1];
+axe.run(document, {resultTypes: ['violations']}).then(
+  results => done(results.violations.map(v => ({
+    id: v.id, impact: v.impact, help: v.help,
+    nodes: v.nodes.slice(0, 5).map(n => n.target.join(' ') + ' :: ' + n.failureSummary)}))),
+  error => done([{id: 'axe-failed', impact: 'critical', help: String(error), nodes: []}]));
+"""
+
+
+def axe_violations(driver: Any) -> list[dict[str, Any]]:
+    """What axe-core, run inside the page the browser shows, finds wrong with it (every rule on)."""
+    if not driver.execute_script("return typeof window.axe !== 'undefined'"):
+        driver.execute_script(AXE_SCRIPT.read_text(encoding="utf-8"))
+    driver.set_script_timeout(60)
+    found: list[dict[str, Any]] = driver.execute_async_script(_RUN_AXE)
+    return found
+
+
+def set_color_scheme(driver: Any, scheme: str) -> None:
+    """Make the page see ``prefers-color-scheme: scheme`` (``light`` or ``dark``)."""
+    driver.execute_cdp_cmd(
+        "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": scheme}]}
+    )
+
+
 def full_page_screenshot(driver: Any, path: pathlib.Path, width: int = 1360, max_height: int = 4000) -> None:
     """The whole page as a PNG at ``path`` (the window grows to the page's height)."""
     import base64

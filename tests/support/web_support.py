@@ -358,6 +358,37 @@ def populate(checkpointer: Checkpointer, *, hostile: bool = True) -> dict[str, s
     return dict(THREADS)
 
 
+UX_THREADS = {
+    "draft": "support-ticket-88",
+    "draft_accept": "support-ticket-89",
+    "research": "research-q3",
+    "long": "long-values",
+}
+"""The threads :func:`populate_ux` adds, by role."""
+LONG_TEXT = "".join(f"line {n}: İstanbul 東京 🙂 " + "x" * 40 + "\n" for n in range(500))
+"""A text of about 34,000 characters: more than a thread page shows of one value."""
+
+
+def populate_ux(checkpointer: Checkpointer) -> dict[str, str]:
+    """The sample threads, plus two support tickets waiting on a draft, a failed fan-out, a long value."""
+    threads = populate(checkpointer, hostile=False)
+    support = support_graph()
+    for role in ("draft_accept", "draft"):
+        result = run(support, {}, thread_id=UX_THREADS[role], checkpointer=checkpointer)
+        assert "interrupted" == result.status
+    result = run(research_graph(), {}, thread_id=UX_THREADS["research"], checkpointer=checkpointer)
+    assert "error" == result.status
+    long_graph = (
+        graph("notes", {"text": channel.last_write("")})
+        .node("write", lambda state, ctx: {"text": ctx.step("fetch", lambda: LONG_TEXT)})
+        .edge(START, "write")
+        .edge("write", END)
+        .compile()
+    )
+    run(long_graph, {}, thread_id=UX_THREADS["long"], checkpointer=checkpointer)
+    return {**threads, **UX_THREADS}
+
+
 def hostile_failure(checkpointer: Checkpointer) -> str:
     """A thread of the hostile graph whose run failed with a hostile message; returns its id."""
     thread_id = XSS_IMG + "-failed"

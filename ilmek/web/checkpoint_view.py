@@ -25,7 +25,8 @@ __all__ = ["checkpoint_panel", "metadata_chips", "pauses_form"]
 
 def _scroll(table: Markup) -> Markup:
     """A table that scrolls sideways on its own when it is wider than the screen (the page never does)."""
-    return tag("div", {"class": "table-scroll"}, table)
+    # Focusable, so a keyboard can scroll it too.
+    return tag("div", {"class": "table-scroll", "tabindex": "0"}, table)
 
 
 def _why_no_form(view: ThreadView, actions_on: bool) -> Markup | None:

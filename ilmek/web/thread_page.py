@@ -331,7 +331,7 @@ def _graph(view: ThreadView) -> Markup:
         ),
         tag(
             "div",
-            {"class": "scroll"},
+            {"class": "scroll", "tabindex": "0", "role": "group", "aria-label": "the graph drawn"},
             draw_graph(
                 graph,
                 upcoming=[task.node for task in selected.next],

@@ -471,17 +471,20 @@ def test_axe_finds_no_violation_on_any_page(
         unavailable("no axe-core: run scripts/test (npm ci in tests/axe)")
     viewport(driver, size)
     set_color_scheme(driver, scheme)
-    found = {}
+    found = []
     try:
         with looping(store, "ticker-axe"):
             for url in every_page(console, store, running="ticker-axe"):
                 driver.get(url)
-                violations = axe_violations(driver)
-                if violations:
-                    found[url] = violations
+                path = url.split("/", 3)[-1]
+                found += [
+                    f"{path} :: {violation['id']} :: {node}"
+                    for violation in axe_violations(driver)
+                    for node in violation["nodes"] or [violation["help"]]
+                ]
     finally:
         set_color_scheme(driver, "light")
-    assert {} == found
+    assert [] == found
 
 
 # --- 11. counts, filters, refresh, dark mode, the holder, kept filters, titles ------------------------------

@@ -119,7 +119,7 @@ def full_page_screenshot(driver: Any, path: pathlib.Path, width: int = 1360, max
 
 
 def take_screenshots(out: pathlib.Path) -> list[pathlib.Path]:
-    """Screenshots of every page of the console on the sample store, written under ``out``."""
+    """Screenshots of the console's pages on the sample store, written under ``out``."""
     import urllib.parse
 
     from ilmek import SqliteCheckpointer
@@ -129,18 +129,23 @@ def take_screenshots(out: pathlib.Path) -> list[pathlib.Path]:
     with tempfile.TemporaryDirectory(prefix="ilmek-screens-") as folder:
         checkpointer = SqliteCheckpointer(pathlib.Path(folder) / "shop.db")
         try:
-            threads = web_support.populate(checkpointer, hostile=False)
+            threads = web_support.populate_ux(checkpointer)
             with (
                 web_support.serving(checkpointer, web_support.graphs(), allow_actions=True) as server,
                 browser() as driver,
             ):
+                server.console.refresh_seconds = 0
                 base = server.url.rstrip("/")
 
-                def shoot(name: str, path: str) -> None:
-                    driver.set_window_size(1360, 900)
+                def shoot(name: str, path: str, width: int = 1360, scheme: str = "light") -> None:
+                    driver.execute_cdp_cmd(
+                        "Emulation.setDeviceMetricsOverride",
+                        {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 600},
+                    )
+                    set_color_scheme(driver, scheme)
                     driver.get(base + path)
                     target = out / f"console-{name}.png"
-                    full_page_screenshot(driver, target)
+                    full_page_screenshot(driver, target, width=width)
                     written.append(target)
 
                 def thread(role: str, **params: str) -> str:
@@ -148,8 +153,10 @@ def take_screenshots(out: pathlib.Path) -> list[pathlib.Path]:
 
                 shoot("inbox", "/")
                 shoot("thread", thread("waiting"))
+                shoot("draft", thread("draft"))
                 shoot("fork", thread("forked"))
-                shoot("failed", thread("failed"))
+                shoot("failed", thread("research"))
+                shoot("phone", "/", width=390, scheme="dark")
         finally:
             checkpointer.close()
     return written

@@ -11,7 +11,6 @@ its end or its next pause, as ``run`` always does.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import attrs
 

@@ -354,7 +354,7 @@ class Console:
         return params
 
     def _user(self, environ: Mapping[str, Any]) -> str | None:
-        """Who the request says is acting: the host application's ``REMOTE_USER``, or the login's user name."""
+        """Who the request says is acting: the host application's ``REMOTE_USER``, or the login's user."""
         user = environ.get("REMOTE_USER")
         if isinstance(user, str) and user.strip():
             return printable(_wsgi_text(user.strip()))[:100]
@@ -433,7 +433,11 @@ class Console:
         checkpoint_id = request.arg("checkpoint") or None
         try:
             view = read_thread(
-                self.checkpointer, self.graphs, thread_id, checkpoint_id, tree_before=request.arg("tree") or None
+                self.checkpointer,
+                self.graphs,
+                thread_id,
+                checkpoint_id,
+                tree_before=request.arg("tree") or None,
             )
         except InvalidArgumentError as error:
             raise _Refused(404, "No such thread", str(error)) from error

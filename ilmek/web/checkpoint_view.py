@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..types import Checkpoint, JournalEntry, ScheduledTask
+from .answers import shape_of
 from .csrf import Guard
 from .diff import ChannelDiff, difference
 from .html import Markup, join, tag
@@ -54,18 +55,32 @@ def pauses_form(
     inputs = actions_on and view.graph is not None
     recorded = {} if fork else view.recorded
     several = len(checkpoint.pending) > 1
-    fields = [
-        pause_fields(pause, index, inputs=inputs, several=several, recorded=recorded.get(pause.id))
-        for index, pause in enumerate(checkpoint.pending)
-    ]
-    if not inputs:
-        return join(fields, _why_no_form(view, actions_on))
     if fork:
         label = "Send the answers (fork)" if several else "Send this answer (fork)"
         hint = "Runs a new branch from this pause with your answer; steps recorded before the pause are kept."
     else:
         label = "Send the answers" if several else "Send this answer"
         hint = "Runs the graph on, in this request, until it finishes or pauses again."
+    submit = tag(
+        "div",
+        {"class": "submit"},
+        tag("button", {"type": "submit", "class": "send"}, label),
+        tag("span", {"class": "hint"}, hint),
+    )
+    fields = [
+        pause_fields(
+            pause,
+            index,
+            inputs=inputs,
+            several=several,
+            recorded=recorded.get(pause.id),
+            # One pause: its typed answer's button sits with its editor (folded away behind its options).
+            submit=None if several else submit,
+        )
+        for index, pause in enumerate(checkpoint.pending)
+    ]
+    if not inputs:
+        return join(fields, _why_no_form(view, actions_on))
     return action_form(
         links,
         guard,
@@ -73,12 +88,7 @@ def pauses_form(
         view.thread_id,
         checkpoint.id,
         fields,
-        tag(
-            "div",
-            {"class": "submit"},
-            tag("button", {"type": "submit", "class": "send"}, label),
-            tag("span", {"class": "hint"}, hint),
-        ),
+        submit if several else None,
         css="answer-form",
     )
 
@@ -104,7 +114,9 @@ def _pause_states(view: ThreadView, links: Links, guard: Guard, actions_on: bool
             tag(
                 "td",
                 {},
-                value_block(item.answer.value) if item.answer is not None else tag("span", {"class": "muted"}, "-"),
+                value_block(item.answer.value)
+                if item.answer is not None
+                else tag("span", {"class": "muted"}, "-"),
             ),
         )
         for item in view.pauses
@@ -116,7 +128,11 @@ def _pause_states(view: ThreadView, links: Links, guard: Guard, actions_on: bool
         extra = tag(
             "p",
             {"class": "hint"},
-            tag("a", {"href": links.thread(view.thread_id, fragment="pauses")}, "Answer it at the top of the page."),
+            tag(
+                "a",
+                {"href": links.thread(view.thread_id, fragment="pauses")},
+                "Answer it at the top of the page.",
+            ),
         )
     else:
         extra = tag(
@@ -204,7 +220,20 @@ def _state(view: ThreadView, links: Links) -> Markup:
         )
         for name, value in channels.items()
     ]
-    return join(tag("h3", {}, "State"), _scroll(tag("table", {"class": "grid state"}, tag("tbody", {}, rows))))
+    return join(
+        tag("h3", {}, "State"), _scroll(tag("table", {"class": "grid state"}, tag("tbody", {}, rows)))
+    )
+
+
+def _asked(payload: Any) -> Markup:
+    """What a pause asked: its question and draft as text when it has them, else the payload."""
+    shape = shape_of(payload)
+    if shape.draft is None:
+        return value_block(payload)
+    return join(
+        tag("p", {"class": "asked-question"}, shape.question) if shape.question else None,
+        value_block(shape.draft),
+    )
 
 
 def _journal(entries: Sequence[JournalEntry], whole: Any) -> Markup:
@@ -219,20 +248,29 @@ def _journal(entries: Sequence[JournalEntry], whole: Any) -> Markup:
                 if entry.answered
                 else tag("span", {"class": "badge p-waiting"}, "no answer yet")
             )
-            shown = join(tag("span", {"class": "label"}, "asked"), value_block(entry.payload), answered)
+            shown = join(tag("span", {"class": "label"}, "asked"), _asked(entry.payload), answered)
         else:
             kind = tag("span", {"class": "badge k-step"}, "step")
             shown = value_block(entry.value, whole=whole(entry.key))
         rows.append(
-            tag("tr", {}, tag("td", {"class": "key"}, tag("code", {}, entry.key)), tag("td", {}, kind), tag("td", {}, shown))
+            tag(
+                "tr",
+                {},
+                tag("td", {"class": "key"}, tag("code", {}, entry.key)),
+                tag("td", {}, kind),
+                tag("td", {}, shown),
+            )
         )
     head = tag("tr", {}, [tag("th", {"scope": "col"}, name) for name in ("Key", "Kind", "Result")])
     return _scroll(tag("table", {"class": "grid journal"}, tag("thead", {}, head), tag("tbody", {}, rows)))
 
 
-def _task(view: ThreadView, links: Links, task: ScheduledTask, failed_node: str | None, siblings: int) -> Markup:
+def _task(
+    view: ThreadView, links: Links, task: ScheduledTask, failed_node: str | None, siblings: int
+) -> Markup:
     entries = view.journals.get(task.task_key, ())
     failed = failed_node is not None and task.node == failed_node
+
     def whole(key: str) -> Any:
         return links.value(view.thread_id, view.selected.id, task=task.task_key, key=key)
 
@@ -245,11 +283,17 @@ def _task(view: ThreadView, links: Links, task: ScheduledTask, failed_node: str 
             tag("span", {"class": "node"}, task.node),
             tag("code", {"class": "muted"}, task.task_key) if task.task_key != task.node else None,
             tag("span", {"class": "badge k-send"}, "send") if task.is_send else None,
-            tag("span", {"class": "badge s-error"}, "failed" if siblings == 1 else f"its node failed ({siblings} tasks)")
+            tag(
+                "span",
+                {"class": "badge s-error"},
+                "failed" if siblings == 1 else f"its node failed ({siblings} tasks)",
+            )
             if failed
             else None,
         ),
-        tag("div", {}, tag("span", {"class": "label"}, "input"), value_block(task.input)) if task.is_send else None,
+        tag("div", {}, tag("span", {"class": "label"}, "input"), value_block(task.input))
+        if task.is_send
+        else None,
         _journal(entries, whole),
     )
 
@@ -271,7 +315,15 @@ def _tasks(view: ThreadView, links: Links) -> Markup:
     failed_node = _failed_node(view)
     siblings = sum(1 for task in selected.next if task.node == failed_node)
     return join(
-        tag("h3", {}, "Next tasks and their journals"),
+        tag("h3", {"id": "tasks"}, "Next tasks and their journals"),
+        tag(
+            "p",
+            {"class": "hint warn"},
+            f"The run failed in node {failed_node}, which ran as {siblings} tasks here; the failure "
+            "records the node, not which of its tasks raised.",
+        )
+        if siblings > 1
+        else None,
         tag(
             "p",
             {"class": "hint"},
@@ -307,7 +359,11 @@ def _steps(view: ThreadView, links: Links) -> Markup | None:
                     {},
                     "; ".join(f"{key}: {preview(value, 60)}" for key, value in answers.items())
                     if answers
-                    else (", ".join(pause.id for pause in checkpoint.pending) + " (asked)" if checkpoint.pending else ""),
+                    else (
+                        ", ".join(pause.id for pause in checkpoint.pending) + " (asked)"
+                        if checkpoint.pending
+                        else ""
+                    ),
                 ),
                 tag("td", {"class": "when"}, when(checkpoint.ts, absolute=True)),
                 tag(
@@ -317,7 +373,11 @@ def _steps(view: ThreadView, links: Links) -> Markup | None:
                 ),
             )
         )
-    head = tag("tr", {}, [tag("th", {"scope": "col"}, name) for name in ("Step", "Ran", "Pause", "When", "Checkpoint")])
+    head = tag(
+        "tr",
+        {},
+        [tag("th", {"scope": "col"}, name) for name in ("Step", "Ran", "Pause", "When", "Checkpoint")],
+    )
     return join(
         tag("h3", {}, "Steps to here"),
         _scroll(tag("table", {"class": "grid steps"}, tag("thead", {}, head), tag("tbody", {}, rows))),
@@ -351,10 +411,17 @@ def checkpoint_panel(view: ThreadView, links: Links, guard: Guard, actions_on: b
                     if selected.parent_id
                     else "none (first checkpoint)",
                 ),
-                ("Run", tag("code", {}, str(selected.metadata["run_id"])) if "run_id" in selected.metadata else None),
+                (
+                    "Run",
+                    tag("code", {}, str(selected.metadata["run_id"]))
+                    if "run_id" in selected.metadata
+                    else None,
+                ),
             ]
         ),
-        tag("p", {"class": "hint"}, "A fork's first checkpoint is a copy of the pause it answers differently.")
+        tag(
+            "p", {"class": "hint"}, "A fork's first checkpoint is a copy of the pause it answers differently."
+        )
         if source == "fork"
         else None,
         _pause_states(view, links, guard, actions_on),

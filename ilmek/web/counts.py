@@ -23,8 +23,7 @@ __all__ = ["thread_counts"]
 
 _BY_STATUS: Final = "SELECT t.status, COUNT(*) FROM {p}_threads AS t GROUP BY t.status"
 _RUNNING: Final = (
-    "SELECT COUNT(*) FROM {p}_threads AS t JOIN {p}_holds AS h ON h.thread_id = t.thread_id AND "
-    + LIVE_HOLD
+    "SELECT COUNT(*) FROM {p}_threads AS t JOIN {p}_holds AS h ON h.thread_id = t.thread_id AND " + LIVE_HOLD
 )
 _STORED: Final = ("interrupted", "error", "unfinished", "done")
 

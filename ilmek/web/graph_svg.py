@@ -125,7 +125,9 @@ def _ordered(names: list[str], lines: list[_Line], layer_of: dict[str, int]) -> 
     for row in layers[1:]:
 
         def weight(name: str) -> tuple[float, int]:
-            sources = [position[line.source] for line in lines if line.target == name and line.source in position]
+            sources = [
+                position[line.source] for line in lines if line.target == name and line.source in position
+            ]
             return (sum(sources) / len(sources) if sources else float(declared[name]), declared[name])
 
         row.sort(key=weight)
@@ -192,7 +194,9 @@ def _place(plan: _Plan, lines: list[_Line]) -> None:
             if line.label and line.target in row
         ]
         gaps.append(max([_NODE_GAP, *(width + 24 for width in labelled)]))
-    row_widths = [sum(widths[name] for name in row) + gaps[i] * (len(row) - 1) for i, row in enumerate(plan.layers)]
+    row_widths = [
+        sum(widths[name] for name in row) + gaps[i] * (len(row) - 1) for i, row in enumerate(plan.layers)
+    ]
     inner = max(row_widths)
     plan.tracks = _gap_tracks(lines, plan.layer_of, len(plan.layers))
     top = float(_MARGIN)
@@ -217,7 +221,9 @@ def _ports(plan: _Plan, lines: list[_Line]) -> dict[tuple[_Line, str], float]:
             groups.setdefault(getattr(line, end), []).append(line)
         for name, members in groups.items():
             box = plan.box[name]
-            members.sort(key=lambda m: plan.box[getattr(m, other)].left + plan.box[getattr(m, other)].width / 2)
+            members.sort(
+                key=lambda m: plan.box[getattr(m, other)].left + plan.box[getattr(m, other)].width / 2
+            )
             for index, line in enumerate(members):
                 ports[(line, end)] = box.left + box.width * (index + 1) / (len(members) + 1)
     return ports
@@ -281,7 +287,7 @@ def _path(points: list[Point]) -> str:
 
 
 def _label_markup(line: _Line, points: list[Point]) -> Markup:
-    """A guard's label on the arrow's last run into its target, where arrows into different boxes have parted."""
+    """A guard's label on the arrow's last run into its target, where arrows to other boxes have parted."""
     (x, y_from), (_, y_to) = points[-2], points[-1]
     mx, my = x, (y_from + y_to) / 2
     text = _short_label(line.label)
@@ -290,7 +296,16 @@ def _label_markup(line: _Line, points: list[Point]) -> Markup:
         "g",
         {"class": "edge-label"},
         tag("title", {}, line.label),
-        tag("rect", {"x": f"{mx - width / 2:.1f}", "y": f"{my - 8:.1f}", "width": f"{width:.1f}", "height": 16, "rx": 3}),
+        tag(
+            "rect",
+            {
+                "x": f"{mx - width / 2:.1f}",
+                "y": f"{my - 8:.1f}",
+                "width": f"{width:.1f}",
+                "height": 16,
+                "rx": 3,
+            },
+        ),
         tag("text", {"x": f"{mx:.1f}", "y": f"{my + 4:.1f}"}, text),
     )
 
@@ -345,8 +360,11 @@ def _boxes(plan: _Plan, graph: CompiledGraph, upcoming: set[str], paused: set[st
                             "rx": _BOX_HEIGHT // 2 if name in (START, END) else 6,
                         },
                     ),
-                    tag("text", {"x": f"{box.left + box.width / 2:.1f}", "y": f"{box.top + _BOX_HEIGHT / 2 + 4:.1f}"},
-                        _text(name)),
+                    tag(
+                        "text",
+                        {"x": f"{box.left + box.width / 2:.1f}", "y": f"{box.top + _BOX_HEIGHT / 2 + 4:.1f}"},
+                        _text(name),
+                    ),
                 )
             )
     return boxes

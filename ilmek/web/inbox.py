@@ -134,7 +134,9 @@ def _filters(
         _select("graph", "Graph", [("", "any graph"), *((name, name) for name in graph_names)], query.graph)
         if graph_names
         else None,
-        _select("updated", "Updated", [(value, text) for value, (text, _, _) in UPDATED.items()], query.updated),
+        _select(
+            "updated", "Updated", [(value, text) for value, (text, _, _) in UPDATED.items()], query.updated
+        ),
         tag("button", {"type": "submit"}, "Filter"),
         tag("a", {"href": links.threads(_params(InboxQuery(status=query.status))), "class": "clear"}, "Clear")
         if filtered
@@ -182,7 +184,9 @@ def _detail(row: InboxRow, now: _dt.datetime) -> Markup:
 def _answer_cell(links: Links, guard: Guard, row: InboxRow, graphs: Mapping[str, CompiledGraph]) -> Markup:
     """One click answers: the buttons of the row's pause, or a link to its page."""
     info = row.info
-    open_link = tag("a", {"href": links.thread(info.id, fragment="pauses"), "class": "open"}, "Open to answer")
+    open_link = tag(
+        "a", {"href": links.thread(info.id, fragment="pauses"), "class": "open"}, "Open to answer"
+    )
     if len(row.pending) != 1 or info.checkpoint_id is None or row.graph not in graphs:
         return open_link
     buttons = inbox_buttons(row.pending[0].payload)
@@ -215,11 +219,16 @@ def _answer_cell(links: Links, guard: Guard, row: InboxRow, graphs: Mapping[str,
 
 
 def _row(
-    links: Links, guard: Guard, row: InboxRow, now: _dt.datetime, answering: Mapping[str, CompiledGraph] | None
+    links: Links,
+    guard: Guard,
+    row: InboxRow,
+    now: _dt.datetime,
+    answering: Mapping[str, CompiledGraph] | None,
 ) -> Markup:
     info = row.info
     chips = [
-        tag("span", {"class": "chip"}, f"{key}={label(value, 30)}") for key, value in list(info.metadata.items())[:3]
+        tag("span", {"class": "chip"}, f"{key}={label(value, 30)}")
+        for key, value in list(info.metadata.items())[:3]
     ]
     return tag(
         "tr",
@@ -264,7 +273,10 @@ def _pager(links: Links, page: InboxPage, inbox: InboxQuery) -> Markup:
         newer = (
             tag(
                 "a",
-                {"href": links.threads(_params(inbox, offset=max(inbox.offset - inbox.limit, 0))), "rel": "prev"},
+                {
+                    "href": links.threads(_params(inbox, offset=max(inbox.offset - inbox.limit, 0))),
+                    "rel": "prev",
+                },
                 "← Newer",
             )
             if inbox.offset > 0
@@ -276,7 +288,9 @@ def _pager(links: Links, page: InboxPage, inbox: InboxQuery) -> Markup:
         if page.more
         else tag("span", {"class": "disabled"}, "Older →")
     )
-    return tag("nav", {"class": "pager", "aria-label": "pages"}, newer, tag("span", {"class": "range"}, span), older)
+    return tag(
+        "nav", {"class": "pager", "aria-label": "pages"}, newer, tag("span", {"class": "range"}, span), older
+    )
 
 
 def _listing(
@@ -291,7 +305,9 @@ def _listing(
     if not page.rows:
         empty = _EMPTY[query.status] if query.offset == 0 else "No more threads."
         if query.graph and page.more:
-            empty = f"No thread of graph {query.graph!r} among the {page.scanned:,} looked through; try Older."
+            empty = (
+                f"No thread of graph {query.graph!r} among the {page.scanned:,} looked through; try Older."
+            )
         return tag("p", {"class": "empty"}, empty)
     now = utc_now()
     heads = [
@@ -305,7 +321,11 @@ def _listing(
     return tag(
         "table",
         {"class": "threads"},
-        tag("thead", {}, tag("tr", {}, [tag("th", {"class": css, "scope": "col"}, name) for name, css in heads])),
+        tag(
+            "thead",
+            {},
+            tag("tr", {}, [tag("th", {"class": css, "scope": "col"}, name) for name, css in heads]),
+        ),
         tag("tbody", {}, [_row(links, guard, row, now, answering) for row in page.rows]),
     )
 
@@ -335,7 +355,11 @@ def threads_page(
     )
     counts = page.counts if page is not None else None
     total = (
-        tag("p", {"class": "total"}, f"{counts['all']:,} threads in this store; {counts['interrupted']:,} waiting.")
+        tag(
+            "p",
+            {"class": "total"},
+            f"{counts['all']:,} threads in this store; {counts['interrupted']:,} waiting.",
+        )
         if counts is not None
         else None
     )
@@ -349,7 +373,11 @@ def threads_page(
         _filters(links, query, problem, graphs or {}),
         _listing(links, guard, query, page, answering),
         _pager(links, page, query) if page is not None and (page.rows or query.offset) else None,
-        tag("p", {"class": "hint refresh"}, f"This page refreshes itself every {refresh:g} s (with JavaScript on).")
+        tag(
+            "p",
+            {"class": "hint refresh"},
+            f"This page refreshes itself every {refresh:g} s (with JavaScript on).",
+        )
         if refresh
         else None,
     ]

@@ -7,14 +7,13 @@ Everything returns :class:`~ilmek.web.html.Markup` built with
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Sequence
 from typing import Any, Final
 
 import attrs
 
 from ..types import utc_now
 from .csrf import Guard
-from collections.abc import Sequence
-
 from .html import Child, Markup, Url, escape, join, tag
 from .links import Links
 from .values import LIMIT, render
@@ -194,7 +193,12 @@ def value_block(
         shown_text, rendered_lines, cut = rendered.text, rendered.lines, rendered.truncated
         block = tag("pre", {"class": css}, escape(shown_text, keep_newlines=True))
     more = (
-        tag("p", {"class": "cut"}, f"Cut at {limit:,} characters. ", tag("a", {"href": whole}, "Show the whole value"))
+        tag(
+            "p",
+            {"class": "cut"},
+            f"Cut at {limit:,} characters. ",
+            tag("a", {"href": whole}, "Show the whole value"),
+        )
         if cut and whole is not None
         else None
     )

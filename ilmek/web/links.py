@@ -54,7 +54,7 @@ class Links:
     def thread(
         self, thread_id: str, checkpoint_id: str | None = None, *, fragment: str = "", tree: str | None = None
     ) -> Url:
-        """A thread's page, showing ``checkpoint_id`` (default: the latest); ``tree``: its older checkpoints."""
+        """A thread's page showing ``checkpoint_id`` (default: the latest); ``tree``: older checkpoints."""
         url = self.to("/thread", {"id": thread_id, "checkpoint": checkpoint_id, "tree": tree})
         return Url(url + (f"#{fragment}" if fragment else ""))
 
@@ -69,7 +69,8 @@ class Links:
     ) -> Url:
         """The page showing one value whole: a channel of a checkpoint, or a step a task recorded."""
         return self.to(
-            "/value", {"id": thread_id, "checkpoint": checkpoint_id, "channel": channel, "task": task, "key": key}
+            "/value",
+            {"id": thread_id, "checkpoint": checkpoint_id, "channel": channel, "task": task, "key": key},
         )
 
     def action(self, name: str, thread_id: str, checkpoint_id: str | None = None) -> Url:

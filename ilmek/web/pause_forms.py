@@ -45,7 +45,13 @@ def _option_controls(shape: AnswerShape, index: int, several: bool) -> Markup | 
         return None
     controls = []
     for position, _option in enumerate(shape.options):
-        css = "option approve" if position == shape.yes else "option reject" if position == shape.no else "option"
+        css = (
+            "option approve"
+            if position == shape.yes
+            else "option reject"
+            if position == shape.no
+            else "option"
+        )
         if several:
             # Several pauses are answered together: a choice per pause, one button for all.
             controls.append(
@@ -104,8 +110,13 @@ def _draft_controls(shape: AnswerShape, index: int, several: bool) -> Markup | N
             {"class": "draft-buttons"},
             tag(
                 "button",
-                {"type": "submit", "name": f"accept.{index}", "value": "1", "class": "primary",
-                 "formnovalidate": True},
+                {
+                    "type": "submit",
+                    "name": f"accept.{index}",
+                    "value": "1",
+                    "class": "primary",
+                    "formnovalidate": True,
+                },
                 "Accept the draft",
             ),
             tag(
@@ -117,8 +128,13 @@ def _draft_controls(shape: AnswerShape, index: int, several: bool) -> Markup | N
     )
 
 
-def _free_answer(index: int, recorded: JournalEntry | None, offered: bool, several: bool) -> Markup:
-    """The JSON editor: empty unless a failed run recorded an answer to send again; never ``null``."""
+def _free_answer(
+    index: int, recorded: JournalEntry | None, offered: bool, several: bool, submit: Markup | None
+) -> Markup:
+    """The JSON editor: empty unless a failed run recorded an answer to send again; never ``null``.
+
+    ``submit``: the button that sends it (one pause; several share one button below them all).
+    """
     prefill = as_json_text(recorded.value) if recorded is not None else None
     editor = tag(
         "textarea",
@@ -140,6 +156,7 @@ def _free_answer(index: int, recorded: JournalEntry | None, offered: bool, sever
         tag("label", {"class": "label", "for": f"answer-{index}"}, caption),
         editor,
         tag("span", {"class": "hint", "id": f"answer-hint-{index}"}, _JSON_HINT),
+        submit,
     )
     if offered and prefill is None:
         return tag("details", {"class": "free"}, tag("summary", {}, "Answer something else"), field)
@@ -147,12 +164,19 @@ def _free_answer(index: int, recorded: JournalEntry | None, offered: bool, sever
 
 
 def pause_fields(
-    pause: Pending, index: int, *, inputs: bool, several: bool = False, recorded: JournalEntry | None = None
+    pause: Pending,
+    index: int,
+    *,
+    inputs: bool,
+    several: bool = False,
+    recorded: JournalEntry | None = None,
+    submit: Markup | None = None,
 ) -> Markup:
     """One pause: what it asks, its draft or payload, and (with ``inputs``) the controls to answer it.
 
     ``recorded``: the answer a failed resume recorded; the editor starts with
-    it, as sending it again is how the run is retried.
+    it, as sending it again is how the run is retried. ``submit``: the button
+    sending a typed answer, placed with its editor.
     """
     shape = shape_of(pause.payload)
     offered = bool(shape.options) or shape.draft is not None
@@ -184,7 +208,12 @@ def pause_fields(
             value_block(pause.payload),
         )
         if shape.draft is not None or shape.question is not None
-        else tag("div", {"class": "payload"}, tag("span", {"class": "label"}, "Payload"), value_block(pause.payload)),
+        else tag(
+            "div",
+            {"class": "payload"},
+            tag("span", {"class": "label"}, "Payload"),
+            value_block(pause.payload),
+        ),
         tag(
             "p",
             {"class": "hint warn"},
@@ -196,7 +225,7 @@ def pause_fields(
         join(
             _option_controls(shape, index, several),
             _draft_controls(shape, index, several),
-            _free_answer(index, recorded, offered, several),
+            _free_answer(index, recorded, offered, several, submit),
         )
         if inputs
         else None,
@@ -215,6 +244,12 @@ def inbox_buttons(payload: Any) -> list[tuple[str, str, str]] | None:
         return None
     buttons = []
     for position in range(len(shape.options)):
-        css = "option approve" if position == shape.yes else "option reject" if position == shape.no else "option"
+        css = (
+            "option approve"
+            if position == shape.yes
+            else "option reject"
+            if position == shape.no
+            else "option"
+        )
         buttons.append((str(position), option_label(shape, position, 24), css))
     return buttons

@@ -406,7 +406,9 @@ def read_thread(
     pauses = [
         PauseView(
             pause=pause,
-            state="answered" if (entry := _recorded_answer(journals, pause)) is not None else state or "passed",
+            state="answered"
+            if (entry := _recorded_answer(journals, pause)) is not None
+            else state or "passed",
             answer=entry,
         )
         for pause in selected.pending

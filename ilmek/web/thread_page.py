@@ -1,4 +1,4 @@
-"""A thread's page: how its last run ended, its open pauses, its checkpoint tree, the checkpoint shown, its graph.
+"""A thread's page: how its last run ended, its open pauses, its checkpoint tree and checkpoint, its graph.
 
 The page is read from a :class:`~ilmek.web.reading.ThreadView`. Forms for
 the actions appear only when the console allows actions, and the answer
@@ -66,7 +66,9 @@ def _header(view: ThreadView, links: Links) -> Markup:
                 ("Created", when(info.created_at, now, absolute=True) if info is not None else None),
                 (
                     "Updated",
-                    when(info.updated_at, now, absolute=True) if info is not None else when(view.latest.ts, now),
+                    when(info.updated_at, now, absolute=True)
+                    if info is not None
+                    else when(view.latest.ts, now),
                 ),
                 ("Running since", when(info.held_since, now, absolute=True) if running and info else None),
                 ("Held by", info.held_by if running and info is not None and info.held_by else None),
@@ -92,10 +94,15 @@ def _failure(view: ThreadView, links: Links) -> Markup | None:
             [
                 (
                     "Node",
-                    tag("a", {"href": links.thread(view.thread_id, error.checkpoint_id, fragment="tasks")},
-                        tag("code", {}, error.node))
+                    tag(
+                        "a",
+                        {"href": links.thread(view.thread_id, error.checkpoint_id, fragment="tasks")},
+                        tag("code", {}, error.node),
+                    )
                     if error.node and error.checkpoint_id
-                    else tag("code", {}, error.node) if error.node else "outside any node",
+                    else tag("code", {}, error.node)
+                    if error.node
+                    else "outside any node",
                 ),
                 ("When", when(error.at, absolute=True)),
                 (
@@ -140,7 +147,11 @@ def _cancelled(view: ThreadView, links: Links) -> Markup | None:
                 ("When", when(cancelled.at, absolute=True)),
                 (
                     "Stopped at",
-                    tag("a", {"href": links.thread(view.thread_id, cancelled.checkpoint_id)}, cancelled.checkpoint_id)
+                    tag(
+                        "a",
+                        {"href": links.thread(view.thread_id, cancelled.checkpoint_id)},
+                        cancelled.checkpoint_id,
+                    )
                     if cancelled.checkpoint_id
                     else None,
                 ),
@@ -149,7 +160,8 @@ def _cancelled(view: ThreadView, links: Links) -> Markup | None:
         tag(
             "p",
             {"class": "hint"},
-            "Its last checkpoint stands: continue the run (below) to go on from it, replaying recorded steps.",
+            "Its last checkpoint stands: continue the run (below) to go on from it, "
+            "replaying recorded steps.",
         ),
     )
 
@@ -171,7 +183,11 @@ def _cancel_form(view: ThreadView, links: Links, guard: Guard, cancelling: str |
             tag("span", {"class": "label"}, "Reason (optional)"),
             tag("input", {"type": "text", "name": "reason", "maxlength": 200, "disabled": asked}),
         ),
-        tag("button", {"type": "submit", "class": "warn", "disabled": asked}, "Cancel requested" if asked else "Cancel the run"),
+        tag(
+            "button",
+            {"type": "submit", "class": "warn", "disabled": asked},
+            "Cancel requested" if asked else "Cancel the run",
+        ),
         tag(
             "span",
             {"class": "hint", "role": "status"},
@@ -251,7 +267,9 @@ def _waiting(view: ThreadView, links: Links, guard: Guard, actions_on: bool) -> 
 
 
 def _tree(view: ThreadView, links: Links) -> Markup:
-    failed_at = view.info.error.checkpoint_id if view.info is not None and view.info.error is not None else None
+    failed_at = (
+        view.info.error.checkpoint_id if view.info is not None and view.info.error is not None else None
+    )
     legend = tag(
         "ul",
         {"class": "legend", "aria-label": "legend"},
@@ -268,17 +286,26 @@ def _tree(view: ThreadView, links: Links) -> Markup:
     )
     pager = []
     if view.paged:
-        pager.append(tag("a", {"href": links.thread(view.thread_id, view.selected.id)}, "← Newest checkpoints"))
+        pager.append(
+            tag("a", {"href": links.thread(view.thread_id, view.selected.id)}, "← Newest checkpoints")
+        )
     if view.older is not None:
         pager.append(
-            tag("a", {"href": links.thread(view.thread_id, view.selected.id, tree=view.older), "rel": "next"},
-                "Older checkpoints →")
+            tag(
+                "a",
+                {"href": links.thread(view.thread_id, view.selected.id, tree=view.older), "rel": "next"},
+                "Older checkpoints →",
+            )
         )
     return tag(
         "section",
         {"class": "panel tree-panel", "aria-labelledby": "tree-title"},
         tag("h2", {"id": "tree-title"}, "Checkpoints"),
-        tag("p", {"class": "hint"}, "Newest at the top; a fork branches to the side. Select one to inspect it."),
+        tag(
+            "p",
+            {"class": "hint"},
+            "Newest at the top; a fork branches to the side. Select one to inspect it.",
+        ),
         legend,
         tag(
             "div",
@@ -309,7 +336,9 @@ def _tree(view: ThreadView, links: Links) -> Markup:
 def _graph(view: ThreadView) -> Markup:
     if view.graph is None:
         named = (
-            f"graph {view.graph_name!r}" if view.graph_name else "the thread's graph (its checkpoints do not name one)"
+            f"graph {view.graph_name!r}"
+            if view.graph_name
+            else "the thread's graph (its checkpoints do not name one)"
         )
         return tag(
             "section",
@@ -397,7 +426,9 @@ def thread_page(
         _cancelled(view, links),
         _controls(view, links, guard, actions_on, cancelling),
         _waiting(view, links, guard, actions_on),
-        tag("div", {"class": "columns"}, _tree(view, links), checkpoint_panel(view, links, guard, actions_on)),
+        tag(
+            "div", {"class": "columns"}, _tree(view, links), checkpoint_panel(view, links, guard, actions_on)
+        ),
         _graph(view),
         _danger(view, links, guard, actions_on),
     ]

@@ -159,11 +159,16 @@ def what_ran(checkpoint: Checkpoint, parent: Checkpoint | None) -> str:
     nodes too.
     """
     source = str(checkpoint.metadata.get("source", "?"))
-    if source in ("loop", "pause") and parent is not None and parent.next:
-        nodes = list(dict.fromkeys(task.node for task in parent.next))
+    recorded = checkpoint.metadata.get("tasks")
+    ran: list[str] = []
+    if isinstance(recorded, list) and all(isinstance(key, str) for key in recorded):
+        # A superstep records its tasks' keys; a send's is node#n (a node's name holds no "#").
+        ran = [key.split("#", 1)[0] for key in recorded]
+    elif source in ("loop", "pause") and parent is not None:
+        ran = [task.node for task in parent.next]
+    if source in ("loop", "pause") and ran:
         counted = [
-            f"{node} ×{count}" if (count := sum(1 for task in parent.next if task.node == node)) > 1 else node
-            for node in nodes
+            f"{node} x{count}" if (count := ran.count(node)) > 1 else node for node in dict.fromkeys(ran)
         ]
         return ", ".join(counted)
     if source == "loop" and checkpoint.parent_id is not None and parent is None:
@@ -187,8 +192,14 @@ def pause_state(
     return "waiting" if checkpoint.id == latest else "passed"
 
 
-def _label(node: TreeNode, parent: Checkpoint | None, state: str | None, answers: Mapping[str, Any],
-           latest: str | None, failed_at: str | None) -> Markup:
+def _label(
+    node: TreeNode,
+    parent: Checkpoint | None,
+    state: str | None,
+    answers: Mapping[str, Any],
+    latest: str | None,
+    failed_at: str | None,
+) -> Markup:
     checkpoint = node.checkpoint
     parts = [
         tag("tspan", {"class": "t-step"}, f"step {checkpoint.step}"),
@@ -197,7 +208,11 @@ def _label(node: TreeNode, parent: Checkpoint | None, state: str | None, answers
     if node.damage is not None:
         parts.append(tag("tspan", {"class": "t-failed t-damaged", "dx": "10"}, node.damage))
     if state is not None:
-        given = [f"{pause.id} = {preview(answers[pause.id], 24)}" for pause in checkpoint.pending if pause.id in answers]
+        given = [
+            f"{pause.id} = {preview(answers[pause.id], 24)}"
+            for pause in checkpoint.pending
+            if pause.id in answers
+        ]
         shown = {"waiting": "waiting", "answered": "answered", "passed": "not answered"}[state]
         ids = "; ".join(given) if given else ", ".join(pause.id for pause in checkpoint.pending)
         parts.append(tag("tspan", {"class": f"t-pause t-{state}", "dx": "10"}, f"{shown}: {ids}"))
@@ -211,7 +226,9 @@ def _label(node: TreeNode, parent: Checkpoint | None, state: str | None, answers
     return join(*parts)
 
 
-def _node_classes(checkpoint: Checkpoint, state: str | None, latest: str | None, failed_at: str | None) -> list[str]:
+def _node_classes(
+    checkpoint: Checkpoint, state: str | None, latest: str | None, failed_at: str | None
+) -> list[str]:
     """The CSS classes of a checkpoint's circle: the states its label spells out, and a fork's."""
     classes = ["node"]
     if state is not None:
@@ -323,7 +340,17 @@ def draw_tree(
 
     # Newest first in the document too: reading and tabbing go down the rows as drawn.
     rows_markup = [
-        _row(node, by_id, links, answered, answers or {}, (selected, latest, failed_at, recorded_at), (label_x, width), x, y)
+        _row(
+            node,
+            by_id,
+            links,
+            answered,
+            answers or {},
+            (selected, latest, failed_at, recorded_at),
+            (label_x, width),
+            x,
+            y,
+        )
         for node in reversed(nodes)
     ]
     return tag(

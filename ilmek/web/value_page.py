@@ -45,7 +45,10 @@ def read_value(
         if channel not in channels:
             return f"Checkpoint {checkpoint_id} has no channel {channel!r}."
         return StoredValue(
-            thread_id=thread_id, checkpoint_id=checkpoint_id, where=f"channel {channel}", value=channels[channel]
+            thread_id=thread_id,
+            checkpoint_id=checkpoint_id,
+            where=f"channel {channel}",
+            value=channels[channel],
         )
     if task is not None and key is not None:
         if all(scheduled.task_key != task for scheduled in checkpoint.next):
@@ -55,7 +58,10 @@ def read_value(
         if entry is None:
             return f"Task {task!r} recorded no step {key!r} from checkpoint {checkpoint_id}."
         return StoredValue(
-            thread_id=thread_id, checkpoint_id=checkpoint_id, where=f"step {key} of task {task}", value=entry.value
+            thread_id=thread_id,
+            checkpoint_id=checkpoint_id,
+            where=f"step {key} of task {task}",
+            value=entry.value,
         )
     return "Which value? The link names no channel (&channel=) or step (&task=&key=)."
 
@@ -77,7 +83,11 @@ def value_page(links: Links, stored: StoredValue, *, actions_on: bool) -> Markup
                 ("Thread", tag("a", {"href": links.thread(stored.thread_id)}, stored.thread_id)),
                 (
                     "Checkpoint",
-                    tag("a", {"href": links.thread(stored.thread_id, stored.checkpoint_id)}, stored.checkpoint_id),
+                    tag(
+                        "a",
+                        {"href": links.thread(stored.thread_id, stored.checkpoint_id)},
+                        stored.checkpoint_id,
+                    ),
                 ),
             ]
         ),

@@ -201,7 +201,7 @@ DRAFT = (
 
 
 def support_graph() -> ilmek.CompiledGraph:
-    """A support agent loop: the agent calls a tool, then drafts a reply a person reviews before it is sent."""
+    """A support agent loop: the agent calls a tool, then drafts a reply a person reviews before sending."""
 
     def agent(state: dict[str, Any]) -> dict[str, Any]:
         if not state["looked_up"]:
@@ -235,7 +235,9 @@ def support_graph() -> ilmek.CompiledGraph:
         .node("review", review)
         .node("send", send_reply)
         .edge(START, "agent")
-        .router("agent", lambda state: "review" if state["draft"] else "tools", destinations=["tools", "review"])
+        .router(
+            "agent", lambda state: "review" if state["draft"] else "tools", destinations=["tools", "review"]
+        )
         .edge("tools", "agent")
         .edge("review", "send")
         .edge("send", END)
@@ -287,7 +289,11 @@ def retry_chain_graph() -> ilmek.CompiledGraph:
         .node("publish", lambda state: None)
         .edge(START, "draft")
         .edge("draft", "check")
-        .router("check", lambda state: "publish" if state["tries"] > 2 else "draft", destinations=["draft", "publish"])
+        .router(
+            "check",
+            lambda state: "publish" if state["tries"] > 2 else "draft",
+            destinations=["draft", "publish"],
+        )
         .edge("publish", END)
         .compile()
     )

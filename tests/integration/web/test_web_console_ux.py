@@ -1,4 +1,4 @@
-"""The console for the person who answers pauses, in a real browser at 1440×900 and at 390×844 (a phone).
+"""The console for the person who answers pauses, in a real browser at 1440x900 and at 390x844 (a phone).
 
 One test (or a few) per item of the issue: answers that only send what a
 person chose or typed, pages that fit a phone, drafts read and edited as
@@ -16,6 +16,7 @@ Without Chromium, chromedriver or axe-core these tests skip; under ``CI`` they f
 from __future__ import annotations
 
 import contextlib
+import itertools
 import pathlib
 import re
 import threading
@@ -29,7 +30,13 @@ import pytest
 import ilmek
 from ilmek import Checkpointer, SqliteCheckpointer, run
 from tests.support.conftest_postgres import unavailable
-from tests.support.web_browser_support import AXE_SCRIPT, axe_violations, browser, find_browser, set_color_scheme
+from tests.support.web_browser_support import (
+    AXE_SCRIPT,
+    axe_violations,
+    browser,
+    find_browser,
+    set_color_scheme,
+)
 from tests.support.web_support import (
     DRAFT,
     LONG_TEXT,
@@ -100,7 +107,9 @@ def wait_for(driver: Any, condition: Callable[[Any], Any], seconds: float = 20) 
     from selenium.webdriver.support.ui import WebDriverWait
 
     # A page that reloads itself (a running thread) may replace an element between two looks.
-    wait = WebDriverWait(driver, seconds, poll_frequency=0.1, ignored_exceptions=[StaleElementReferenceException])
+    wait = WebDriverWait(
+        driver, seconds, poll_frequency=0.1, ignored_exceptions=[StaleElementReferenceException]
+    )
     return wait.until(condition)
 
 
@@ -128,7 +137,10 @@ def every_page(console: str, store: Checkpointer, running: str | None = None) ->
     answered = store.list(THREADS["answered"])
     pause = next(c for c in answered if c.pending)
     fork = next(c for c in store.list(THREADS["forked"]) if c.metadata.get("source") == "fork")
-    pages = [f"{console}/?status={status}" for status in ("interrupted", "error", "running", "unfinished", "done", "all")]
+    pages = [
+        f"{console}/?status={status}"
+        for status in ("interrupted", "error", "running", "unfinished", "done", "all")
+    ]
     pages += [
         thread_url(console, THREADS["waiting"]),
         thread_url(console, UX_THREADS["draft"]),
@@ -138,7 +150,8 @@ def every_page(console: str, store: Checkpointer, running: str | None = None) ->
         thread_url(console, UX_THREADS["research"]),
         thread_url(console, THREADS["stalled"]),
         thread_url(console, UX_THREADS["long"]),
-        f"{console}/value?" + urllib.parse.urlencode(
+        f"{console}/value?"
+        + urllib.parse.urlencode(
             {"id": UX_THREADS["long"], "checkpoint": store.get(UX_THREADS["long"]).id, "channel": "text"}  # type: ignore[union-attr]
         ),
         thread_url(console, "no-such-thread"),
@@ -183,7 +196,9 @@ def status_of(store: Checkpointer, thread_id: str) -> str:
 # --- 1. one click never answers null ----------------------------------------------------------------
 
 
-def test_an_untouched_editor_sends_nothing_and_approve_answers_yes(driver: Any, console: str, store: Checkpointer) -> None:
+def test_an_untouched_editor_sends_nothing_and_approve_answers_yes(
+    driver: Any, console: str, store: Checkpointer
+) -> None:
     """Sending the untouched free answer answers nothing (the order stays waiting); Approve answers "yes"."""
     viewport(driver, DESKTOP)
     driver.get(thread_url(console, THREADS["waiting"]))
@@ -229,7 +244,9 @@ def test_every_page_fits_the_screen_and_no_cell_is_one_letter_wide(
 # --- 3. a draft reads as text, is accepted or edited ----------------------------------------------------
 
 
-def test_a_draft_is_text_to_accept_or_to_edit_and_send(driver: Any, console: str, store: Checkpointer) -> None:
+def test_a_draft_is_text_to_accept_or_to_edit_and_send(
+    driver: Any, console: str, store: Checkpointer
+) -> None:
     """The draft shows with its lines (no \\n); Accept sends it as drafted; an edit sends the edited text."""
     viewport(driver, DESKTOP)
     driver.get(thread_url(console, UX_THREADS["draft_accept"]))
@@ -240,7 +257,8 @@ def test_a_draft_is_text_to_accept_or_to_edit_and_send(driver: Any, console: str
     button(driver, "Accept the draft").click()
     assert "Answered. The run finished." == note(driver)
     state = ilmek.thread_state(support_graph(), store, UX_THREADS["draft_accept"])
-    assert state is not None and DRAFT == state["sent"]
+    assert state is not None
+    assert DRAFT == state["sent"]
 
     driver.get(thread_url(console, UX_THREADS["draft"]))
     editor = css(driver, "textarea.draft-editor")[0]
@@ -249,7 +267,8 @@ def test_a_draft_is_text_to_accept_or_to_edit_and_send(driver: Any, console: str
     button(driver, "Send the edited text").click()
     assert "Answered. The run finished." == note(driver)
     state = ilmek.thread_state(support_graph(), store, UX_THREADS["draft"])
-    assert state is not None and "Merhaba Ayşe,\nYour parcel ships today. 📦" == state["sent"]
+    assert state is not None
+    assert "Merhaba Ayşe,\nYour parcel ships today. 📦" == state["sent"]
 
 
 # --- 4. answering from the inbox, and the next one ---------------------------------------------------------
@@ -267,7 +286,8 @@ def test_the_inbox_answers_a_pause_in_one_click_and_a_thread_leads_to_the_next(
     assert "Inbox" == css(driver, "h1")[0].text
     assert THREADS["second_waiting"] not in [link.text for link in css(driver, "a.tid")]
     state = ilmek.thread_state(checkout_graph(), store, THREADS["second_waiting"])
-    assert state is not None and "cancelled" == state["log"][-1]
+    assert state is not None
+    assert "cancelled" == state["log"][-1]
 
     driver.get(thread_url(console, THREADS["answered"]))
     css(driver, "a.next-waiting")[0].click()
@@ -286,14 +306,18 @@ def test_a_cancel_disables_its_button_and_the_thread_says_who_cancelled_it_and_w
     """After Cancel the button reads "Cancel requested"; the page then says the run was cancelled, and why."""
     viewport(driver, DESKTOP)
     # Two seconds a superstep: the cancel is seen at the next boundary, after the page has shown it asked.
-    with serving(store, graphs(), allow_actions=True) as server, looping(store, "ticker-cancel", 2.0) as results:
+    with (
+        serving(store, graphs(), allow_actions=True) as server,
+        looping(store, "ticker-cancel", 2.0) as results,
+    ):
         console = server.url.rstrip("/")
         driver.get(thread_url(console, "ticker-cancel"))
         css(driver, "input[name='reason']")[0].send_keys("wrong customer")
         button(driver, "Cancel the run").click()
         assert note(driver).startswith("Asked the run to stop")
         pressed = driver.execute_script(
-            "const b = document.querySelector('section.operate button.warn'); return b && [b.textContent, b.disabled]"
+            "const b = document.querySelector('section.operate button.warn');"
+            " return b && [b.textContent, b.disabled]"
         )
         assert ["Cancel requested", True] == pressed
         panel = wait_for(driver, lambda d: css(d, "section.panel.cancelled"), seconds=30)[0]
@@ -302,7 +326,8 @@ def test_a_cancel_disables_its_button_and_the_thread_says_who_cancelled_it_and_w
         assert "Stalled" not in driver.page_source
         assert "Continue the run" == button(driver, "Continue the run").text
     info = store.get_thread("ticker-cancel")
-    assert info is not None and info.cancelled is not None
+    assert info is not None
+    assert info.cancelled is not None
     assert "cancelled in the web console: wrong customer" == info.cancelled.reason
     assert ["aborted"] == [result.status for result in results]
 
@@ -327,22 +352,28 @@ def crossings(drawing: dict[str, Any]) -> list[str]:
     for arrow in drawing["arrows"]:
         points = [tuple(map(float, pair.split(","))) for pair in re.findall(r"[-\d.]+,[-\d.]+", arrow["d"])]
         assert re.fullmatch(r"M[-\d.,]+( L[-\d.,]+)+", arrow["d"]), arrow["d"]
-        for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+        for (x0, y0), (x1, y1) in itertools.pairwise(points):
             assert x0 == x1 or y0 == y1, f"not orthogonal: {arrow}"
             for box in drawing["boxes"]:
                 if box["name"] in (arrow["source"], arrow["target"]):
                     continue
                 left, right = min(x0, x1), max(x0, x1)
                 top, bottom = min(y0, y1), max(y0, y1)
-                if left < box["x"] + box["w"] and right > box["x"] and top < box["y"] + box["h"] and bottom > box["y"]:
+                if (
+                    left < box["x"] + box["w"]
+                    and right > box["x"]
+                    and top < box["y"] + box["h"]
+                    and bottom > box["y"]
+                ):
                     found.append(f"{arrow['source']}→{arrow['target']} crosses {box['name']}")
     return found
 
 
-def test_no_arrow_of_a_drawn_graph_passes_through_a_box(driver: Any, console: str, store: Checkpointer) -> None:
+def test_no_arrow_of_a_drawn_graph_passes_through_a_box(
+    driver: Any, console: str, store: Checkpointer
+) -> None:
     """Support loop (tools→agent beside review), fan-out, chain with a back edge, checkout: no crossing."""
     viewport(driver, DESKTOP)
-    support = ilmek.graph  # noqa: F841 - the graphs come from the sample store's threads
     pages = {
         "support": thread_url(console, UX_THREADS["draft"]),
         "research": thread_url(console, UX_THREADS["research"]),
@@ -418,7 +449,7 @@ def test_checkpoints_past_the_newest_300_are_reached_through_older_pages(
 def test_a_failure_shows_its_traceback_marks_the_failed_tasks_and_a_failed_recover_says_so(
     driver: Any, console: str, store: Checkpointer
 ) -> None:
-    """The fan-out's failure: traceback shown, its research tasks marked failed; Recover reports it failed again."""
+    """The fan-out's failure: traceback shown, research tasks marked failed; Recover says it failed again."""
     viewport(driver, DESKTOP)
     driver.get(thread_url(console, UX_THREADS["research"]))
     trace = css(driver, "section.panel.failed pre.trace")[0].text
@@ -440,7 +471,7 @@ def test_a_failure_shows_its_traceback_marks_the_failed_tasks_and_a_failed_recov
 def test_keys_stay_on_one_line_long_values_can_be_read_whole_and_a_finished_thread_shows_its_steps(
     driver: Any, console: str, store: Checkpointer
 ) -> None:
-    """interrupt#0 on one line at 1440; a 34,000-character value opens whole; a done thread lists its steps."""
+    """interrupt#0 on one line at 1440; a 34,000-character value opens whole; a done thread lists steps."""
     viewport(driver, DESKTOP)
     driver.get(thread_url(console, UX_THREADS["draft"]))
     key = next(cell for cell in css(driver, "table.journal td.key code") if cell.text == "interrupt#0")
@@ -493,16 +524,21 @@ def test_axe_finds_no_violation_on_any_page(
 def test_tabs_count_filters_by_graph_and_time_and_a_bad_filter_keeps_its_text(
     driver: Any, console: str, store: Checkpointer
 ) -> None:
-    """Counts per tab and a total; graph=support lists its tickets only; old30d none; a bad pair stays typed."""
+    """Counts per tab and a total; graph=support lists its tickets; old30d none; a bad pair stays typed."""
     viewport(driver, DESKTOP)
     driver.get(console + "/")
     tabs = [tab.text for tab in css(driver, "a.tab")]
     waiting = len(store.list_threads(status="interrupted"))
     assert re.fullmatch(rf"Inbox\s*{waiting}", tabs[0]), tabs
     assert re.fullmatch(r"Failed\s*2", tabs[1]), tabs
-    assert f"{len(store.list_threads())} threads in this store; {waiting} waiting." == css(driver, "p.total")[0].text
+    assert (
+        f"{len(store.list_threads())} threads in this store; {waiting} waiting."
+        == css(driver, "p.total")[0].text
+    )
     driver.get(console + "/?status=all&graph=support")
-    assert sorted([UX_THREADS["draft"], UX_THREADS["draft_accept"]]) == sorted(l.text for l in css(driver, "a.tid"))
+    assert sorted([UX_THREADS["draft"], UX_THREADS["draft_accept"]]) == sorted(
+        link.text for link in css(driver, "a.tid")
+    )
     driver.get(console + "/?status=all&updated=old30d")
     assert [] == css(driver, "a.tid")
     driver.get(console + "/?status=all&meta=tier")
@@ -545,7 +581,9 @@ def test_dark_mode_follows_the_system_and_missing_pages_are_titled_right(
     set_color_scheme(driver, "dark")
     try:
         driver.get(console + "/")
-        background = driver.execute_script("return getComputedStyle(document.documentElement).backgroundColor")
+        background = driver.execute_script(
+            "return getComputedStyle(document.documentElement).backgroundColor"
+        )
         assert "rgb(11, 17, 32)" == background
     finally:
         set_color_scheme(driver, "light")

@@ -170,8 +170,12 @@ def test_a_paused_thread_shows_its_question_the_options_and_the_answer_form(
     page = reply.text
     assert "Waiting for an answer" in page
     assert "Charge 74.97 EUR?" in page
-    assert re.search(r'<button type="submit" name="option\.0" value="0" class="option approve"[^>]*>Approve</button>', page)
-    assert re.search(r'<button type="submit" name="option\.0" value="1" class="option reject"[^>]*>Reject</button>', page)
+    assert re.search(
+        r'<button type="submit" name="option\.0" value="0" class="option approve"[^>]*>Approve</button>', page
+    )
+    assert re.search(
+        r'<button type="submit" name="option\.0" value="1" class="option reject"[^>]*>Reject</button>', page
+    )
     assert re.search(r'<textarea name="answer\.0"[^>]*></textarea>', page)
     assert ">null</textarea>" not in page
     latest = store.get(THREADS["waiting"])
@@ -346,7 +350,7 @@ def test_every_response_carries_the_security_headers(client: Client) -> None:
 
 
 def test_no_page_has_inline_script_style_or_foreign_assets(client: Client, store: Checkpointer) -> None:
-    """No script but the console's own file, no style= attribute, no <style>, no http(s) URL to another host."""
+    """No script but the console's own file, no style= attribute, no <style>, no http(s) URL elsewhere."""
     pages = [client.get("/").text, client.get("/?status=all").text]
     pages += [client.get(thread_url(thread_id)).text for thread_id in THREADS.values()]
     for page in pages:

@@ -99,7 +99,7 @@ def test_hostile_options_become_escaped_button_values(store: Checkpointer) -> No
     client = Client(ilmek.web.app(store, graphs(), allow_actions=True))
     page = client.get("/thread?" + urllib.parse.urlencode({"id": HOSTILE_THREAD})).text
     assert 'name="option.0" value="0"' in page
-    assert '&quot;&gt;&lt;img src=x onerror=alert(1)&gt;</button>' in page
+    assert "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;</button>" in page
     assert 'value="1" class="option" formnovalidate>javascript:alert(1)</button>' in page
 
 

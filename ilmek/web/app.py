@@ -44,7 +44,7 @@ from .html import Markup, tag
 from .inbox import threads_page
 from .layout import Note, document
 from .links import Links
-from .reading import STATUSES, UPDATED, InboxQuery, parse_metadata_filter, read_inbox, read_thread
+from .reading import InboxQuery, inbox_query, read_inbox, read_thread
 from .thread_page import thread_page
 from .value_page import read_value, value_page
 
@@ -79,8 +79,6 @@ _STATUS_TEXT: Final = {
 }
 _MAX_BODY: Final = 256 * 1024
 _MAX_NOTE: Final = 1500
-_MAX_LIMIT: Final = 500
-_MAX_OFFSET: Final = 10_000_000
 _STATIC: Final = {"console.css": "text/css; charset=utf-8", "console.js": "text/javascript; charset=utf-8"}
 _RUNNING_REFRESH: Final = 3.0
 
@@ -157,20 +155,6 @@ def _graphs(graphs: CompiledGraph | Mapping[str, CompiledGraph] | None) -> dict[
     raise InvalidArgumentError(
         "graphs must be a compiled graph, a dict of graph name to compiled graph, or None"
     )
-
-
-def _number(text: str | None, default: int, low: int, high: int, name: str, problems: list[str]) -> int:
-    if text is None or not text.strip():
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        problems.append(f"{name} must be a whole number")
-        return default
-    if not low <= value <= high:
-        problems.append(f"{name} must be between {low} and {high}")
-        return default
-    return value
 
 
 class Console:
@@ -373,38 +357,9 @@ class Console:
             return _Response(304, b"", headers)
         return _Response(200, body, (("Content-Type", _STATIC[name]), *headers))
 
-    def _inbox_query(self, request: _Request, problems: list[str]) -> InboxQuery:
-        status = request.arg("status") or "interrupted"
-        if status not in STATUSES:
-            problems.append(f"unknown status {status!r}")
-            status = "interrupted"
-        metadata: dict[str, Any] = {}
-        typed = tuple(text for text in request.query.get("meta", []) if text.strip())
-        for text in typed:
-            try:
-                key, value = parse_metadata_filter(text)
-            except ValueError as error:
-                problems.append(str(error))
-                continue
-            metadata[key] = value
-        updated = request.arg("updated") or ""
-        if updated not in UPDATED:
-            problems.append(f"unknown time filter {updated!r}")
-            updated = ""
-        return InboxQuery(
-            status=status,
-            search=(request.arg("q") or "").strip()[:200],
-            metadata=metadata,
-            offset=_number(request.arg("offset"), 0, 0, _MAX_OFFSET, "offset", problems),
-            limit=_number(request.arg("limit"), self.page_size, 1, _MAX_LIMIT, "limit", problems),
-            graph=(request.arg("graph") or "").strip()[:200],
-            updated=updated,
-            typed=typed,
-        )
-
     def _threads(self, request: _Request) -> _Response:
         problems: list[str] = []
-        query = self._inbox_query(request, problems)
+        query = inbox_query(request.query, self.page_size, problems)
         try:
             page = read_inbox(self.checkpointer, query)
         except NotImplementedError:

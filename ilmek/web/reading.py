@@ -36,6 +36,7 @@ __all__ = [
     "PauseView",
     "ThreadView",
     "graph_for",
+    "inbox_query",
     "parse_metadata_filter",
     "read_inbox",
     "read_thread",
@@ -134,6 +135,61 @@ def parse_metadata_filter(text: str) -> tuple[str, Any]:
     if isinstance(value, (list, dict)):
         return key, raw
     return key, value
+
+
+_MAX_LIMIT: Final = 500
+_MAX_OFFSET: Final = 10_000_000
+
+
+def _number(text: str | None, default: int, low: int, high: int, name: str, problems: list[str]) -> int:
+    if text is None or not text.strip():
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        problems.append(f"{name} must be a whole number")
+        return default
+    if not low <= value <= high:
+        problems.append(f"{name} must be between {low} and {high}")
+        return default
+    return value
+
+
+def inbox_query(args: Mapping[str, list[str]], page_size: int, problems: list[str]) -> InboxQuery:
+    """The threads page's query from its URL's arguments; what cannot be taken is added to ``problems``."""
+
+    def arg(name: str) -> str:
+        values = args.get(name)
+        return values[0] if values else ""
+
+    status = arg("status") or "interrupted"
+    if status not in STATUSES:
+        problems.append(f"unknown status {status!r}")
+        status = "interrupted"
+    metadata: dict[str, Any] = {}
+    # Kept as typed, to show them back (one that cannot be read too, to correct it).
+    typed = tuple(text for text in args.get("meta", []) if text.strip())
+    for text in typed:
+        try:
+            key, value = parse_metadata_filter(text)
+        except ValueError as error:
+            problems.append(str(error))
+            continue
+        metadata[key] = value
+    updated = arg("updated")
+    if updated not in UPDATED:
+        problems.append(f"unknown time filter {updated!r}")
+        updated = ""
+    return InboxQuery(
+        status=status,
+        search=arg("q").strip()[:200],
+        metadata=metadata,
+        offset=_number(arg("offset"), 0, 0, _MAX_OFFSET, "offset", problems),
+        limit=_number(arg("limit"), page_size, 1, _MAX_LIMIT, "limit", problems),
+        graph=arg("graph").strip()[:200],
+        updated=updated,
+        typed=typed,
+    )
 
 
 def _listing_filters(query: InboxQuery) -> dict[str, Any]:
@@ -391,8 +447,8 @@ def read_thread(
     problems: list[str] = []
     journals = _journals(checkpointer, selected, problems)
     answered = answered_pauses(listed)
-    if selected.parent_id is not None and selected.id not in answered:
-        # Whether a run went on from it is known from its children, which a page of the tree may not list.
+    if paged and selected.pending and selected.id not in answered:
+        # Whether a run went on from it is known from its children, which an older page may not list.
         answered |= answered_pauses(checkpointer.list(thread_id, limit=TREE_LIMIT))
     latest_journals = journals if selected.id == latest.id else _journals(checkpointer, latest, problems)
     recorded = {

@@ -224,6 +224,10 @@ return {
   width: document.documentElement.scrollWidth,
   narrow: cells.filter(e => e.offsetParent !== null && e.getBoundingClientRect().width < 80)
                .map(e => e.tagName + '.' + e.className + ': ' + e.textContent.slice(0, 40)),
+  // A short key (interrupt#0, quote#0) is one line, never broken letter by letter.
+  broken: [...document.querySelectorAll('table.journal td:first-child code')]
+               .filter(e => e.textContent.length <= 24 && e.getClientRects().length > 1)
+               .map(e => e.textContent),
 };
 """
 
@@ -232,13 +236,14 @@ return {
 def test_every_page_fits_the_screen_and_no_cell_is_one_letter_wide(
     driver: Any, console: str, store: Checkpointer, size: tuple[int, int]
 ) -> None:
-    """No page is wider than the screen (390 px too); ids, errors and questions get room to read."""
+    """No page is wider than the screen (390 px too); ids, errors, questions and step keys get room."""
     viewport(driver, size)
     for url in every_page(console, store):
         driver.get(url)
         found = driver.execute_script(_LAYOUT)
         assert found["width"] <= size[0], url
         assert [] == found["narrow"], url
+        assert [] == found["broken"], url
 
 
 # --- 3. a draft reads as text, is accepted or edited ----------------------------------------------------

@@ -169,11 +169,6 @@ def facts(pairs: Sequence[tuple[str, Child]]) -> Markup:
     )
 
 
-def _text_block(text: str, css: str) -> Markup:
-    # A text's own line breaks are its lines: shown as text, not as an escaped JSON string.
-    return tag("div", {"class": f"{css} text"}, escape(text, keep_newlines=True))
-
-
 def value_block(
     value: Any, *, css: str = "value", whole: Url | None = None, limit: int = LIMIT, fold: bool = True
 ) -> Markup:
@@ -184,14 +179,18 @@ def value_block(
     links to ``whole``, the page that shows it all, when given.
     """
     if isinstance(value, str) and "\n" in value:
+        # A text's own line breaks are its lines: shown as text, not as an escaped JSON string.
         shown_text = value if len(value) <= limit else value[:limit] + " …"
-        rendered_lines = value.count("\n") + 1
-        cut = len(value) > limit
-        block = _text_block(shown_text, css)
+        lines, cut, element, classes = value.count("\n") + 1, len(value) > limit, "div", f"{css} text"
     else:
         rendered = render(value, limit=limit)
-        shown_text, rendered_lines, cut = rendered.text, rendered.lines, rendered.truncated
-        block = tag("pre", {"class": css}, escape(shown_text, keep_newlines=True))
+        shown_text, lines, cut, element, classes = (
+            rendered.text,
+            rendered.lines,
+            rendered.truncated,
+            "pre",
+            css,
+        )
     more = (
         tag(
             "p",
@@ -202,12 +201,18 @@ def value_block(
         if cut and whole is not None
         else None
     )
-    if not fold or (rendered_lines <= _FOLD_LINES and len(shown_text) <= _FOLD_CHARS):
+    folded = fold and (lines > _FOLD_LINES or len(shown_text) > _FOLD_CHARS)
+    # A folded value is long enough to scroll in its box: focusable, so a keyboard can scroll it too.
+    block = tag(
+        element,
+        {"class": classes, "tabindex": "0" if folded else None},
+        escape(shown_text, keep_newlines=True),
+    )
+    if not folded:
         return join(block, more)
-    text = shown_text
-    first = text.split("\n", 1)[0]
+    first = shown_text.split("\n", 1)[0]
     summary = first if len(first) <= 90 else first[:90] + "…"
-    size = f"{rendered_lines} lines" + (", cut short" if cut else "")
+    size = f"{lines} lines" + (", cut short" if cut else "")
     return join(
         tag(
             "details",

@@ -40,18 +40,19 @@ def _option_title(shape: AnswerShape, index: int) -> str | None:
     return None
 
 
+def _option_css(shape: AnswerShape, index: int) -> str:
+    """An option button's classes: an approving or rejecting one is coloured so."""
+    if index == shape.yes:
+        return "option approve"
+    return "option reject" if index == shape.no else "option"
+
+
 def _option_controls(shape: AnswerShape, index: int, several: bool) -> Markup | None:
     if not shape.options:
         return None
     controls = []
     for position, _option in enumerate(shape.options):
-        css = (
-            "option approve"
-            if position == shape.yes
-            else "option reject"
-            if position == shape.no
-            else "option"
-        )
+        css = _option_css(shape, position)
         if several:
             # Several pauses are answered together: a choice per pause, one button for all.
             controls.append(
@@ -244,12 +245,6 @@ def inbox_buttons(payload: Any) -> list[tuple[str, str, str]] | None:
         return None
     buttons = []
     for position in range(len(shape.options)):
-        css = (
-            "option approve"
-            if position == shape.yes
-            else "option reject"
-            if position == shape.no
-            else "option"
-        )
+        css = _option_css(shape, position)
         buttons.append((str(position), option_label(shape, position, 24), css))
     return buttons

@@ -10,9 +10,10 @@ at :data:`PREVIEW_TEXT` characters; a payload's ``question`` is kept first.
 A preview that cannot be decoded reads as a note saying so, and the page
 goes on. Other stores keep payloads in memory and hand them over as they are.
 
-This is the one place the console reads a column of its own: the ``pending``
-column of the thread's latest checkpoint, through the checkpointer's own
-transactions and SQL dialect.
+With :mod:`ilmek.web.counts`, this is where the console reads columns of
+its own: the ``pending`` column of the thread's latest checkpoint and the
+graph its ``metadata`` names (:func:`latest_summary`, one query), through
+the checkpointer's own transactions and SQL dialect.
 """
 
 from __future__ import annotations
@@ -51,10 +52,6 @@ PREVIEW_TEXT: Final = 500
 _TAG: Final = "__ilmek__"
 # Tags whose "v" is a list of items (kept in order, cut at PREVIEW_ITEMS).
 _LISTED: Final = frozenset({"tuple", "set", "frozenset", "str", "ustr"})
-_LATEST_PENDING: Final = (
-    "SELECT {jo_pending} FROM {p}_checkpoints WHERE thread_id = :thread_id "
-    "ORDER BY checkpoint_id DESC LIMIT 1"
-)
 _LATEST_SUMMARY: Final = (
     "SELECT {jo_pending}, {jo_metadata} FROM {p}_checkpoints WHERE thread_id = :thread_id "
     "ORDER BY checkpoint_id DESC LIMIT 1"
@@ -193,26 +190,6 @@ def _preview_payload(plain: Any) -> Any:
     return problem
 
 
-def latest_pauses(checkpointer: Checkpointer, thread_id: str) -> tuple[Pending, ...]:
-    """The open pauses of the thread's latest checkpoint, payloads as bounded previews.
-
-    Raises:
-        StorageError: the store could not be read.
-    """
-    if not isinstance(checkpointer, SqlCheckpointer):
-        # In memory (or a store of the caller's): the payloads are there already, whole.
-        latest = checkpointer.list(thread_id, limit=1)
-        return latest[0].pending if latest else ()
-    statement = checkpointer.statements.built(_LATEST_PENDING)
-    rows = checkpointer.transact(
-        lambda session: session.query(statement, thread_id=thread_id),
-        what="read a thread's open pauses",
-        thread_id=thread_id,
-        write=False,
-    )
-    return _preview_pauses(rows[0][0]) if rows else ()
-
-
 @attrs.frozen(kw_only=True)
 class LatestSummary:
     """What a row of the threads page reads of a thread's latest checkpoint.
@@ -264,3 +241,12 @@ def latest_summary(checkpointer: Checkpointer, thread_id: str, *, pauses: bool) 
     if not rows:
         return LatestSummary()
     return LatestSummary(pauses=_preview_pauses(rows[0][0]) if pauses else (), graph=_graph_name(rows[0][1]))
+
+
+def latest_pauses(checkpointer: Checkpointer, thread_id: str) -> tuple[Pending, ...]:
+    """The open pauses of the thread's latest checkpoint, payloads as bounded previews.
+
+    Raises:
+        StorageError: the store could not be read.
+    """
+    return latest_summary(checkpointer, thread_id, pauses=True).pauses

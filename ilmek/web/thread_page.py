@@ -117,7 +117,12 @@ def _failure(view: ThreadView, links: Links) -> Markup | None:
             "div",
             {"class": "traceback"},
             tag("h3", {}, "Traceback"),
-            tag("pre", {"class": "message trace"}, escape(error.traceback, keep_newlines=True)),
+            # Focusable: a long traceback scrolls, by keyboard too.
+            tag(
+                "pre",
+                {"class": "message trace", "tabindex": "0"},
+                escape(error.traceback, keep_newlines=True),
+            ),
         )
         if error.traceback
         else tag("p", {"class": "hint"}, "No traceback was kept for this failure."),

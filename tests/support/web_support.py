@@ -146,6 +146,50 @@ def loop_graph(delay: float = 0.05) -> ilmek.CompiledGraph:
     )
 
 
+def counter_graph(steps: int) -> ilmek.CompiledGraph:
+    """One node that counts to ``steps - 1``, a checkpoint a superstep: a long history."""
+    return (
+        graph("counter", {"n": channel.last_write(0)})
+        .node("inc", lambda state: {"n": state["n"] + 1})
+        .edge(START, "inc")
+        .router("inc", lambda state: "inc" if state["n"] < steps - 1 else END, destinations=["inc", END])
+        .compile()
+    )
+
+
+@contextlib.contextmanager
+def looping(
+    checkpointer: Checkpointer, thread_id: str, delay: float = 0.05, *, stop: bool = True
+) -> Iterator[list[ilmek.Result]]:
+    """A run of :func:`loop_graph` in a background thread, holding ``thread_id``; its result once it ends.
+
+    At the end the run is cancelled (``stop``), or given 10 seconds to end as
+    the test made it (a cancel of its own), then cancelled.
+    """
+    results: list[ilmek.Result] = []
+    runner = threading.Thread(
+        target=lambda: results.append(
+            run(
+                loop_graph(delay), {}, thread_id=thread_id, checkpointer=checkpointer, recursion_limit=100_000
+            )
+        ),
+        daemon=True,
+    )
+    runner.start()
+    try:
+        deadline = time.monotonic() + 15
+        while (info := checkpointer.get_thread(thread_id)) is None or not info.running:
+            assert time.monotonic() < deadline, "the looping run never started"
+            time.sleep(0.02)
+        yield results
+    finally:
+        if not stop:
+            runner.join(10)
+        if runner.is_alive():
+            ilmek.request_cancel(checkpointer, thread_id, "the test is over")
+        runner.join(15)
+
+
 def batch_graph() -> ilmek.CompiledGraph:
     """Three quick nodes in a row: extract, transform, load."""
 

@@ -25,7 +25,7 @@ import ilmek.web
 from ilmek import END, START, Checkpointer, SqliteCheckpointer, channel, graph, run
 from ilmek.web.access import Login
 from tests.support.helpers import Calls
-from tests.support.web_support import THREADS, Client, graphs, loop_graph, populate
+from tests.support.web_support import THREADS, Client, graphs, loop_graph, looping, populate
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -310,14 +310,6 @@ def test_cancel_stops_a_running_thread_at_its_next_superstep(store: Checkpointer
 def test_a_cancel_records_who_asked_from_the_host_app_or_the_login(store: Checkpointer, who: str) -> None:
     """REMOTE_USER (a host app's login) or the console login's user name goes into the recorded reason."""
     ticker = loop_graph(delay=0.02)
-    results: list[ilmek.Result] = []
-    runner = threading.Thread(
-        target=lambda: results.append(
-            run(ticker, {}, thread_id="ticking", checkpointer=store, recursion_limit=100_000)
-        ),
-        daemon=True,
-    )
-    runner.start()
     if who == "remote-user":
         console = ilmek.web.app(store, ticker, allow_actions=True)
         # What a host application's authentication middleware sets.
@@ -329,19 +321,8 @@ def test_a_cancel_records_who_asked_from_the_host_app_or_the_login(store: Checkp
     def signed_in(environ: dict[str, Any], start_response: Any) -> Any:
         return console({**environ, **added}, start_response)
 
-    client = Client(signed_in)
-    try:
-        deadline = time.monotonic() + 10
-        while not (info := store.get_thread("ticking")) or not info.running:
-            assert time.monotonic() < deadline, "the run never started"
-            time.sleep(0.02)
-        page = submit(client, thread_url("ticking"), "cancel", {"reason": "wrong customer"})
-    except BaseException:
-        # The run stops before the store closes, whatever went wrong.
-        ilmek.request_cancel(store, "ticking", "test over")
-        raise
-    finally:
-        runner.join(10)
+    with looping(store, "ticking", 0.02, stop=False) as results:
+        page = submit(Client(signed_in), thread_url("ticking"), "cancel", {"reason": "wrong customer"})
     assert "Asked the run to stop (cancelled in the web console by alice: wrong customer)" in page
     assert "cancelled in the web console by alice: wrong customer" == results[0].abort_reason
     info = store.get_thread("ticking")

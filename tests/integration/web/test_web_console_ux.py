@@ -15,12 +15,9 @@ Without Chromium, chromedriver or axe-core these tests skip; under ``CI`` they f
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import pathlib
 import re
-import threading
-import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -43,8 +40,9 @@ from tests.support.web_support import (
     THREADS,
     UX_THREADS,
     checkout_graph,
+    counter_graph,
     graphs,
-    loop_graph,
+    looping,
     populate_ux,
     serving,
     support_graph,
@@ -161,29 +159,6 @@ def every_page(console: str, store: Checkpointer, running: str | None = None) ->
     if running is not None:
         pages.append(thread_url(console, running))
     return pages
-
-
-@contextlib.contextmanager
-def looping(store: Checkpointer, thread_id: str, delay: float = 0.05) -> Iterator[list[ilmek.Result]]:
-    """A run that loops superstep after superstep (``delay`` each) in a background thread, until cancelled."""
-    results: list[ilmek.Result] = []
-    ticker = loop_graph(delay=delay)
-    runner = threading.Thread(
-        target=lambda: results.append(
-            run(ticker, {}, thread_id=thread_id, checkpointer=store, recursion_limit=100_000)
-        ),
-        daemon=True,
-    )
-    runner.start()
-    deadline = time.monotonic() + 15
-    while (info := store.get_thread(thread_id)) is None or not info.running:
-        assert time.monotonic() < deadline, "the looping run never started"
-        time.sleep(0.05)
-    try:
-        yield results
-    finally:
-        ilmek.request_cancel(store, thread_id, "test over")
-        runner.join(15)
 
 
 def status_of(store: Checkpointer, thread_id: str) -> str:
@@ -430,14 +405,7 @@ def test_checkpoints_past_the_newest_300_are_reached_through_older_pages(
     driver: Any, console: str, store: Checkpointer
 ) -> None:
     """A 400-step thread: "Older checkpoints" shows the 100 older ones, down to step 0."""
-    counter = (
-        ilmek.graph("counter", {"n": ilmek.channel.last_write(0)})
-        .node("inc", lambda s: {"n": s["n"] + 1})
-        .edge(ilmek.START, "inc")
-        .router("inc", lambda s: "inc" if s["n"] < 399 else ilmek.END, destinations=["inc", ilmek.END])
-        .compile()
-    )
-    run(counter, {}, thread_id="long-history", checkpointer=store, recursion_limit=1000)
+    run(counter_graph(400), {}, thread_id="long-history", checkpointer=store, recursion_limit=1000)
     viewport(driver, DESKTOP)
     driver.get(thread_url(console, "long-history"))
     assert 300 == len(css(driver, "svg.tree a.row"))

@@ -22,6 +22,7 @@ from tests.support.web_support import (
     Client,
     batch_graph,
     checkout_graph,
+    counter_graph,
     graphs,
     populate,
     without_console_script,
@@ -315,13 +316,7 @@ def test_a_thread_id_with_url_syntax_round_trips_through_its_links(
 def test_the_thread_page_draws_only_the_newest_checkpoints_of_a_long_history(tmp_path: pathlib.Path) -> None:
     """A thread of 400 checkpoints: the tree holds the newest 300, says so, and links to the older ones."""
     store = SqliteCheckpointer(tmp_path / "long.db")
-    counter = (
-        ilmek.graph("counter", {"n": ilmek.channel.last_write(0)})
-        .node("inc", lambda s: {"n": s["n"] + 1})
-        .edge(ilmek.START, "inc")
-        .router("inc", lambda s: "inc" if s["n"] < 399 else ilmek.END, destinations=["inc", ilmek.END])
-        .compile()
-    )
+    counter = counter_graph(400)
     ilmek.run(counter, {}, thread_id="long", checkpointer=store, recursion_limit=1000)
     page = Client(ilmek.web.app(store, counter)).get(thread_url("long")).text
     assert 300 == len(re.findall(r'<a href="/thread\?id=long&amp;checkpoint=[^"]+" class="row', page))

@@ -114,6 +114,13 @@ def _one(form: Mapping[str, str], index: int, pause: Pending) -> tuple[bool, Any
     if f"accept.{index}" in form:
         if shape.draft is None:
             return f"Pause {pause.id} has no draft to accept; nothing was answered."
+        shown = form.get(f"text.{index}")
+        if shown is not None and shown.replace("\r\n", "\n") != shape.draft:
+            # Accept sends the draft as stored; an edit left in the editor would be lost without a word.
+            return (
+                f"The draft of {pause.id} was edited, and Accept sends it unedited; nothing was answered. "
+                "Press Send the edited text to send your version."
+            )
         return True, shape.draft
     if f"edit.{index}" in form:
         text = form.get(f"text.{index}", "")

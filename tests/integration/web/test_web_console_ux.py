@@ -244,6 +244,13 @@ def test_a_draft_is_text_to_accept_or_to_edit_and_send(
     editor = css(driver, "textarea.draft-editor")[0]
     editor.clear()
     editor.send_keys("Merhaba Ayşe,\nYour parcel ships today. 📦")
+    # Accept with an edit in the editor would drop the edit: refused, nothing sent.
+    button(driver, "Accept the draft").click()
+    assert "was edited, and Accept sends it unedited; nothing was answered" in note(driver)
+    assert "interrupted" == status_of(store, UX_THREADS["draft"])
+    editor = css(driver, "textarea.draft-editor")[0]
+    editor.clear()
+    editor.send_keys("Merhaba Ayşe,\nYour parcel ships today. 📦")
     button(driver, "Send the edited text").click()
     assert "Answered. The run finished." == note(driver)
     state = ilmek.thread_state(support_graph(), store, UX_THREADS["draft"])

@@ -125,6 +125,15 @@ def button(driver: Any, text: str, within: Any = None) -> Any:
     return (within or driver).find_element(By.XPATH, f".//button[normalize-space()='{text}']")
 
 
+def press(driver: Any, element: Any) -> None:
+    """Click a button that sends a form, and wait until the page it leads to has replaced this one."""
+    from selenium.webdriver.support import expected_conditions
+
+    page = driver.find_element("tag name", "html")
+    element.click()
+    wait_for(driver, expected_conditions.staleness_of(page))
+
+
 def note(driver: Any) -> str:
     """The note at the top of the page (after an action)."""
     return str(wait_for(driver, lambda d: css(d, ".note"))[0].text)
@@ -180,10 +189,10 @@ def test_an_untouched_editor_sends_nothing_and_approve_answers_yes(
     editor = css(driver, "textarea[name='answer.0']")[0]
     assert "" == editor.get_attribute("value")
     css(driver, "details.free > summary")[0].click()
-    button(driver, "Send this answer").click()
+    press(driver, button(driver, "Send this answer"))
     assert note(driver).startswith("No answer was given to approve:interrupt#0; nothing was answered.")
     assert "interrupted" == status_of(store, THREADS["waiting"])
-    button(driver, "Approve").click()
+    press(driver, button(driver, "Approve"))
     assert "Answered. The run finished." == note(driver)
     state = ilmek.thread_state(checkout_graph(), store, THREADS["waiting"])
     assert state is not None
@@ -234,7 +243,7 @@ def test_a_draft_is_text_to_accept_or_to_edit_and_send(
     assert DRAFT == editor.get_attribute("value")
     assert "\\n" not in driver.find_element("css selector", ".pause").text
     assert "Send this reply to the customer?" == css(driver, ".pause .question")[0].text
-    button(driver, "Accept the draft").click()
+    press(driver, button(driver, "Accept the draft"))
     assert "Answered. The run finished." == note(driver)
     state = ilmek.thread_state(support_graph(), store, UX_THREADS["draft_accept"])
     assert state is not None
@@ -245,13 +254,13 @@ def test_a_draft_is_text_to_accept_or_to_edit_and_send(
     editor.clear()
     editor.send_keys("Merhaba Ayşe,\nYour parcel ships today. 📦")
     # Accept with an edit in the editor would drop the edit: refused, nothing sent.
-    button(driver, "Accept the draft").click()
+    press(driver, button(driver, "Accept the draft"))
     assert "was edited, and Accept sends it unedited; nothing was answered" in note(driver)
     assert "interrupted" == status_of(store, UX_THREADS["draft"])
     editor = css(driver, "textarea.draft-editor")[0]
     editor.clear()
     editor.send_keys("Merhaba Ayşe,\nYour parcel ships today. 📦")
-    button(driver, "Send the edited text").click()
+    press(driver, button(driver, "Send the edited text"))
     assert "Answered. The run finished." == note(driver)
     state = ilmek.thread_state(support_graph(), store, UX_THREADS["draft"])
     assert state is not None
@@ -268,7 +277,7 @@ def test_the_inbox_answers_a_pause_in_one_click_and_a_thread_leads_to_the_next(
     viewport(driver, DESKTOP)
     driver.get(console + "/")
     row = next(r for r in css(driver, "table.threads tbody tr") if THREADS["second_waiting"] in r.text)
-    button(driver, "Reject", row).click()
+    press(driver, button(driver, "Reject", row))
     assert note(driver).startswith(f"{THREADS['second_waiting']}: Answered. The run finished.")
     assert "Inbox" == css(driver, "h1")[0].text
     assert THREADS["second_waiting"] not in [link.text for link in css(driver, "a.tid")]
@@ -300,7 +309,7 @@ def test_a_cancel_disables_its_button_and_the_thread_says_who_cancelled_it_and_w
         console = server.url.rstrip("/")
         driver.get(thread_url(console, "ticker-cancel"))
         css(driver, "input[name='reason']")[0].send_keys("wrong customer")
-        button(driver, "Cancel the run").click()
+        press(driver, button(driver, "Cancel the run"))
         assert note(driver).startswith("Asked the run to stop")
         pressed = driver.execute_script(
             "const b = document.querySelector('section.operate button.warn');"
@@ -438,7 +447,7 @@ def test_a_failure_shows_its_traceback_marks_the_failed_tasks_and_a_failed_recov
     marked = css(driver, ".task.failed-task")
     assert 3 == len(marked)
     assert all("research" in task.text for task in marked)
-    button(driver, "Recover: continue the run").click()
+    press(driver, button(driver, "Recover: continue the run"))
     text = note(driver)
     assert text.startswith("Recovery did not succeed. The run failed again, node 'research'")
     assert "Recovered." not in text

@@ -24,6 +24,7 @@ __all__ = [
     "count",
     "latest_or_checkpoint_id",
     "moment",
+    "name_problem",
     "optional_checkpoint_id",
     "search_text",
     "task_id",
@@ -64,6 +65,15 @@ def _problem(value: str, limit: int = MAX_ID_BYTES) -> str | None:
     if len(encoded) > limit:
         return f"is longer than {limit} bytes"
     return None
+
+
+def name_problem(name: str) -> str | None:
+    """What keeps a node's or a channel's name from being stored (``None``: nothing).
+
+    Names are stored as text in every backend and are part of task ids and
+    journal keys: no NUL, no lone surrogate, at most :data:`MAX_NAME_BYTES`.
+    """
+    return _problem(name, limit=MAX_NAME_BYTES)
 
 
 def text(value: Any, name: str, *, allow_empty: bool = False) -> str:

@@ -13,6 +13,7 @@ from typing import Any, Final
 
 import attrs
 
+from . import checks
 from .control import RetryPolicy
 from .errors import GraphError
 
@@ -22,8 +23,6 @@ START: Final = "__start__"
 """The virtual entry node."""
 END: Final = "__end__"
 """The virtual exit node."""
-
-_RESERVED_CHARACTERS = ("\0",)
 
 
 def _takes_context(fn: Callable[..., Any]) -> bool:
@@ -115,12 +114,9 @@ def check_node(spec: NodeSpec, seen: Mapping[str, NodeSpec]) -> None:
         raise GraphError(f"node names are non-empty strings, got {name!r}")
     if name in (START, END):
         raise GraphError(f"{name!r} is reserved for the virtual entry and exit", node=name)
-    for character in _RESERVED_CHARACTERS:
-        if character in name:
-            raise GraphError(
-                f"node name {name!r} contains {character!r}, which no database can store; rename the node",
-                node=name,
-            )
+    problem = checks.name_problem(name)
+    if problem is not None:
+        raise GraphError(f"node name {name!r} {problem}; rename the node", node=name)
     if name in seen:
         raise GraphError(f"node {name!r} is declared twice", node=name)
     if not callable(spec.body.fn):

@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from . import channel as channels
-from . import serde
+from . import checks, serde
 from .channel import METADATA_KEY, UNSET, Channel, last_write
 from .errors import GraphError, ReducerError
 from .types import ChannelChange, Extend, Replace
@@ -103,9 +103,10 @@ def _channels_of_typed_dict(cls: type) -> dict[str, Channel]:
 def _check_channel_name(name: Any, declared: Mapping[str, Channel]) -> None:
     if not isinstance(name, str) or not name:
         raise GraphError(f"channel names are non-empty strings, got {name!r}")
-    if "\0" in name:
-        # Postgres text cannot hold NUL; refusing it here keeps every backend alike.
-        raise GraphError(f"channel name {name!r} contains a NUL character, which no database can store")
+    problem = checks.name_problem(name)
+    if problem is not None:
+        # Refused here, not by one backend's driver: every backend stays alike.
+        raise GraphError(f"channel name {name!r} {problem}; rename the channel")
     if name in declared:
         raise GraphError(f"channel {name!r} is declared twice")
 

@@ -261,7 +261,8 @@ def encode_chain(chain: Sequence[str]) -> str:
 def decode_chain(stored: Any, *, thread_id: str | None, checkpoint_id: str | None) -> tuple[str, ...]:
     """The inverse of :func:`encode_chain`."""
     plain = load_plain(stored, thread_id=thread_id, checkpoint_id=checkpoint_id, table="checkpoints")
-    if not isinstance(plain, list) or not all(isinstance(item, str) and item for item in plain):
+    # Checkpoint ids, sent back to the database as text: a lone surrogate could never be.
+    if not isinstance(plain, list) or not all(item and _plain_text(item) for item in plain):
         raise corrupt("its journal chain is malformed", thread_id=thread_id, checkpoint_id=checkpoint_id)
     return tuple(plain)
 
@@ -550,25 +551,42 @@ def check_metadata_filter(metadata: Any) -> dict[str, Any]:
     if not isinstance(metadata, Mapping):
         raise InvalidArgumentError(f"metadata must be a dict, got {type(metadata).__name__}")
     for key in metadata:
-        if not isinstance(key, str) or "\0" in key:
-            raise InvalidArgumentError(f"metadata filter keys must be strings without NUL, got {key!r}")
+        if not _plain_text(key):
+            raise InvalidArgumentError(
+                f"metadata filter keys must be text without NUL or lone surrogates (as stored keys are), "
+                f"got {key!r}"
+            )
     return dict(metadata)
+
+
+def _plain_text(key: Any) -> bool:
+    """Whether ``key`` is text every backend stores, filters and sends as text: no NUL, no lone surrogate."""
+    if not isinstance(key, str) or "\0" in key:
+        return False
+    if key.isascii():
+        return True
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate
+        return False
+    return True
 
 
 def encode_thread_metadata(thread_id: str, metadata: Mapping[str, Any]) -> str:
     """A thread's metadata as JSON text; its keys must be plain text, since filters query them.
 
     Raises:
-        InvalidArgumentError: not a mapping, or a key that is not a string or contains NUL.
+        InvalidArgumentError: not a mapping, or a key that is not a string, or holds NUL or a
+            lone surrogate.
     """
     if not isinstance(metadata, Mapping):
         raise InvalidArgumentError(
             f"metadata of thread {thread_id!r} must be a dict, got {type(metadata).__name__}"
         )
     for key in metadata:
-        if not isinstance(key, str) or "\0" in key:
+        if not _plain_text(key):
             raise InvalidArgumentError(
-                f"metadata keys of thread {thread_id!r} must be strings without NUL "
+                f"metadata keys of thread {thread_id!r} must be text without NUL or lone surrogates "
                 f"(list_threads filters by them), got {key!r}"
             )
     return serde.encode(dict(metadata), where=f"the metadata of thread {thread_id!r}")

@@ -56,7 +56,7 @@ def test_a_valid_graph_compiles_and_keeps_declaration_order() -> None:
         (lambda g: g.node("a", noop), "has no edge from START"),
         (lambda g: g.node("a", noop).edge(START, "a").edge(END, "a"), "nothing can leave END"),
         (lambda g: g.node("a", noop).edge(START, "a").edge("a", START), "nothing can enter START"),
-        (lambda g: g.node("a\0b", noop).edge(START, "a\0b"), "which no database can store"),
+        (lambda g: g.node("a\0b", noop).edge(START, "a\0b"), "contains NUL, which databases cannot store"),
         (lambda g: g.node("", noop).edge(START, END), "non-empty strings"),
         (lambda g: g.node(None, noop).edge(START, END), "non-empty strings, got None"),
         (lambda g: g.node(42, noop).edge(START, END), "non-empty strings, got 42"),

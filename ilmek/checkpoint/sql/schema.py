@@ -175,12 +175,21 @@ class Schema:
         if not rows:
             return 0
         try:
-            return int(rows[0][0])
+            found = int(rows[0][0])
         except (TypeError, ValueError) as exc:
             raise SchemaVersionError(
                 f"the {self.prefix}_meta table holds schema version {rows[0][0]!r}, which is not a "
                 "number: the tables were not written by ilmek (use another table_prefix)",
             ) from exc
+        if found < 1 or (found < self._owner.schema_version and found not in self._owner.UPGRADES):
+            raise SchemaVersionError(
+                f"the {self.prefix}_meta table holds schema version {rows[0][0]!r}, which no ilmek "
+                "ever wrote: the tables were not written by ilmek, or were damaged (use another "
+                "table_prefix, or restore them from a backup)",
+                found=found,
+                expected=self._owner.schema_version,
+            )
+        return found
 
     def version_error(self, found: int) -> SchemaVersionError:
         """The error for a database at another version than this code's."""

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from ilmek import START, Checkpointer, InvalidArgumentError, channel, graph, run
-from ilmek.checks import MAX_KEY_BYTES
+from ilmek import START, Checkpointer, GraphError, InvalidArgumentError, channel, graph, run
+from ilmek.checks import MAX_KEY_BYTES, MAX_NAME_BYTES
 from ilmek.types import new_checkpoint_id
 from tests.support.helpers import Calls
 from tests.support.port import make_checkpoint
@@ -76,3 +76,38 @@ def test_a_channel_name_no_database_can_store_is_refused_by_put_writing_nothing(
     with pytest.raises(InvalidArgumentError, match="a channel name"):
         checkpointer.put("bad-channel", checkpoint)
     assert checkpointer.get("bad-channel") is None
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("n" * (MAX_NAME_BYTES + 1), f"longer than {MAX_NAME_BYTES} bytes"),
+        ("a\0b", "NUL"),
+        ("x\ud800", "surrogate"),
+    ],
+    ids=["long", "nul", "surrogate"],
+)
+def test_a_node_or_channel_name_no_backend_can_store_is_refused_when_the_graph_is_built(
+    name: str, said: str
+) -> None:
+    """Names are part of task ids and journal keys: over 128 bytes, or with NUL or a lone surrogate, a node
+    is refused at compile and a channel when declared, with the reason, before anything runs or is stored."""
+    with pytest.raises(GraphError, match=said):
+        graph("names", {"n": channel.last_write(0)}).node(name, lambda state: {}).edge(START, name).compile()
+    with pytest.raises(GraphError, match=said):
+        graph("names", {name: channel.last_write(0)})
+
+
+def test_names_at_the_limit_run_and_are_stored_on_every_backend(checkpointer: Checkpointer) -> None:
+    """A node and a channel named with 128 bytes of multibyte text, on the longest thread id, run and read."""
+    name = "é" * (MAX_NAME_BYTES // 2)
+    thread = "t" * 1024
+    g = (
+        graph("names", {name: channel.append()})
+        .node(name, lambda state: {name: ["ok"]})
+        .edge(START, name)
+        .compile()
+    )
+    result = run(g, {}, thread_id=thread, checkpointer=checkpointer)
+    assert ("done", {name: ["ok"]}) == (result.status, result.state)
+    assert ["ok"] == list(checkpointer.read_channel(thread, name))

@@ -16,7 +16,7 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from . import checks
+from . import checks, tracing
 from .errors import GraphError, InterruptSignal, NondeterminismError, ResumeError
 from .types import JournalEntry
 
@@ -244,6 +244,8 @@ class NodeContext(PlanContext):
         self._gate = gate
         self._can_pause = can_pause
         self._body_thread: int | None = None
+        #: The task's span, parent of its steps' (see ilmek.tracing); None without OpenTelemetry.
+        self._span: Any = None
         self.strict = strict
 
     @functools.cached_property
@@ -295,16 +297,25 @@ class NodeContext(PlanContext):
             # Make sure the thread is still ours before the effect, not after;
             # the run then waits for this step before it gives the thread back.
             gate.enter()
+        span = tracing.start("ilmek.step", self._span, {"ilmek.step_key": full, "ilmek.node": self.node})
         try:
             self._journal.enter_step()
             try:
-                value = fn(*args, **kwargs)
+                if span is None:
+                    value = fn(*args, **kwargs)
+                else:
+                    with tracing.current(span):
+                        value = fn(*args, **kwargs)
             finally:
                 self._journal.leave_step()
             self._journal.record(JournalEntry(key=full, kind="step", value=value))
+        except BaseException as error:
+            tracing.end(span, error)
+            raise
         finally:
             if gate is not None:
                 gate.leave()
+        tracing.end(span)
         return value
 
     def interrupt(self, payload: Any = None, key: str | None = None) -> Any:

@@ -8,12 +8,13 @@ the ones to configure: ``ilmek.run``, ``ilmek.node``, ``ilmek.holds``,
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import logging
 
-__all__ = ["logger"]
+__all__ = ["logger", "logger_if_configurable"]
 
 
 def logger(name: str) -> logging.Logger:
@@ -21,3 +22,16 @@ def logger(name: str) -> logging.Logger:
     import logging
 
     return logging.getLogger(name)
+
+
+def logger_if_configurable(name: str) -> logging.Logger | None:
+    """The logger called ``name``, or None while nothing has imported :mod:`logging`.
+
+    For records below WARNING: until something imports :mod:`logging`, no
+    handler can exist to show them (only WARNING and above reach logging's
+    last-resort handler), so skipping them changes no output and keeps a
+    script that never logs from importing it.
+    """
+    if "logging" not in sys.modules:
+        return None
+    return logger(name)

@@ -392,6 +392,19 @@ class Result(Generic[StateT]):
     events: tuple[Event, ...] = attrs.field(default=(), repr=False)
     graph_name: str = ""
 
+    def __repr__(self) -> str:
+        """The fields as attrs shows them; a failed run leads with its node and exception instead."""
+        ending = f"thread_id={self.thread_id!r}, run_id={self.run_id!r}, checkpoint_id={self.checkpoint_id!r}"
+        ending += f", graph_name={self.graph_name!r}"
+        if self.status == "error" and self.errors:
+            node, error = self.errors[0]
+            more = f", errors={self.errors!r}" if len(self.errors) > 1 else ""
+            return f"Result(status='error', node={node!r}, error={error!r}{more}, {ending})"
+        return (
+            f"Result(status={self.status!r}, state={self.state!r}, pending={self.pending!r}, "
+            f"errors={self.errors!r}, abort_reason={self.abort_reason!r}, {ending})"
+        )
+
     def raise_for_status(self) -> Result[StateT]:
         """Re-raise the first node error, if the run ended ``error``; else return self.
 

@@ -37,7 +37,7 @@ from ..types import (
     ThreadInfo,
     task_id_for,
 )
-from .holds import Hold, HoldLostError, LocalHold, busy_error, new_token
+from .holds import Hold, HoldLostError, LocalHolds, busy_error
 
 __all__ = [
     "ANY_LATEST",
@@ -85,9 +85,7 @@ class Checkpointer(abc.ABC):
     """
 
     def __init__(self) -> None:
-        self._local_holds: dict[str, LocalHold] = {}
-        self._local_holds_generation = forks.generation()
-        self._local_holds_lock = forks.ForkSafeLock()
+        self._local_holds = LocalHolds()
         self._commit_lock = forks.ForkSafeLock(threading.RLock)
 
     # --- the port -----------------------------------------------------------------
@@ -203,7 +201,7 @@ class Checkpointer(abc.ABC):
         holds within this checkpointer object only; ilmek's own backends hold
         across processes and machines.
         """
-        handle = self._take_local_hold(thread_id)
+        handle = self._local_holds.take(thread_id)
         try:
             yield handle
         finally:
@@ -235,31 +233,6 @@ class Checkpointer(abc.ABC):
         with self.hold(thread_id):
             self.delete_thread(thread_id)
 
-    def _take_local_hold(self, thread_id: str) -> LocalHold:
-        with self._local_holds_lock:
-            if self._local_holds_generation != forks.generation():
-                # A forked child: the parent's runs hold nothing of the child's copy.
-                self._local_holds, self._local_holds_generation = {}, forks.generation()
-            if thread_id in self._local_holds:
-                raise busy_error(thread_id)
-            handle = LocalHold(thread_id, new_token(), self._forget_local_hold)
-            self._local_holds[thread_id] = handle
-            return handle
-
-    def _forget_local_hold(self, handle: LocalHold) -> None:
-        with self._local_holds_lock:
-            if self._local_holds.get(handle.thread_id) is handle:
-                del self._local_holds[handle.thread_id]
-
-    def _check_local_hold(self, hold: Hold | None) -> None:
-        """Fence for the default methods: the hold must still be registered here."""
-        if hold is None:
-            return
-        with self._local_holds_lock:
-            current = self._local_holds.get(hold.thread_id)
-        if current is not hold:
-            raise hold.mark_lost("the thread was deleted or taken by another run")
-
     def request_cancel(self, thread_id: str, reason: str = "cancelled") -> bool:
         """Ask the run holding the thread now to stop at its next superstep boundary.
 
@@ -267,8 +240,7 @@ class Checkpointer(abc.ABC):
             Whether a run was holding the thread. The request dies with that
             run and never touches a later one.
         """
-        with self._local_holds_lock:
-            current = self._local_holds.get(thread_id)
+        current = self._local_holds.holder(thread_id)
         if current is None or current.released:
             return False
         current.saw_cancel(reason)
@@ -311,7 +283,7 @@ class Checkpointer(abc.ABC):
             HoldLostError: the run no longer holds the thread; nothing was written.
             SerializationError: the entry cannot be stored; nothing was written.
         """
-        self._check_local_hold(hold)
+        self._local_holds.check(hold)
         task_id = task_id_for(hold.thread_id, base_id, task_key)
         entries = self.get_journal(task_id)
         if all(existing.key != entry.key for existing in entries):
@@ -328,7 +300,7 @@ class Checkpointer(abc.ABC):
             and as a read would return it; or ``None`` when the backend does
             not tell, and the run reads the journals again.
         """
-        self._check_local_hold(hold)
+        self._local_holds.check(hold)
         for task_key, entries in answers.items():
             task_id = task_id_for(hold.thread_id, base_id, task_key)
             recorded = {entry.key: entry for entry in self.get_journal(task_id)}
@@ -372,7 +344,7 @@ class Checkpointer(abc.ABC):
             HoldLostError: ``hold`` is no longer the run's; nothing was written.
         """
         with self._commit_lock:
-            self._check_local_hold(hold)
+            self._local_holds.check(hold)
             if expect_latest is not ANY_LATEST:
                 latest = self.get(thread_id)
                 found = latest.id if latest is not None else None
@@ -394,7 +366,7 @@ class Checkpointer(abc.ABC):
 
         The next commit of the thread clears it. The default stores nothing.
         """
-        self._check_local_hold(hold)
+        self._local_holds.check(hold)
 
     def record_cancel(self, hold: Hold, cancel: ThreadCancel) -> None:
         """Store how the run holding ``hold`` was cancelled (``ThreadInfo.cancelled``).
@@ -402,7 +374,7 @@ class Checkpointer(abc.ABC):
         The thread's status stays what it was; its next commit clears the
         record. The default stores nothing.
         """
-        self._check_local_hold(hold)
+        self._local_holds.check(hold)
 
     # --- beyond the port: the host API ----------------------------------------------
 

@@ -52,6 +52,7 @@ __all__ = [
     "HoldLostError",
     "Keeper",
     "LocalHold",
+    "LocalHolds",
     "busy_error",
     "holder_of",
     "new_token",
@@ -242,7 +243,7 @@ class Hold:
 
     def seconds_until_renewal(self) -> float | None:
         """How long the driver may wait before it must renew (``None``: never)."""
-        if self.lease_seconds is None or self._released or not self.taken:
+        if self.lease_seconds is None or self._released or self._lost is not None or not self.taken:
             return None
         return max(0.0, self._renewed + self.lease_seconds * RENEW_AT - time.monotonic())
 
@@ -328,6 +329,67 @@ class LocalHold(Hold):
         if not self._released:
             self._released = True
             self._forget(self)
+
+
+class LocalHolds:
+    """The holds one checkpointer object keeps in its own memory, by thread id.
+
+    The default holds of :class:`~ilmek.checkpoint.base.Checkpointer` and
+    the in-memory backend's. A forked child starts with none: its parent's
+    runs hold nothing of the child's copy.
+    """
+
+    def __init__(self) -> None:
+        self._holds: dict[str, LocalHold] = {}
+        self._generation = forks.generation()
+        #: Held while reading or changing the holds (re-entrant: a caller may hold it around several).
+        self.lock = forks.ForkSafeLock(threading.RLock)
+
+    def _current(self) -> dict[str, LocalHold]:
+        if self._generation != forks.generation():
+            self._holds, self._generation = {}, forks.generation()
+        return self._holds
+
+    def take(self, thread_id: str) -> LocalHold:
+        """A new hold on ``thread_id``.
+
+        Raises:
+            ThreadBusyError: another run of this checkpointer holds it.
+        """
+        with self.lock:
+            holds = self._current()
+            if thread_id in holds:
+                raise busy_error(thread_id)
+            handle = LocalHold(thread_id, new_token(), self._forget)
+            holds[thread_id] = handle
+            return handle
+
+    def _forget(self, handle: LocalHold) -> None:
+        with self.lock:
+            holds = self._current()
+            if holds.get(handle.thread_id) is handle:
+                del holds[handle.thread_id]
+
+    def holder(self, thread_id: str) -> LocalHold | None:
+        """The hold on ``thread_id`` now, if any."""
+        with self.lock:
+            return self._current().get(thread_id)
+
+    def drop(self, thread_id: str) -> None:
+        """Forget the hold on ``thread_id`` (the thread was deleted): its run fails at its next write."""
+        with self.lock:
+            self._current().pop(thread_id, None)
+
+    def check(self, hold: Hold | None) -> None:
+        """The fence of writes through local holds: ``hold`` must still be the thread's.
+
+        Raises:
+            HoldLostError: it is not (the thread was deleted, or another run took it).
+        """
+        if hold is None:
+            return
+        if self.holder(hold.thread_id) is not hold:
+            raise hold.mark_lost("the thread was deleted or taken by another run")
 
 
 class Keeper:

@@ -195,7 +195,7 @@ class InMemoryCheckpointer(Checkpointer):
         stored_fields = _records.encode_fields(checkpoint)
         recorded = _encode_entries(journal)
         with self._lock:
-            self._check_local_hold(hold)
+            self._local_holds.check(hold)
             thread = self._threads.get(thread_id)
             existing = thread.checkpoints.get(checkpoint.id) if thread is not None else None
             if existing is not None:
@@ -372,7 +372,7 @@ class InMemoryCheckpointer(Checkpointer):
     def append_journal(self, hold: Hold, base_id: str, task_key: str, entry: JournalEntry) -> None:
         text = _records.encode_entry(entry, f"task {task_key!r}")
         with self._lock:
-            self._check_local_hold(hold)
+            self._local_holds.check(hold)
             own = self._touch_journals(hold.thread_id).setdefault((base_id, task_key), {})
             own.setdefault(entry.key, text)
 
@@ -384,7 +384,7 @@ class InMemoryCheckpointer(Checkpointer):
             for key, entries in answers.items()
         }
         with self._lock:
-            self._check_local_hold(hold)
+            self._local_holds.check(hold)
             journals = self._touch_journals(hold.thread_id)
             for key, texts in encoded.items():
                 journals.setdefault((base_id, key), {}).update(texts)
@@ -392,7 +392,7 @@ class InMemoryCheckpointer(Checkpointer):
 
     def record_failure(self, hold: Hold, error: ThreadError) -> None:
         with self._lock:
-            self._check_local_hold(hold)
+            self._local_holds.check(hold)
             thread = self._threads.get(hold.thread_id)
             if thread is not None and thread.ids:
                 thread.status, thread.error = "error", error
@@ -400,7 +400,7 @@ class InMemoryCheckpointer(Checkpointer):
 
     def record_cancel(self, hold: Hold, cancel: ThreadCancel) -> None:
         with self._lock:
-            self._check_local_hold(hold)
+            self._local_holds.check(hold)
             thread = self._threads.get(hold.thread_id)
             if thread is not None and thread.ids:
                 thread.error = cancel
@@ -410,16 +410,15 @@ class InMemoryCheckpointer(Checkpointer):
         thread_id = checks.thread_id(thread_id)
         with self._lock:
             self._threads.pop(thread_id, None)
-            with self._local_holds_lock:
-                # The run that held it fails at its next write.
-                self._local_holds.pop(thread_id, None)
+            # The run that held it fails at its next write.
+            self._local_holds.drop(thread_id)
 
     # --- host API ----------------------------------------------------------------------
 
     def _infos(self) -> builtins.list[ThreadInfo]:
-        with self._lock, self._local_holds_lock:
+        with self._lock, self._local_holds.lock:
             return [
-                _thread_info(tid, thread, self._local_holds.get(tid))
+                _thread_info(tid, thread, self._local_holds.holder(tid))
                 for tid, thread in self._threads.items()
                 if thread.ids or thread.metadata_text != "{}"
             ]
@@ -458,11 +457,11 @@ class InMemoryCheckpointer(Checkpointer):
 
     def get_thread(self, thread_id: str) -> ThreadInfo | None:
         thread_id = checks.thread_id(thread_id)
-        with self._lock, self._local_holds_lock:
+        with self._lock, self._local_holds.lock:
             thread = self._threads.get(thread_id)
             if thread is None or not (thread.ids or thread.metadata_text != "{}"):
                 return None
-            return _thread_info(thread_id, thread, self._local_holds.get(thread_id))
+            return _thread_info(thread_id, thread, self._local_holds.holder(thread_id))
 
     def put_thread_metadata(self, thread_id: str, metadata: Mapping[str, Any]) -> None:
         thread_id = checks.thread_id(thread_id)

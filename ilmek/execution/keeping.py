@@ -10,9 +10,10 @@ sets the run's cancel event).
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 
-from ..checkpoint.holds import Hold
+from ..checkpoint.holds import Hold, HoldLostError
 from ..errors import IlmekError
 from ..logs import logger
 from .setup import RunSetup
@@ -20,6 +21,12 @@ from .setup import RunSetup
 #: How long a run that ends waits for its running steps when its hold has
 #: no lease (inside the caller's transaction).
 _UNLEASED_WAIT = 5.0
+
+#: How long the driver waits before it tries again a renewal that failed
+#: (the database is away): it must not spin on the failure.
+_RENEW_RETRY_SECONDS = 0.1
+
+_WARNING, _DEBUG = 30, 10  # logging's levels, without importing logging before it logs
 
 __all__ = ["HoldKeeper"]
 
@@ -31,6 +38,10 @@ class HoldKeeper:
         self._setup = setup
         self.hold = hold
         hold.on_cancel = self._cancel_requested
+        #: No renewal is tried again before this monotonic time (one just failed).
+        self._retry_after = 0.0
+        #: Whether a failed renewal was logged at WARNING, since the last one that worked.
+        self._failure_logged = False
 
     def _cancel_requested(self, reason: str) -> None:
         """Another process asked the run to stop (seen by a fenced write or a renewal)."""
@@ -42,19 +53,36 @@ class HoldKeeper:
 
     def seconds_until_renewal(self) -> float | None:
         """How long the driver may wait before it must renew (``None``: never)."""
-        return self.hold.seconds_until_renewal()
+        wait = self.hold.seconds_until_renewal()
+        if wait is None:
+            return None
+        return max(wait, self._retry_after - time.monotonic())
 
     def keep(self) -> None:
-        """Renew the hold when due, wherever the driver waits; a loss is seen at the next write."""
+        """Renew the hold when due, wherever the driver waits; a loss is seen at the next write.
+
+        A lost hold was logged once when it was found lost, and is not renewed
+        again. A renewal that fails otherwise (the database is away) is tried
+        again a moment later, logged at WARNING the first time only.
+        """
+        if time.monotonic() < self._retry_after:
+            return
         try:
             self.hold.renew_if_due()
+        except HoldLostError:
+            return
         except IlmekError as error:
-            logger("ilmek.run").warning(
-                "could not renew the hold on %r: %s",
+            self._retry_after = time.monotonic() + _RENEW_RETRY_SECONDS
+            logger("ilmek.run").log(
+                _DEBUG if self._failure_logged else _WARNING,
+                "could not renew the hold on %r (trying again while its lease lasts): %s",
                 self._setup.thread_id,
                 error,
                 extra={"thread_id": self._setup.thread_id},
             )
+            self._failure_logged = True
+            return
+        self._failure_logged = False
 
     def abort_reason(self) -> str:
         """Why the run was cancelled: the caller's reason, a stored request's, or ``aborted``."""

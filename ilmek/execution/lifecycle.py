@@ -33,6 +33,7 @@ from .position import ThreadPosition
 from .setup import EventStamper, RunOptions, RunSetup
 from .superstep import RunEnds, Superstep, plan_context
 from .tasks import INLINE_IF_ONE, SERIAL, WORKERS, Placement, TaskRunner
+from .telemetry import RunTelemetry
 
 __all__ = ["MovedOn", "Run", "Start"]
 
@@ -94,6 +95,8 @@ class Run:
         self.only_if: Callable[[Hold], bool] | None = None
         self.answer_only_at: str | None = options.expect_checkpoint_id
         self._event = EventStamper(self.setup.run_id, self.setup.thread_id)
+        #: The run's log records and span, from the moment it starts driving.
+        self.telemetry: RunTelemetry | None = None
 
     @property
     def thread_id(self) -> str:
@@ -109,6 +112,7 @@ class Run:
 
     def _events(self) -> Generator[Event, None, None]:
         setup = self.setup
+        telemetry = self.telemetry = RunTelemetry(setup, "resume" if isinstance(self.mode, Resume) else "run")
         try:
             # A run that begins by committing its input, or a resume by
             # recording its answers, takes the hold in that write's
@@ -130,6 +134,13 @@ class Run:
         except IlmekError as error:
             if error.run_id is None:
                 error.run_id = setup.run_id
+            telemetry.raised(error)
+            raise
+        except GeneratorExit:
+            telemetry.closed()
+            raise
+        except BaseException as error:
+            telemetry.raised(error)
             raise
 
 
@@ -156,7 +167,15 @@ class _Driving:
         self.keeper = HoldKeeper(setup, self.hold)
         self.position = ThreadPosition(setup, self.hold)
         self.runner = TaskRunner(setup, self.keeper, event)
-        self.superstep = Superstep(setup, self.position, self.runner, self.keeper, event)
+        telemetry = self.run.telemetry
+        self.superstep = Superstep(
+            setup,
+            self.position,
+            self.runner,
+            self.keeper,
+            event,
+            run_span=telemetry.span if telemetry is not None else None,
+        )
 
     @property
     def setup(self) -> RunSetup:
@@ -425,6 +444,8 @@ class _Driving:
             checkpoint_id=base.id if base is not None else None,
         )
         assert isinstance(end, RunEnd)
+        if self.run.telemetry is not None:
+            self.run.telemetry.ended(end)
         return end
 
 

@@ -56,6 +56,10 @@ class TaskRun:
     command: Command | None = None
     error: BaseException | None = None
     signal: InterruptSignal | None = None
+    #: How many times the node's body was called.
+    attempts: int = 0
+    #: The superstep's span, parent of the task's (see ilmek.tracing).
+    parent_span: Any = None
 
 
 class Emit:

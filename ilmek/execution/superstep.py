@@ -14,6 +14,7 @@ import copy
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from typing import Any
 
+from .. import tracing
 from ..checkpoint.holds import HoldLostError
 from ..context import NodeContext, PlanContext, TaskJournal
 from ..errors import ReducerError, ResumeError
@@ -73,8 +74,13 @@ class Superstep:
         runner: TaskRunner,
         keeper: HoldKeeper,
         event: EventStamper,
+        *,
+        run_span: Any | None = None,
     ) -> None:
         self._setup = setup
+        #: The run's span, parent of each superstep's (see ilmek.tracing); the superstep's own while it runs.
+        self._run_span = run_span
+        self._span: Any | None = None
         self._position = position
         self._runner = runner
         self._keeper = keeper
@@ -88,6 +94,30 @@ class Superstep:
         Raises:
             RunEnds: a node failed, or the superstep paused.
         """
+        span = self._span = tracing.start(
+            "ilmek.superstep",
+            self._run_span,
+            {"ilmek.step": base.step, "ilmek.checkpoint_id": base.id, "ilmek.tasks": len(base.next)},
+        )
+        try:
+            return (yield from self._run(base, values, steps_taken=steps_taken, placement=placement))
+        except RunEnds as ends:
+            if ends.errors:
+                node, error = ends.errors[0]
+                tracing.record_error(span, error, f"node {node!r} failed: {type(error).__name__}: {error}")
+            raise
+        except GeneratorExit:
+            raise
+        except BaseException as error:
+            tracing.record_error(span, error)
+            raise
+        finally:
+            self._span = None
+            tracing.end(span)
+
+    def _run(
+        self, base: Checkpoint, values: dict[str, Any], *, steps_taken: int, placement: Placement
+    ) -> Generator[Event, None, tuple[Checkpoint, dict[str, Any]]]:
         setup = self._setup
         step = base.step
         keys = [t.task_key for t in base.next]
@@ -128,7 +158,8 @@ class Superstep:
         # except under a pause, whose answers stay readable with it.
         # (A task with an empty journal has no rows to drop.)
         spent = [] if base.pending else [r.task_id for r in runs if r.journal.entries()]
-        position.commit(checkpoint, changes, drop_journals=spent, fresh=True, last=not next_tasks)
+        with tracing.current(self._span):  # the commit's SQL shows under the superstep's span
+            position.commit(checkpoint, changes, drop_journals=spent, fresh=True, last=not next_tasks)
         yield self._event(StateEvent, channels=setup.schema.full_values(new_values))
         yield self._event(CheckpointEvent, id=checkpoint.id)
         return checkpoint, new_values
@@ -157,7 +188,9 @@ class Superstep:
             journal = TaskJournal(
                 task_id, stored.get(task.task_key, ()), self._runner.persister(base.id, task.task_key)
             )
-            runs.append(TaskRun(task=task, spec=spec, task_id=task_id, journal=journal))
+            runs.append(
+                TaskRun(task=task, spec=spec, task_id=task_id, journal=journal, parent_span=self._span)
+            )
         return runs
 
     def _contexts(

@@ -25,20 +25,18 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .. import serde
-from ..checkpoint.holds import HoldLostError
 from ..context import NodeContext, StepGate
-from ..control import Command
-from ..errors import GraphError, IlmekError, InterruptSignal, NondeterminismError, ReducerError, StorageError
+from ..errors import GraphError, StorageError
 from ..events import CustomEvent, Event, NodeEnd, NodeError, NodeRetry, NodeStart
 from ..logs import logger
 from ..types import JournalEntry
 from . import exiting
+from .attempts import Attempts
 from .keeping import HoldKeeper
-from .messages import Done, Emit, Message, Request, Retry, RunClosed, StepLeft, StorageFailed, TaskRun
+from .messages import Done, Emit, Message, Request, RunClosed, StepLeft, StorageFailed, TaskRun
 from .setup import EventStamper, RunSetup
 
 if TYPE_CHECKING:
@@ -76,6 +74,7 @@ class TaskRunner:
         #: What to do once the last of them is over, after the run ended.
         self._on_idle: Callable[[], None] | None = None
         self.gate: StepGate = _Steps(self)
+        self._attempts = Attempts(setup, self._queue.put)
 
     # --- what nodes get -----------------------------------------------------------
 
@@ -177,7 +176,7 @@ class TaskRunner:
         """Run one task on the driving thread; its end goes to the queue like a worker's."""
         self._inline = True
         try:
-            self._attempts(task_run, state, ctx)
+            self._attempts.run(task_run, state, ctx)
         except Exception as error:
             task_run.outcome, task_run.error = "error", error
         finally:
@@ -343,7 +342,7 @@ class TaskRunner:
     def _task_body(self, task_run: TaskRun, state: Any, ctx: NodeContext) -> None:
         """Runs on a worker: the node's attempts, then a ``Done`` message."""
         try:
-            self._attempts(task_run, state, ctx)
+            self._attempts.run(task_run, state, ctx)
         except BaseException as error:  # the driving thread reports it
             task_run.outcome, task_run.error = "error", error
         finally:
@@ -355,102 +354,6 @@ class TaskRunner:
             self._setup.checkpointer.worker_finished()
         except Exception as error:  # housekeeping: never the task's outcome
             logger("ilmek.run").debug("a worker could not let go of its connections: %s", error)
-
-    def _attempts(self, task_run: TaskRun, state: Any, ctx: NodeContext) -> None:
-        policy = task_run.spec.retry
-        cancel = self._setup.cancel
-        attempt = 1
-        while True:
-            task_run.journal.begin_attempt()
-            ctx._begin_attempt()
-            try:
-                value = task_run.spec.body(state, ctx)
-                self._check_replay(task_run)
-            except InterruptSignal as signal:
-                task_run.outcome, task_run.signal = "interrupt", signal
-                return
-            except (HoldLostError, RunClosed) as error:
-                task_run.outcome, task_run.error = "error", error
-                return
-            except StorageFailed as failed:
-                task_run.outcome, task_run.error = "storage", failed.error
-                return
-            except Exception as error:
-                if policy is not None and not cancel.is_set() and policy.should_retry(attempt, error):
-                    self._queue.put(Retry(task_run, attempt + 1, error))
-                    if cancel.wait(policy.delay(attempt)):
-                        # Cancelled while waiting to retry: the node failed with its last error.
-                        task_run.outcome, task_run.error = "error", error
-                        return
-                    attempt += 1
-                    continue
-                task_run.outcome, task_run.error = "error", error
-                return
-            break
-        try:
-            task_run.update, task_run.command = self._update_of(task_run.spec.name, value)
-        except IlmekError as error:
-            task_run.outcome, task_run.error = "error", error
-            return
-        task_run.outcome = "ok"
-
-    def _check_replay(self, task_run: TaskRun) -> None:
-        """After a body returned: no swallowed pause, and (strict) no vanished journal key."""
-        thread_id = self._setup.thread_id
-        swallowed = task_run.journal.open_pauses()
-        if swallowed:
-            raise NondeterminismError(
-                f"node {task_run.spec.name!r} returned although its pause {swallowed[0]!r} has no answer "
-                f"(thread {thread_id!r}): it caught the InterruptSignal. Let InterruptSignal "
-                "propagate (catch Exception, not BaseException)",
-                key=swallowed[0],
-                node=task_run.spec.name,
-                thread_id=thread_id,
-            )
-        if self._setup.strict:
-            vanished = task_run.journal.unrequested()
-            if vanished:
-                raise NondeterminismError(
-                    f"node {task_run.spec.name!r} finished without asking for journal key(s) "
-                    f"{', '.join(map(repr, vanished))}, which an earlier pass recorded (thread "
-                    f"{thread_id!r}, task {task_run.task_id!r}): a side effect escaped ctx.step, or "
-                    "the node branches on something outside its state and journal (the node must be "
-                    "deterministic apart from its steps)",
-                    key=vanished[0],
-                    keys=tuple(vanished),
-                    node=task_run.spec.name,
-                    thread_id=thread_id,
-                )
-
-    def _update_of(self, node: str, value: Any) -> tuple[dict[str, Any], Command | None]:
-        thread_id = self._setup.thread_id
-        command: Command | None = None
-        if value is None:
-            update: Mapping[str, Any] = {}
-        elif isinstance(value, Command):
-            command = value
-            update = value.update or {}
-        elif isinstance(value, Mapping):
-            update = value
-        else:
-            raise ReducerError(
-                f"node {node!r} returned {type(value).__name__}; return a dict of channel writes, "
-                f"None, or command(...) (thread {thread_id!r})",
-                node=node,
-                thread_id=thread_id,
-            )
-        if not isinstance(update, Mapping):
-            raise ReducerError(
-                f"node {node!r} returned a command whose update is {type(update).__name__}, "
-                f"not a dict (thread {thread_id!r})",
-                node=node,
-                thread_id=thread_id,
-            )
-        self._setup.schema.check_writes(update, who=f"node {node!r}", thread_id=thread_id, node=node)
-        for channel, written in update.items():
-            # A value that could not be stored fails its node here, not the commit.
-            serde.encode(written, where=f"the write of node {node!r} to channel {channel!r}")
-        return dict(update), command
 
     # --- the end ------------------------------------------------------------------
 

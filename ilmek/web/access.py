@@ -31,7 +31,16 @@ import socket
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-__all__ = ["COOKIE", "Login", "host_allowed", "is_loopback", "normal_host", "served_names", "split_host"]
+__all__ = [
+    "COOKIE",
+    "Login",
+    "basic_user",
+    "host_allowed",
+    "is_loopback",
+    "normal_host",
+    "served_names",
+    "split_host",
+]
 
 COOKIE: Final = "ilmek_console_login"
 """The cookie a ``?token=`` login sets."""
@@ -143,6 +152,31 @@ def served_names(host: str, bound_address: str, extra: Iterable[str] = ()) -> li
     return sorted(names)
 
 
+def _basic(environ: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The user name and password of a request's HTTP Basic credentials, if it carries any."""
+    header = str(environ.get("HTTP_AUTHORIZATION") or "")
+    scheme, _, credentials = header.partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(credentials.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    user, _, password = decoded.partition(":")
+    return user, password
+
+
+def basic_user(environ: Mapping[str, Any]) -> str | None:
+    """The user name a request's HTTP Basic credentials give (``None`` when none or empty).
+
+    Only who the person says they are: worth recording beside an action
+    once the credentials were checked (:meth:`Login.authorized`), never a
+    check itself.
+    """
+    found = _basic(environ)
+    return found[0] if found is not None and found[0] else None
+
+
 class Login:
     """The token a console asks for, and the checks of a request's credentials.
 
@@ -166,15 +200,9 @@ class Login:
 
     def authorized(self, environ: Mapping[str, Any]) -> bool:
         """Whether a request carries the token: HTTP Basic (any user name), or the login cookie."""
-        header = str(environ.get("HTTP_AUTHORIZATION") or "")
-        scheme, _, credentials = header.partition(" ")
-        if scheme.lower() == "basic":
-            try:
-                decoded = base64.b64decode(credentials.strip(), validate=True).decode("utf-8")
-            except (binascii.Error, UnicodeDecodeError):
-                decoded = ""
-            if self.matches(decoded.partition(":")[2]):
-                return True
+        basic = _basic(environ)
+        if basic is not None and self.matches(basic[1]):
+            return True
         for part in str(environ.get("HTTP_COOKIE") or "").split(";"):
             name, _, value = part.strip().partition("=")
             if name == COOKIE and value.isascii() and hmac.compare_digest(value, self.cookie_value):

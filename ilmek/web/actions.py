@@ -11,7 +11,6 @@ its end or its next pause, as ``run`` always does.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import attrs
 
@@ -22,7 +21,7 @@ from ..execution.lifecycle import MovedOn
 from ..graph import CompiledGraph
 from ..operations import request_cancel
 from ..types import Result
-from . import json_input
+from .answers import answers_from_form
 from .reading import graph_for, held_since, thread_info
 from .values import question_of
 
@@ -33,27 +32,41 @@ Form = Mapping[str, str]
 
 @attrs.frozen
 class Outcome:
-    """What an action did: ``tone`` is ``ok`` or ``error``; ``gone`` when the thread was deleted."""
+    """What an action did: ``tone`` is ``ok`` or ``error``; ``gone`` when the thread was deleted.
+
+    ``cancelling``: the run a cancel was asked of (when it took the thread), so
+    the page can say the request is on its way until that run ends.
+    """
 
     tone: str
     text: str
     gone: bool = False
+    cancelling: str | None = None
 
 
 def _failed(text: str) -> Outcome:
     return Outcome("error", text)
 
 
-def _ended(result: Result, what: str) -> Outcome:
+def _ended(result: Result, done: str, tried: str, *, again: bool = False) -> Outcome:
+    """How a run the action started ended: ``done`` says what was done, ``tried`` what was tried."""
     if result.status == "done":
-        return Outcome("ok", f"{what} The run finished.")
+        return Outcome("ok", f"{done} The run finished.")
     if result.status == "interrupted":
         asks = "; ".join(question_of(pause.payload, 100) for pause in result.pending)
-        return Outcome("ok", f"{what} The run paused again: {asks}")
+        return Outcome("ok", f"{done} The run paused again: {asks}")
     if result.status == "aborted":
-        return Outcome("error", f"{what} The run was cancelled: {result.abort_reason or 'no reason given'}.")
+        return Outcome("error", f"{tried} The run was cancelled: {result.abort_reason or 'no reason given'}.")
     failures = "; ".join(f"node {node!r}: {type(error).__name__}: {error}" for node, error in result.errors)
-    return Outcome("error", f"{what} The run failed, {failures or 'for an unknown reason'}.")
+    failed = "The run failed again" if again else "The run failed"
+    return Outcome("error", f"{tried} {failed}, {failures or 'for an unknown reason'}.")
+
+
+def cancel_reason(typed: str | None, user: str | None) -> str:
+    """The reason a cancel from the console records: where it came from, who asked, and why."""
+    said = "cancelled in the web console" + (f" by {user}" if user else "")
+    why = (typed or "").strip()[:200]
+    return f"{said}: {why}" if why else said
 
 
 def _graph(
@@ -64,23 +77,6 @@ def _graph(
         named = f"graph {name!r}" if name else "the thread's graph"
         return None, f"The console was not given {named}: start it with --graph MODULE:GRAPH (or graphs=)."
     return graph, ""
-
-
-def _answers(form: Form, count: int, ids: list[str]) -> dict[str, Any] | str:
-    """The answers a form gives, by pause id, or what is wrong with them."""
-    answers: dict[str, Any] = {}
-    for index in range(count):
-        text = form.get(f"choice.{index}")
-        if text is None:
-            text = form.get(f"answer.{index}", "null")
-        try:
-            answers[ids[index]] = json_input.loads(text)
-        except ValueError as error:
-            return (
-                f"The answer to {ids[index]} is not JSON ({error}); nothing was answered. "
-                'Write text in quotes: "yes".'
-            )
-    return answers
 
 
 def _resume(
@@ -102,7 +98,8 @@ def _resume(
         return _failed(
             f"Checkpoint {checkpoint_id} of this thread has no pause to answer; nothing was answered."
         )
-    answers = _answers(form, len(checkpoint.pending), [pause.id for pause in checkpoint.pending])
+    # The whole payloads, as stored: an option or a draft is sent as the pause holds it.
+    answers = answers_from_form(form, checkpoint.pending)
     if isinstance(answers, str):
         return _failed(answers)
     try:
@@ -125,7 +122,9 @@ def _resume(
         )
     except IlmekError as error:
         return _failed(f"Nothing was answered: {error}")
-    return _ended(result, "Forked with a new answer." if forking else "Answered.")
+    if forking:
+        return _ended(result, "Forked with a new answer.", "Forked with a new answer, but it did not finish.")
+    return _ended(result, "Answered.", "The answer was recorded, but the run did not finish.")
 
 
 def answer(
@@ -134,6 +133,8 @@ def answer(
     thread_id: str,
     checkpoint_id: str | None,
     form: Form,
+    *,
+    user: str | None = None,
 ) -> Outcome:
     """Answer the open pauses of the thread's latest checkpoint (``resume_keyed``)."""
     return _resume(checkpointer, graphs, thread_id, checkpoint_id, form, forking=False)
@@ -145,6 +146,8 @@ def fork(
     thread_id: str,
     checkpoint_id: str | None,
     form: Form,
+    *,
+    user: str | None = None,
 ) -> Outcome:
     """Answer an earlier pause differently: a new branch from ``checkpoint_id``."""
     return _resume(checkpointer, graphs, thread_id, checkpoint_id, form, forking=True)
@@ -156,9 +159,11 @@ def cancel(
     thread_id: str,
     checkpoint_id: str | None,
     form: Form,
+    *,
+    user: str | None = None,
 ) -> Outcome:
     """Ask the run holding the thread to stop at its next superstep boundary."""
-    reason = (form.get("reason") or "").strip()[:200] or "cancelled in the web console"
+    reason = cancel_reason(form.get("reason"), user)
     shown = form.get("held_since")
     if shown:
         # The page was drawn while one run held the thread; ask only that run.
@@ -175,7 +180,11 @@ def cancel(
         return _failed(f"Could not ask the run to stop: {error}")
     if not asked:
         return _failed("No run was holding the thread; there is nothing to cancel.")
-    return Outcome("ok", "Asked the run to stop: it ends aborted at its next superstep boundary.")
+    return Outcome(
+        "ok",
+        f"Asked the run to stop ({reason}): it ends aborted at its next superstep boundary.",
+        cancelling=shown or held_since(thread_info(checkpointer, thread_id)) or None,
+    )
 
 
 def recover(
@@ -184,6 +193,8 @@ def recover(
     thread_id: str,
     checkpoint_id: str | None,
     form: Form,
+    *,
+    user: str | None = None,
 ) -> Outcome:
     """Continue a stalled thread with ``run(graph, None, ...)``, replaying its recorded steps."""
     graph, problem = _graph(checkpointer, graphs, thread_id)
@@ -193,7 +204,7 @@ def recover(
         result = run(graph, None, thread_id=thread_id, checkpointer=checkpointer)
     except IlmekError as error:
         return _failed(f"Nothing was run: {error}")
-    return _ended(result, "Recovered.")
+    return _ended(result, "Recovered.", "Recovery did not succeed.", again=True)
 
 
 def delete(
@@ -202,6 +213,8 @@ def delete(
     thread_id: str,
     checkpoint_id: str | None,
     form: Form,
+    *,
+    user: str | None = None,
 ) -> Outcome:
     """Delete the thread, its checkpoints and its journals; never one a live run holds."""
     if form.get("confirm") != "yes":

@@ -3,9 +3,11 @@
 Routes, under wherever the console is mounted (``SCRIPT_NAME``)::
 
     GET  /                     the threads page (?status=&q=&meta=&offset=&limit=)
-    GET  /thread?id=&checkpoint=   a thread's page
+    GET  /thread?id=&checkpoint=&tree=   a thread's page (tree=: its older checkpoints)
+    GET  /value?id=&checkpoint=&channel= (or &task=&key=)   one value, whole
     POST /action/NAME?id=&checkpoint=   answer, fork, cancel, recover, delete
     GET  /static/console.css   the stylesheet
+    GET  /static/console.js    the small script that refreshes the inbox and a running thread
 
 Before anything else, a request must name an allowed host (when the console
 was given ``allowed_hosts``: else a plain 400) and carry the login (when it
@@ -35,15 +37,16 @@ from ..checkpoint.base import Checkpointer
 from ..errors import CorruptCheckpointError, InvalidArgumentError
 from ..graph import CompiledGraph
 from ..redact import mask_secrets, printable
-from .access import Login, host_allowed, split_host
+from .access import Login, basic_user, host_allowed, split_host
 from .actions import ACTIONS, Outcome
 from .csrf import Guard, same_origin
 from .html import Markup, tag
 from .inbox import threads_page
 from .layout import Note, document
 from .links import Links
-from .reading import STATUSES, InboxQuery, parse_metadata_filter, read_inbox, read_thread
+from .reading import InboxQuery, inbox_query, read_inbox, read_thread
 from .thread_page import thread_page
+from .value_page import read_value, value_page
 
 __all__ = ["Console", "app"]
 
@@ -76,9 +79,8 @@ _STATUS_TEXT: Final = {
 }
 _MAX_BODY: Final = 256 * 1024
 _MAX_NOTE: Final = 1500
-_MAX_LIMIT: Final = 500
-_MAX_OFFSET: Final = 10_000_000
-_STATIC: Final = {"console.css": "text/css; charset=utf-8"}
+_STATIC: Final = {"console.css": "text/css; charset=utf-8", "console.js": "text/javascript; charset=utf-8"}
+_RUNNING_REFRESH: Final = 3.0
 
 StartResponse = Callable[..., Any]
 
@@ -155,27 +157,14 @@ def _graphs(graphs: CompiledGraph | Mapping[str, CompiledGraph] | None) -> dict[
     )
 
 
-def _number(text: str | None, default: int, low: int, high: int, name: str, problems: list[str]) -> int:
-    if text is None or not text.strip():
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        problems.append(f"{name} must be a whole number")
-        return default
-    if not low <= value <= high:
-        problems.append(f"{name} must be between {low} and {high}")
-        return default
-    return value
-
-
 class Console:
     """The web console as a WSGI application; see :func:`app`.
 
-    Besides :func:`app`'s arguments: ``page_size``, the threads a page lists,
-    and ``login``, a :class:`~ilmek.web.access.Login` every request must
-    carry (``ilmek web`` gives one when it listens beyond this machine with
-    its actions on).
+    Besides :func:`app`'s arguments: ``page_size``, the threads a page lists;
+    ``login``, a :class:`~ilmek.web.access.Login` every request must carry
+    (``ilmek web`` gives one when it listens beyond this machine with its
+    actions on); ``refresh_seconds``, how often the inbox reloads itself (a
+    running thread's page: every 3 s, or this if shorter; ``0``: never).
     """
 
     def __init__(
@@ -189,6 +178,7 @@ class Console:
         trusted_origins: Iterable[str] = (),
         page_size: int = 50,
         login: Login | None = None,
+        refresh_seconds: float = 30.0,
     ) -> None:
         if not isinstance(checkpointer, Checkpointer):
             raise InvalidArgumentError(
@@ -206,6 +196,7 @@ class Console:
         self.login = login
         self.trusted_origins = tuple(trusted_origins)
         self.page_size = page_size
+        self.refresh_seconds = refresh_seconds
         self._static: dict[str, tuple[bytes, str]] = {}
         for name in _STATIC:
             body = importlib.resources.files("ilmek.web").joinpath("static", name).read_bytes()
@@ -288,7 +279,11 @@ class Console:
                     (("Allow", "POST"),),
                 )
             return self._act(request, name)
-        routes: dict[str, Callable[[_Request], _Response]] = {"/": self._threads, "/thread": self._thread}
+        routes: dict[str, Callable[[_Request], _Response]] = {
+            "/": self._threads,
+            "/thread": self._thread,
+            "/value": self._value,
+        }
         handler = routes.get(path)
         if handler is None and path.startswith("/static/") and path.removeprefix("/static/") in self._static:
             handler = self._asset
@@ -326,15 +321,31 @@ class Console:
         if text is None or tone not in ("ok", "error"):
             return None
         # Only the console's own words: a crafted link cannot make it say "log in at evil.example".
-        if not self.guard.signed(f"{tone}\0{text}", request.arg("sig")):
+        signed = f"{tone}\0{text}\0{request.arg('cancelling') or ''}"
+        if not self.guard.signed(signed, request.arg("sig")):
             return None
-        return Note(tone, text)
+        return Note(tone, text, request.arg("cancelling") or None)
 
     def _note_params(self, outcome: Outcome) -> dict[str, str]:
         # Escaped before it is signed: a lone surrogate from a stored value cannot be put in a URL.
         text = printable(outcome.text, keep_newlines=True)
         text = text if len(text) <= _MAX_NOTE else text[:_MAX_NOTE] + "…"
-        return {"tone": outcome.tone, "note": text, "sig": self.guard.sign(f"{outcome.tone}\0{text}")}
+        cancelling = outcome.cancelling or ""
+        params = {"tone": outcome.tone, "note": text}
+        if cancelling:
+            params["cancelling"] = cancelling
+        params["sig"] = self.guard.sign(f"{outcome.tone}\0{text}\0{cancelling}")
+        return params
+
+    def _user(self, environ: Mapping[str, Any]) -> str | None:
+        """Who the request says is acting: the host application's ``REMOTE_USER``, or the login's user."""
+        user = environ.get("REMOTE_USER")
+        if isinstance(user, str) and user.strip():
+            return printable(_wsgi_text(user.strip()))[:100]
+        if self.login is not None:
+            named = basic_user(environ)
+            return printable(named.strip())[:100] if named and named.strip() else None
+        return None
 
     # --- pages ------------------------------------------------------------------------------
 
@@ -348,42 +359,25 @@ class Console:
 
     def _threads(self, request: _Request) -> _Response:
         problems: list[str] = []
-        status = request.arg("status") or "interrupted"
-        if status not in STATUSES:
-            problems.append(f"unknown status {status!r}")
-            status = "interrupted"
-        metadata: dict[str, Any] = {}
-        for text in request.query.get("meta", []):
-            if not text.strip():
-                continue
-            try:
-                key, value = parse_metadata_filter(text)
-            except ValueError as error:
-                problems.append(str(error))
-                continue
-            metadata[key] = value
-        query = InboxQuery(
-            status=status,
-            search=(request.arg("q") or "").strip()[:200],
-            metadata=metadata,
-            offset=_number(request.arg("offset"), 0, 0, _MAX_OFFSET, "offset", problems),
-            limit=_number(request.arg("limit"), self.page_size, 1, _MAX_LIMIT, "limit", problems),
-        )
+        query = inbox_query(request.query, self.page_size, problems)
         try:
             page = read_inbox(self.checkpointer, query)
         except NotImplementedError:
             page = None
         except InvalidArgumentError as error:
-            problems.append(str(error))
-            query = InboxQuery(status=query.status, limit=query.limit)
-            page = read_inbox(self.checkpointer, query)
+            problems.append(f"{error}; the list below is not filtered")
+            # What was typed stays in the form, to correct it.
+            page = read_inbox(self.checkpointer, InboxQuery(status=query.status, limit=query.limit))
         markup = threads_page(
             request.links,
+            self.guard,
             query,
             page,
             actions_on=self.allow_actions,
+            graphs=self.graphs,
             note=self._note(request),
             problem="; ".join(problems) or None,
+            refresh=self.refresh_seconds or None,
         )
         return self._html(markup)
 
@@ -393,22 +387,64 @@ class Console:
             raise _Refused(400, "Bad request", "Which thread? The link names none (?id=...).")
         checkpoint_id = request.arg("checkpoint") or None
         try:
-            view = read_thread(self.checkpointer, self.graphs, thread_id, checkpoint_id)
+            view = read_thread(
+                self.checkpointer,
+                self.graphs,
+                thread_id,
+                checkpoint_id,
+                tree_before=request.arg("tree") or None,
+            )
         except InvalidArgumentError as error:
             raise _Refused(404, "No such thread", str(error)) from error
         except CorruptCheckpointError as error:
             # Damaged (or forged) rows, refused in bounded time: the store's trouble, not the console's.
             raise _Refused(500, "Damaged thread", f"This thread cannot be shown: {error}") from error
         if view is None:
-            what = f"Thread {thread_id!r} has no checkpoint"
-            raise _Refused(404, "No such thread", what + (f" {checkpoint_id!r}." if checkpoint_id else "."))
+            self._missing(thread_id, checkpoint_id)
+        assert view is not None
         note = self._note(request)
         if view.problems:
             # What a damaged row hides is said on every view; an action's outcome goes first.
             said = "\n\n".join([*([note.text] if note is not None else []), *view.problems])
-            note = Note("error", said)
-        markup = thread_page(request.links, self.guard, view, actions_on=self.allow_actions, note=note)
+            note = Note("error", said, note.cancelling if note is not None else None)
+        refresh = min(_RUNNING_REFRESH, self.refresh_seconds) if self.refresh_seconds else None
+        markup = thread_page(
+            request.links,
+            self.guard,
+            view,
+            actions_on=self.allow_actions,
+            note=note,
+            cancelling=note.cancelling if note is not None else None,
+            refresh=refresh,
+        )
         return self._html(markup)
+
+    def _missing(self, thread_id: str, checkpoint_id: str | None) -> None:
+        """Refuse a thread page whose thread, or checkpoint, is not stored (a 404 that says which)."""
+        if checkpoint_id and self.checkpointer.get(thread_id) is not None:
+            raise _Refused(
+                404,
+                "No such checkpoint",
+                f"Thread {thread_id!r} has no checkpoint {checkpoint_id!r} (pruned, or from another thread).",
+            )
+        raise _Refused(404, "No such thread", f"There is no thread {thread_id!r} in this store.")
+
+    def _value(self, request: _Request) -> _Response:
+        thread_id, checkpoint_id = request.arg("id"), request.arg("checkpoint")
+        if not thread_id or not checkpoint_id:
+            raise _Refused(400, "Bad request", "Which value? The link names no thread or checkpoint.")
+        try:
+            stored = read_value(
+                self.checkpointer,
+                thread_id,
+                checkpoint_id,
+                {name: request.arg(name) for name in ("channel", "task", "key")},
+            )
+        except InvalidArgumentError as error:
+            raise _Refused(404, "No such thread", str(error)) from error
+        if isinstance(stored, str):
+            raise _Refused(404, "No such value", stored)
+        return self._html(value_page(request.links, stored, actions_on=self.allow_actions))
 
     # --- actions ----------------------------------------------------------------------------
 
@@ -451,9 +487,21 @@ class Console:
                 "The form has expired or did not come from this console; nothing was done. "
                 "Reload the page and try again.",
             )
-        outcome = ACTIONS[name](self.checkpointer, self.graphs, thread_id, request.arg("checkpoint"), form)
+        outcome = ACTIONS[name](
+            self.checkpointer,
+            self.graphs,
+            thread_id,
+            request.arg("checkpoint"),
+            form,
+            user=self._user(request.environ),
+        )
+        back = form.get("back") == "inbox"
+        if back and not outcome.gone:
+            # The inbox lists many threads: its note says which one was answered.
+            outcome = attrs.evolve(outcome, text=f"{thread_id}: {outcome.text}")
         params = self._note_params(outcome)
-        if outcome.gone:
+        if outcome.gone or back:
+            # An answer from an inbox row goes back to the inbox, to the next one.
             location = request.links.threads(params)
         else:
             location = request.links.to("/thread", {"id": thread_id, **params})

@@ -1,10 +1,16 @@
-"""A compiled graph drawn as SVG, top to bottom, without any JavaScript.
+"""A compiled graph drawn as SVG, top to bottom, without any JavaScript; no arrow crosses a box.
 
 Nodes sit in layers by their distance from ``START`` (``END`` last); within
 a layer they follow the average position of what leads to them, which keeps
-most arrows from crossing. Arrows that go down are drawn straight through
-the gap between layers; arrows that go back up (a loop) bend out to the
-right. Solid arrows are static edges (labelled with their predicate when
+most arrows from crossing. Arrows are drawn orthogonally, only in the free
+space: each leaves its box from the bottom, runs along a track of its own in
+the gap below that layer, and enters its target from the top through the
+gap above the target's layer. An arrow that skips layers goes down a
+corridor free of boxes in every layer it passes; one that goes back up (a
+loop) goes up a lane right of every box it passes. So an arrow touches no
+box but its own two ends.
+
+Solid arrows are static edges (labelled with their predicate when
 guarded); dashed ones are decided by code: a Python guard, a router, a
 node's ``destinations`` for its commands. The nodes a checkpoint is about to
 run, and those waiting on a pause, are marked.
@@ -24,13 +30,17 @@ from .html import Markup, tag
 __all__ = ["draw_graph"]
 
 _BOX_HEIGHT: Final = 34
-_LAYER_GAP: Final = 64
-_NODE_GAP: Final = 28
+_TRACK: Final = 9  # between two tracks of one gap
+_GAP_BASE: Final = 40  # a gap's height before its tracks
+_NODE_GAP: Final = 36
 _MARGIN: Final = 20
 _MAX_LABEL: Final = 26
-_LOOP_ROOM: Final = 90
+_LANE: Final = 12  # between two vertical lanes (corridors, loops)
+_CLEAR: Final = 8  # the least room kept between an arrow and a box
 # Node names cannot hold "#", so this prefix never meets a real node.
 _ANYWHERE: Final = "#anywhere"
+
+Point = tuple[float, float]
 
 
 @attrs.frozen
@@ -39,6 +49,21 @@ class _Line:
     source: str
     target: str
     label: str = ""
+
+
+@attrs.frozen
+class _Box:
+    left: float
+    top: float
+    width: float
+
+    @property
+    def right(self) -> float:
+        return self.left + self.width
+
+    @property
+    def bottom(self) -> float:
+        return self.top + _BOX_HEIGHT
 
 
 def _lines(graph: CompiledGraph) -> tuple[list[str], list[_Line]]:
@@ -65,7 +90,8 @@ def _lines(graph: CompiledGraph) -> tuple[list[str], list[_Line]]:
     names = [START, *graph.nodes, *extra]
     if any(line.target == END for line in lines):
         names.append(END)
-    return names, lines
+    # One arrow per pair and kind: a router declaring a target twice draws it once.
+    return names, list(dict.fromkeys(lines))
 
 
 def _layers(names: list[str], lines: list[_Line]) -> dict[str, int]:
@@ -81,12 +107,33 @@ def _layers(names: list[str], lines: list[_Line]) -> dict[str, int]:
         frontier = following
     # Nodes nothing declared a way to reach: a layer of their own below the rest.
     deepest = max(layer.values())
-    stray = [name for name in names if name not in layer and name != END]
-    for name in stray:
-        layer[name] = deepest + 1
+    for name in names:
+        if name not in layer and name != END:
+            layer[name] = deepest + 1
     if END in names:
         layer[END] = max(layer.values()) + 1
     return layer
+
+
+def _ordered(names: list[str], lines: list[_Line], layer_of: dict[str, int]) -> list[list[str]]:
+    """The layers, each in barycentre order: a node goes under what leads to it."""
+    layers: list[list[str]] = [[] for _ in range(max(layer_of.values()) + 1)]
+    for name in names:
+        layers[layer_of[name]].append(name)
+    position: dict[str, float] = {name: index for index, name in enumerate(layers[0])}
+    declared = {name: index for index, name in enumerate(names)}
+    for row in layers[1:]:
+
+        def weight(name: str) -> tuple[float, int]:
+            sources = [
+                position[line.source] for line in lines if line.target == name and line.source in position
+            ]
+            return (sum(sources) / len(sources) if sources else float(declared[name]), declared[name])
+
+        row.sort(key=weight)
+        for index, name in enumerate(row):
+            position[name] = index
+    return layers
 
 
 def _text(name: str) -> str:
@@ -107,18 +154,220 @@ def _box_width(name: str) -> int:
     return max(72, min(240, 8 * len(_text(name)) + 28))
 
 
-def _point(points: Iterable[tuple[float, float]], t: float) -> tuple[float, float]:
-    """The point at ``t`` (0 to 1) along a cubic Bézier curve."""
-    p0, p1, p2, p3 = points
-    weights = ((1 - t) ** 3, 3 * (1 - t) ** 2 * t, 3 * (1 - t) * t**2, t**3)
-    return (
-        sum(w * p[0] for w, p in zip(weights, (p0, p1, p2, p3), strict=True)),
-        sum(w * p[1] for w, p in zip(weights, (p0, p1, p2, p3), strict=True)),
+def _label_width(text: str) -> float:
+    return 6.6 * len(text) + 8
+
+
+@attrs.define
+class _Plan:
+    """Where boxes go and how each arrow runs: the drawing's geometry, before any markup."""
+
+    layers: list[list[str]]
+    layer_of: dict[str, int]
+    box: dict[str, _Box] = attrs.Factory(dict)
+    gap_top: list[float] = attrs.Factory(list)  # the y where the gap below each layer starts
+    tracks: list[int] = attrs.Factory(list)  # how many tracks each gap holds
+    routes: list[tuple[_Line, list[Point]]] = attrs.Factory(list)
+    width: float = 0.0
+    height: float = 0.0
+
+
+def _gap_tracks(lines: list[_Line], layer_of: dict[str, int], count: int) -> list[int]:
+    """How many horizontal tracks each gap needs (the gap below layer ``i``)."""
+    tracks = [0] * count
+    for line in lines:
+        source, target = layer_of[line.source], layer_of[line.target]
+        tracks[source] += 1  # every arrow leaves through the gap below its source
+        if target - 1 != source:
+            tracks[max(target - 1, 0)] += 1  # and enters through the gap above its target
+    return tracks
+
+
+def _place(plan: _Plan, lines: list[_Line]) -> None:
+    """Boxes centred in their layers; gaps tall enough for their tracks (and a label)."""
+    widths = {name: _box_width(name) for row in plan.layers for name in row}
+    gaps = []
+    for row in plan.layers:
+        labelled = [
+            _label_width(_short_label(line.label)) - widths[line.target]
+            for line in lines
+            if line.label and line.target in row
+        ]
+        gaps.append(max([_NODE_GAP, *(width + 24 for width in labelled)]))
+    row_widths = [
+        sum(widths[name] for name in row) + gaps[i] * (len(row) - 1) for i, row in enumerate(plan.layers)
+    ]
+    inner = max(row_widths)
+    plan.tracks = _gap_tracks(lines, plan.layer_of, len(plan.layers))
+    top = float(_MARGIN)
+    for depth, row in enumerate(plan.layers):
+        left = _MARGIN + (inner - row_widths[depth]) / 2
+        for name in row:
+            plan.box[name] = _Box(left, top, widths[name])
+            left += widths[name] + gaps[depth]
+        plan.gap_top.append(top + _BOX_HEIGHT)
+        top += _BOX_HEIGHT + _GAP_BASE + _TRACK * plan.tracks[depth]
+    plan.width = inner + 2 * _MARGIN
+    last = plan.tracks[-1]
+    plan.height = plan.gap_top[-1] + (_GAP_BASE / 2 + _TRACK * last if last else 0) + _MARGIN
+
+
+def _ports(plan: _Plan, lines: list[_Line]) -> dict[tuple[_Line, str], float]:
+    """Where each arrow leaves its source (bottom edge) and enters its target (top edge), spread out."""
+    ports: dict[tuple[_Line, str], float] = {}
+    for end, other in (("source", "target"), ("target", "source")):
+        groups: dict[str, list[_Line]] = {}
+        for line in lines:
+            groups.setdefault(getattr(line, end), []).append(line)
+        for name, members in groups.items():
+            box = plan.box[name]
+            members.sort(
+                key=lambda m: plan.box[getattr(m, other)].left + plan.box[getattr(m, other)].width / 2
+            )
+            for index, line in enumerate(members):
+                ports[(line, end)] = box.left + box.width * (index + 1) / (len(members) + 1)
+    return ports
+
+
+def _free_x(plan: _Plan, rows: range, near: float, taken: list[float]) -> float:
+    """An x no box of layers ``rows`` comes near (nor another lane), as close to ``near`` as can be."""
+    blocked = [
+        (box.left - _CLEAR, box.right + _CLEAR)
+        for depth in rows
+        for box in (plan.box[name] for name in plan.layers[depth])
+    ]
+    blocked += [(x - _LANE / 2, x + _LANE / 2) for x in taken]
+    candidates = [near] + [edge for low, high in blocked for edge in (low - 1, high + 1)]
+    free = [x for x in candidates if x >= _MARGIN / 2 and all(not low < x < high for low, high in blocked)]
+    if free:
+        return min(free, key=lambda x: (abs(x - near), x))
+    return max([plan.width, *(high for _, high in blocked)]) + _LANE
+
+
+def _route(plan: _Plan, lines: list[_Line]) -> None:
+    """Each arrow as an orthogonal polyline through the gaps, corridors and loop lanes."""
+    ports = _ports(plan, lines)
+    used = [0] * len(plan.layers)
+    lanes: list[float] = []
+
+    def track(gap: int) -> float:
+        used[gap] += 1
+        return plan.gap_top[gap] + _GAP_BASE / 2 + _TRACK * (used[gap] - 1)
+
+    for line in lines:
+        source, target = plan.box[line.source], plan.box[line.target]
+        s_layer, t_layer = plan.layer_of[line.source], plan.layer_of[line.target]
+        x0, x1 = ports[(line, "source")], ports[(line, "target")]
+        out = track(s_layer)
+        if t_layer == s_layer + 1:
+            points = [(x0, source.bottom), (x0, out), (x1, out), (x1, target.top)]
+        else:
+            # A corridor down past the layers between, or a lane up beside every box it passes.
+            rows = range(s_layer + 1, t_layer) if t_layer > s_layer else range(t_layer, s_layer + 1)
+            if t_layer > s_layer:
+                lane = _free_x(plan, rows, (x0 + x1) / 2, lanes)
+            else:
+                right = max(plan.box[name].right for depth in rows for name in plan.layers[depth])
+                lane = max([right + 2 * _CLEAR, *(x + _LANE for x in lanes if x > right)])
+            lanes.append(lane)
+            inn = track(max(t_layer - 1, 0))
+            points = [(x0, source.bottom), (x0, out), (lane, out), (lane, inn), (x1, inn), (x1, target.top)]
+        plan.routes.append((line, points))
+    widest = max([plan.width - _MARGIN, *lanes]) + _MARGIN
+    plan.width = widest
+
+
+def _path(points: list[Point]) -> str:
+    # Repeated points (a straight run) are dropped: every segment has a length.
+    kept = [points[0]]
+    for point in points[1:]:
+        if point != kept[-1]:
+            kept.append(point)
+    return "M" + " L".join(f"{x:.1f},{y:.1f}" for x, y in kept)
+
+
+def _label_markup(line: _Line, points: list[Point]) -> Markup:
+    """A guard's label on the arrow's last run into its target, where arrows to other boxes have parted."""
+    (x, y_from), (_, y_to) = points[-2], points[-1]
+    mx, my = x, (y_from + y_to) / 2
+    text = _short_label(line.label)
+    width = _label_width(text)
+    return tag(
+        "g",
+        {"class": "edge-label"},
+        tag("title", {}, line.label),
+        tag(
+            "rect",
+            {
+                "x": f"{mx - width / 2:.1f}",
+                "y": f"{my - 8:.1f}",
+                "width": f"{width:.1f}",
+                "height": 16,
+                "rx": 3,
+            },
+        ),
+        tag("text", {"x": f"{mx:.1f}", "y": f"{my + 4:.1f}"}, text),
     )
 
 
-def _label_width(text: str) -> float:
-    return 6.6 * len(text) + 8
+def _arrows(plan: _Plan) -> tuple[list[Markup], list[Markup]]:
+    arrows, labels = [], []
+    for line, points in plan.routes:
+        dynamic = line.kind in ("router", "guard", "goto")
+        arrows.append(
+            tag(
+                "path",
+                {
+                    "d": _path(points),
+                    "class": "arrow dynamic" if dynamic else "arrow",
+                    "marker-end": "url(#ilmek-arrow)",
+                    "data-source": line.source,
+                    "data-target": line.target,
+                },
+            )
+        )
+        if line.label:
+            labels.append(_label_markup(line, points))
+    return arrows, labels
+
+
+def _boxes(plan: _Plan, graph: CompiledGraph, upcoming: set[str], paused: set[str]) -> list[Markup]:
+    boxes = []
+    for row in plan.layers:
+        for name in row:
+            box = plan.box[name]
+            classes = ["gnode"]
+            if name in (START, END):
+                classes.append("terminal")
+            elif name not in graph.nodes:
+                classes.append("anywhere")
+            if name in paused:
+                classes.append("paused")
+            elif name in upcoming:
+                classes.append("upcoming")
+            boxes.append(
+                tag(
+                    "g",
+                    {"class": " ".join(classes), "data-node": name},
+                    tag("title", {}, name),
+                    tag(
+                        "rect",
+                        {
+                            "x": f"{box.left:.1f}",
+                            "y": f"{box.top:.1f}",
+                            "width": f"{box.width:.1f}",
+                            "height": _BOX_HEIGHT,
+                            "rx": _BOX_HEIGHT // 2 if name in (START, END) else 6,
+                        },
+                    ),
+                    tag(
+                        "text",
+                        {"x": f"{box.left + box.width / 2:.1f}", "y": f"{box.top + _BOX_HEIGHT / 2 + 4:.1f}"},
+                        _text(name),
+                    ),
+                )
+            )
+    return boxes
 
 
 def draw_graph(graph: CompiledGraph, *, upcoming: Iterable[str] = (), paused: Iterable[str] = ()) -> Markup:
@@ -131,155 +380,11 @@ def draw_graph(graph: CompiledGraph, *, upcoming: Iterable[str] = (), paused: It
     """
     names, lines = _lines(graph)
     layer_of = _layers(names, lines)
-    count = max(layer_of.values()) + 1
-    layers: list[list[str]] = [[] for _ in range(count)]
-    for name in names:
-        layers[layer_of[name]].append(name)
-    # One pass of barycentre ordering: a node goes under what leads to it.
-    position: dict[str, float] = {name: index for index, name in enumerate(layers[0])}
-    declared = {name: index for index, name in enumerate(names)}
-    for depth in range(1, count):
-
-        def weight(name: str) -> tuple[float, int]:
-            sources = [
-                position[line.source] for line in lines if line.target == name and line.source in position
-            ]
-            return (sum(sources) / len(sources) if sources else float(declared[name]), declared[name])
-
-        layers[depth].sort(key=weight)
-        for index, name in enumerate(layers[depth]):
-            position[name] = index
-
-    widths = {name: _box_width(name) for name in names}
-    # Boxes whose incoming arrows carry labels stand far enough apart for the labels.
-    gaps = []
-    for row in layers:
-        labelled = [
-            _label_width(_short_label(line.label)) - widths[line.target]
-            for line in lines
-            if line.label and line.target in row and layer_of[line.target] > layer_of[line.source]
-        ]
-        gaps.append(max([_NODE_GAP, *(width + 24 for width in labelled)]))
-    row_widths = [
-        sum(widths[name] for name in row) + gaps[depth] * (len(row) - 1) for depth, row in enumerate(layers)
-    ]
-    inner = max(row_widths)
-    width = inner + 2 * _MARGIN + _LOOP_ROOM
-    height = count * _BOX_HEIGHT + (count - 1) * _LAYER_GAP + 2 * _MARGIN
-    box: dict[str, tuple[float, float, int]] = {}  # name -> (left, top, width)
-    for depth, row in enumerate(layers):
-        left = _MARGIN + (inner - row_widths[depth]) / 2
-        top = _MARGIN + depth * (_BOX_HEIGHT + _LAYER_GAP)
-        for name in row:
-            box[name] = (left, top, widths[name])
-            left += widths[name] + gaps[depth]
-
-    upcoming_set, paused_set = set(upcoming), set(paused)
-    drawn = [line for line in lines if line.source in box and line.target in box]
-    forward = [line for line in drawn if layer_of[line.target] > layer_of[line.source]]
-    # Several arrows leaving (or entering) one box spread along its edge, in
-    # the order of the boxes at their other ends, so they neither overlap
-    # nor cross right at the box.
-    leaving: dict[str, list[_Line]] = {}
-    entering: dict[str, list[_Line]] = {}
-    for line in forward:
-        leaving.setdefault(line.source, []).append(line)
-        entering.setdefault(line.target, []).append(line)
-
-    def port(name: str, line: _Line, group: dict[str, list[_Line]], other: str) -> float:
-        left, _, box_width = box[name]
-        members = sorted(group[name], key=lambda m: box[getattr(m, other)][0])
-        index = members.index(line)
-        return left + box_width * (index + 1) / (len(members) + 1)
-
-    arrows: list[Markup] = []
-    labels: list[Markup] = []
-    loops = 0
-    for line in drawn:
-        sl, st, sw = box[line.source]
-        tl, tt, tw = box[line.target]
-        if line in forward:
-            p0 = (port(line.source, line, leaving, "target"), st + _BOX_HEIGHT)
-            p3 = (port(line.target, line, entering, "source"), tt)
-            bend = _LAYER_GAP * 0.6
-            p1, p2 = (p0[0], p0[1] + bend), (p3[0], p3[1] - bend)
-        else:
-            # Back up (or sideways): out of the source's right side and into the target's.
-            loops += 1
-            reach = max(sl + sw, tl + tw) + 36 + 12 * (loops % 4)
-            p0 = (sl + sw, st + _BOX_HEIGHT - 8)
-            p3 = (tl + tw, tt + 8)
-            p1, p2 = (reach, p0[1]), (reach, p3[1])
-        dynamic = line.kind in ("router", "guard", "goto")
-        path = "M{:.1f},{:.1f} C{:.1f},{:.1f} {:.1f},{:.1f} {:.1f},{:.1f}".format(*p0, *p1, *p2, *p3)
-        arrows.append(
-            tag(
-                "path",
-                {
-                    "d": path,
-                    "class": "arrow dynamic" if dynamic else "arrow",
-                    "marker-end": "url(#ilmek-arrow)",
-                },
-            )
-        )
-        if line.label:
-            # Near the target, where arrows into different boxes have parted.
-            mx, my = _point((p0, p1, p2, p3), 0.72 if line in forward else 0.5)
-            text = _short_label(line.label)
-            labels.append(
-                tag(
-                    "g",
-                    {"class": "edge-label"},
-                    tag("title", {}, line.label),
-                    tag(
-                        "rect",
-                        {
-                            "x": f"{mx - _label_width(text) / 2:.1f}",
-                            "y": f"{my - 9:.1f}",
-                            "width": f"{_label_width(text):.1f}",
-                            "height": 16,
-                            "rx": 3,
-                        },
-                    ),
-                    tag("text", {"x": f"{mx:.1f}", "y": f"{my + 3:.1f}"}, text),
-                )
-            )
-
-    boxes: list[Markup] = []
-    for name in names:
-        box_left, box_top, box_width = box[name]
-        classes = ["gnode"]
-        if name in (START, END):
-            classes.append("terminal")
-        elif name not in graph.nodes:
-            classes.append("anywhere")
-        if name in paused_set:
-            classes.append("paused")
-        elif name in upcoming_set:
-            classes.append("upcoming")
-        label = _text(name)
-        boxes.append(
-            tag(
-                "g",
-                {"class": " ".join(classes)},
-                tag("title", {}, name),
-                tag(
-                    "rect",
-                    {
-                        "x": f"{box_left:.1f}",
-                        "y": f"{box_top:.1f}",
-                        "width": box_width,
-                        "height": _BOX_HEIGHT,
-                        "rx": _BOX_HEIGHT // 2 if name in (START, END) else 6,
-                    },
-                ),
-                tag(
-                    "text",
-                    {"x": f"{box_left + box_width / 2:.1f}", "y": f"{box_top + _BOX_HEIGHT / 2 + 4:.1f}"},
-                    label,
-                ),
-            )
-        )
+    plan = _Plan(layers=_ordered(names, lines, layer_of), layer_of=layer_of)
+    drawn = [line for line in lines if line.source in layer_of and line.target in layer_of]
+    _place(plan, drawn)
+    _route(plan, drawn)
+    arrows, labels = _arrows(plan)
     marker = tag(
         "marker",
         {
@@ -293,19 +398,20 @@ def draw_graph(graph: CompiledGraph, *, upcoming: Iterable[str] = (), paused: It
         },
         tag("path", {"d": "M0,0 L10,5 L0,10 z", "class": "arrowhead"}),
     )
+    width, height = f"{plan.width:.0f}", f"{plan.height:.0f}"
     return tag(
         "svg",
         {
             "class": "graph",
             "xmlns": "http://www.w3.org/2000/svg",
-            "width": f"{width:.0f}",
+            "width": width,
             "height": height,
-            "viewBox": f"0 0 {width:.0f} {height}",
+            "viewBox": f"0 0 {width} {height}",
             "role": "img",
-            "aria-label": f"graph {graph.name}",
+            "aria-label": f"graph {graph.name}: {len(plan.box)} nodes, {len(plan.routes)} arrows",
         },
         tag("defs", {}, marker),
         tag("g", {"class": "arrows"}, arrows),
-        tag("g", {"class": "nodes"}, boxes),
+        tag("g", {"class": "nodes"}, _boxes(plan, graph, set(upcoming), set(paused))),
         tag("g", {"class": "labels"}, labels),
     )

@@ -1,17 +1,26 @@
-"""The threads page: the inbox of pauses waiting for a person, and every other thread by status."""
+"""The threads page: the inbox of pauses waiting for a person, and every other thread by status.
+
+A paused thread whose question offers a few options (a yes/no pair reads
+*Approve* / *Reject*) is answered from its row, when the console has its
+graph and its actions on; the answer goes to the pause the row showed (its
+latest checkpoint) and the browser comes back to the inbox.
+"""
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from ..graph import CompiledGraph
 from ..types import utc_now
 from . import json_input
+from .csrf import Guard
 from .html import Markup, tag
-from .layout import STATUS_LABELS, Note, badge, document, note_box, running_badge, when
+from .layout import STATUS_LABELS, Note, action_form, badge, document, note_box, running_badge, when
 from .links import Links
-from .reading import STATUSES, InboxPage, InboxQuery, InboxRow
+from .pause_forms import inbox_buttons
+from .reading import STATUSES, UPDATED, InboxPage, InboxQuery, InboxRow
 from .values import label, question_of
 
 __all__ = ["threads_page"]
@@ -54,16 +63,19 @@ def _params(query: InboxQuery, **changes: object) -> dict[str, str | int | Seque
         "status": None if status == "interrupted" else str(status),
         "q": query.search or None,
         "meta": [f"{key}={_shown(value)}" for key, value in query.metadata.items()] or None,
+        "graph": query.graph or None,
+        "updated": query.updated or None,
         "offset": int(str(offset)) or None,
         "limit": None if query.limit == 50 else query.limit,
     }
 
 
-def _tabs(links: Links, query: InboxQuery) -> Markup:
+def _tabs(links: Links, query: InboxQuery, counts: Mapping[str, int] | None) -> Markup:
     items = []
     for status in STATUSES:
-        label = "Inbox" if status == "interrupted" else STATUS_LABELS[status].capitalize()
+        label_text = "Inbox" if status == "interrupted" else STATUS_LABELS[status].capitalize()
         current = status == query.status
+        count = counts.get(status) if counts is not None else None
         items.append(
             tag(
                 "a",
@@ -73,18 +85,36 @@ def _tabs(links: Links, query: InboxQuery) -> Markup:
                     "aria-current": "page" if current else None,
                     "title": _TAB_TITLES[status],
                 },
-                label,
+                label_text,
+                tag("span", {"class": "count"}, f"{count:,}") if count is not None else None,
             )
         )
-    return tag("nav", {"class": "tabs", "aria-label": "filter by status"}, items)
+    return tag("nav", {"class": "tabs", "aria-label": "threads by status"}, items)
 
 
-def _filters(links: Links, query: InboxQuery, problem: str | None) -> Markup:
-    # One field per pair: a value may hold any separator one could pick.
-    pairs = [f"{key}={_shown(value)}" for key, value in query.metadata.items()] or [""]
+def _select(name: str, caption: str, choices: Sequence[tuple[str, str]], chosen: str) -> Markup:
+    return tag(
+        "label",
+        {},
+        tag("span", {}, caption),
+        tag(
+            "select",
+            {"name": name},
+            [tag("option", {"value": value, "selected": value == chosen}, text) for value, text in choices],
+        ),
+    )
+
+
+def _filters(
+    links: Links, query: InboxQuery, problem: str | None, graphs: Mapping[str, CompiledGraph]
+) -> Markup:
+    # One field per pair: a value may hold any separator one could pick. What was typed stays.
+    pairs = list(query.typed) or [f"{key}={_shown(value)}" for key, value in query.metadata.items()] or [""]
+    graph_names = sorted({*graphs, *([query.graph] if query.graph else [])})
+    filtered = query.search or query.metadata or query.typed or query.graph or query.updated
     return tag(
         "form",
-        {"method": "get", "action": links.threads(), "class": "filters"},
+        {"method": "get", "action": links.threads(), "class": "filters", "role": "search"},
         tag("input", {"type": "hidden", "name": "status", "value": query.status}),
         tag(
             "label",
@@ -101,11 +131,17 @@ def _filters(links: Links, query: InboxQuery, problem: str | None) -> Markup:
             )
             for pair in pairs
         ],
+        _select("graph", "Graph", [("", "any graph"), *((name, name) for name in graph_names)], query.graph)
+        if graph_names
+        else None,
+        _select(
+            "updated", "Updated", [(value, text) for value, (text, _, _) in UPDATED.items()], query.updated
+        ),
         tag("button", {"type": "submit"}, "Filter"),
         tag("a", {"href": links.threads(_params(InboxQuery(status=query.status))), "class": "clear"}, "Clear")
-        if query.search or query.metadata
+        if filtered
         else None,
-        tag("p", {"class": "problem"}, problem) if problem else None,
+        tag("p", {"class": "problem", "role": "alert"}, problem) if problem else None,
     )
 
 
@@ -131,13 +167,64 @@ def _detail(row: InboxRow, now: _dt.datetime) -> Markup:
             tag("span", {"class": "muted"}, f" — in {info.error.node}") if info.error.node else None,
         )
     if info.running:
-        return tag("div", {"class": "muted"}, "running since ", when(info.held_since, now))
+        return tag(
+            "div",
+            {"class": "muted"},
+            "running since ",
+            when(info.held_since, now),
+            f" — {info.held_by}" if info.held_by else None,
+        )
+    if info.cancelled is not None:
+        return tag("div", {"class": "cancelled"}, f"cancelled: {label(info.cancelled.reason, 140)}")
     if info.status == "unfinished":
         return tag("div", {"class": "muted"}, "stalled: tasks planned, no run holds it")
     return tag("div", {"class": "muted"}, "")
 
 
-def _row(links: Links, row: InboxRow, now: _dt.datetime) -> Markup:
+def _answer_cell(links: Links, guard: Guard, row: InboxRow, graphs: Mapping[str, CompiledGraph]) -> Markup:
+    """One click answers: the buttons of the row's pause, or a link to its page."""
+    info = row.info
+    open_link = tag(
+        "a", {"href": links.thread(info.id, fragment="pauses"), "class": "open"}, "Open to answer"
+    )
+    if len(row.pending) != 1 or info.checkpoint_id is None or row.graph not in graphs:
+        return open_link
+    buttons = inbox_buttons(row.pending[0].payload)
+    if buttons is None:
+        return open_link
+    return action_form(
+        links,
+        guard,
+        "answer",
+        info.id,
+        # The pause the row showed: if the thread moves on meanwhile, nothing is answered.
+        info.checkpoint_id,
+        tag("input", {"type": "hidden", "name": "back", "value": "inbox"}),
+        [
+            tag(
+                "button",
+                {
+                    "type": "submit",
+                    "name": "option.0",
+                    "value": value,
+                    "class": css,
+                    "aria-label": f"{text}: {info.id if len(info.id) <= 60 else info.id[:60] + '…'}",
+                },
+                text,
+            )
+            for value, text, css in buttons
+        ],
+        css="row-answer",
+    )
+
+
+def _row(
+    links: Links,
+    guard: Guard,
+    row: InboxRow,
+    now: _dt.datetime,
+    answering: Mapping[str, CompiledGraph] | None,
+) -> Markup:
     info = row.info
     chips = [
         tag("span", {"class": "chip"}, f"{key}={label(value, 30)}")
@@ -164,84 +251,134 @@ def _row(links: Links, row: InboxRow, now: _dt.datetime) -> Markup:
             running_badge(info.held_since) if info.running else None,
         ),
         tag("td", {"class": "detail"}, _detail(row, now)),
+        tag("td", {"class": "answer"}, _answer_cell(links, guard, row, answering) if row.pending else None)
+        if answering is not None
+        else None,
         tag("td", {"class": "num"}, str(info.step)),
         tag("td", {"class": "when"}, when(info.updated_at, now)),
     )
 
 
-def _pager(links: Links, query: InboxQuery, page: InboxPage) -> Markup:
-    first = query.offset + 1 if page.rows else query.offset
-    last = query.offset + len(page.rows)
-    newer = (
-        tag(
-            "a",
-            {"href": links.threads(_params(query, offset=max(query.offset - query.limit, 0))), "rel": "prev"},
-            "← Newer",
+def _pager(links: Links, page: InboxPage, inbox: InboxQuery) -> Markup:
+    if inbox.graph:
+        # Filtered by graph, a page is what a scan of the threads found: its offsets are the scan's.
+        newer = (
+            tag("a", {"href": links.threads(_params(inbox, offset=0)), "rel": "prev"}, "← Newest")
+            if inbox.offset > 0
+            else tag("span", {"class": "disabled"}, "← Newest")
         )
-        if query.offset > 0
-        else tag("span", {"class": "disabled"}, "← Newer")
-    )
+        span = f"looked through threads {inbox.offset + 1:,} to {inbox.offset + page.scanned:,}"
+    else:
+        first = inbox.offset + 1 if page.rows else inbox.offset
+        newer = (
+            tag(
+                "a",
+                {
+                    "href": links.threads(_params(inbox, offset=max(inbox.offset - inbox.limit, 0))),
+                    "rel": "prev",
+                },
+                "← Newer",
+            )
+            if inbox.offset > 0
+            else tag("span", {"class": "disabled"}, "← Newer")
+        )
+        span = f"{first} to {inbox.offset + len(page.rows)}"
     older = (
-        tag(
-            "a",
-            {"href": links.threads(_params(query, offset=query.offset + query.limit)), "rel": "next"},
-            "Older →",
-        )
+        tag("a", {"href": links.threads(_params(inbox, offset=page.next_offset)), "rel": "next"}, "Older →")
         if page.more
         else tag("span", {"class": "disabled"}, "Older →")
     )
-    return tag("nav", {"class": "pager"}, newer, tag("span", {"class": "range"}, f"{first} to {last}"), older)
+    return tag(
+        "nav", {"class": "pager", "aria-label": "pages"}, newer, tag("span", {"class": "range"}, span), older
+    )
+
+
+def _listing(
+    links: Links,
+    guard: Guard,
+    query: InboxQuery,
+    page: InboxPage | None,
+    answering: Mapping[str, CompiledGraph] | None,
+) -> Markup:
+    if page is None:
+        return tag("p", {"class": "empty"}, "This checkpointer cannot list threads.")
+    if not page.rows:
+        empty = _EMPTY[query.status] if query.offset == 0 else "No more threads."
+        if query.graph and page.more:
+            empty = (
+                f"No thread of graph {query.graph!r} among the {page.scanned:,} looked through; try Older."
+            )
+        return tag("p", {"class": "empty"}, empty)
+    now = utc_now()
+    heads = [
+        ("Thread", None),
+        ("Status", None),
+        ("Waiting for / failure", None),
+        *((("Answer", None),) if answering is not None else ()),
+        ("Step", "num"),
+        ("Updated", None),
+    ]
+    return tag(
+        "table",
+        {"class": "threads"},
+        tag(
+            "thead",
+            {},
+            tag("tr", {}, [tag("th", {"class": css, "scope": "col"}, name) for name, css in heads]),
+        ),
+        tag("tbody", {}, [_row(links, guard, row, now, answering) for row in page.rows]),
+    )
 
 
 def threads_page(
     links: Links,
+    guard: Guard,
     query: InboxQuery,
     page: InboxPage | None,
     *,
     actions_on: bool,
+    graphs: Mapping[str, CompiledGraph] | None = None,
     note: Note | None = None,
     problem: str | None = None,
+    refresh: float | None = None,
 ) -> Markup:
-    """The threads page for ``query``; ``page`` is ``None`` when the store cannot list threads."""
-    now = utc_now()
+    """The threads page for ``query``; ``page`` is ``None`` when the store cannot list threads.
+
+    ``graphs``: the console's graphs (answering from a row needs the
+    thread's); ``refresh``: seconds after which the page reloads itself.
+    """
     heading = "Inbox" if query.status == "interrupted" else f"Threads: {STATUS_LABELS[query.status]}"
     intro = (
         "Threads paused on a question, waiting for a person's answer; most recently updated first."
         if query.status == "interrupted"
         else _TAB_TITLES[query.status].capitalize() + "; most recently updated first."
     )
-    if page is None:
-        listing = tag("p", {"class": "empty"}, "This checkpointer cannot list threads.")
-    elif not page.rows:
-        listing = tag(
-            "p", {"class": "empty"}, _EMPTY[query.status] if query.offset == 0 else "No more threads."
+    counts = page.counts if page is not None else None
+    total = (
+        tag(
+            "p",
+            {"class": "total"},
+            f"{counts['all']:,} threads in this store; {counts['interrupted']:,} waiting.",
         )
-    else:
-        listing = tag(
-            "table",
-            {"class": "threads"},
-            tag(
-                "thead",
-                {},
-                tag(
-                    "tr",
-                    {},
-                    tag("th", {}, "Thread"),
-                    tag("th", {}, "Status"),
-                    tag("th", {}, "Waiting for / failure"),
-                    tag("th", {"class": "num"}, "Step"),
-                    tag("th", {}, "Updated"),
-                ),
-            ),
-            tag("tbody", {}, [_row(links, row, now) for row in page.rows]),
-        )
+        if counts is not None
+        else None
+    )
+    answering = dict(graphs or {}) if actions_on and query.status in ("interrupted", "all") else None
     body = [
         tag("h1", {}, heading),
         tag("p", {"class": "lede"}, intro),
+        total,
         note_box(note),
-        _tabs(links, query),
-        _filters(links, query, problem),
-        listing,
-        _pager(links, query, page) if page is not None and (page.rows or query.offset) else None,
+        _tabs(links, query, counts),
+        _filters(links, query, problem, graphs or {}),
+        _listing(links, guard, query, page, answering),
+        _pager(links, page, query) if page is not None and (page.rows or query.offset) else None,
+        tag(
+            "p",
+            {"class": "hint refresh"},
+            f"This page refreshes itself every {refresh:g} s (with JavaScript on).",
+        )
+        if refresh
+        else None,
     ]
-    return document(heading, links, body, actions_on=actions_on)
+    return document(heading, links, body, actions_on=actions_on, refresh=refresh)

@@ -7,15 +7,16 @@ Everything returns :class:`~ilmek.web.html.Markup` built with
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Sequence
 from typing import Any, Final
 
 import attrs
 
 from ..types import utc_now
 from .csrf import Guard
-from .html import Child, Markup, escape, join, tag
+from .html import Child, Markup, Url, escape, join, tag
 from .links import Links
-from .values import render
+from .values import LIMIT, render
 
 __all__ = [
     "STATUS_LABELS",
@@ -23,6 +24,7 @@ __all__ = [
     "action_form",
     "badge",
     "document",
+    "facts",
     "note_box",
     "running_badge",
     "value_block",
@@ -61,14 +63,25 @@ _LOGO: Final = tag(
 
 @attrs.frozen
 class Note:
-    """A message at the top of a page: ``tone`` is ``ok`` or ``error``."""
+    """A message at the top of a page: ``tone`` is ``ok`` or ``error``.
+
+    ``cancelling``: the run a cancel was just asked of (its ``held_since``), if any.
+    """
 
     tone: str
     text: str
+    cancelling: str | None = None
 
 
-def document(title: str, links: Links, body: Child, *, actions_on: bool) -> Markup:
-    """A whole page: head, the console's header, then ``body``."""
+def document(
+    title: str, links: Links, body: Child, *, actions_on: bool, refresh: float | None = None
+) -> Markup:
+    """A whole page: head, the console's header, then ``body``.
+
+    ``refresh``: seconds after which the page reloads itself, through the
+    console's small script (``console.js``), which waits while a field is
+    being filled in. Without JavaScript the page simply stays as it is.
+    """
     mode = (
         tag("span", {"class": "mode on", "title": "answering, cancelling and deleting are on"}, "actions on")
         if actions_on
@@ -95,10 +108,18 @@ def document(title: str, links: Links, body: Child, *, actions_on: bool) -> Mark
                 {},
                 tag("meta", {"charset": "utf-8"}),
                 tag("meta", {"name": "viewport", "content": "width=device-width, initial-scale=1"}),
+                tag("meta", {"name": "color-scheme", "content": "light dark"}),
                 tag("title", {}, f"{title} · ilmek"),
                 tag("link", {"rel": "stylesheet", "href": links.static("console.css")}),
+                tag("script", {"src": links.static("console.js"), "defer": True}) if refresh else None,
             ),
-            tag("body", {}, header, tag("main", {}, body)),
+            tag(
+                "body",
+                {"data-refresh": f"{refresh:g}" if refresh else None},
+                tag("a", {"class": "skip", "href": Url("#main")}, "Skip to the content"),
+                header,
+                tag("main", {"id": "main"}, body),
+            ),
         )
     )
 
@@ -124,34 +145,83 @@ def _ago(moment: _dt.datetime, now: _dt.datetime) -> str:
     return f"{seconds} s ago"
 
 
-def when(moment: _dt.datetime | None, now: _dt.datetime | None = None) -> Markup:
-    """A moment as "5 min ago", the exact UTC time on hover."""
+def when(moment: _dt.datetime | None, now: _dt.datetime | None = None, *, absolute: bool = False) -> Markup:
+    """A moment as "5 min ago", the exact UTC time on hover; ``absolute`` also writes the date and time."""
     if moment is None:
         return escape("-")
     now = now or utc_now()
     moment = moment.astimezone(_dt.UTC)
+    exact = f"{moment:%Y-%m-%d %H:%M:%S} UTC"
+    shown = f"{moment:%Y-%m-%d %H:%M:%S} ({_ago(moment, now)})" if absolute else _ago(moment, now)
+    return tag("time", {"datetime": moment.isoformat(), "title": exact}, shown)
+
+
+def facts(pairs: Sequence[tuple[str, Child]]) -> Markup:
+    """Name and value pairs as a definition list; a pair whose value is ``None`` is left out."""
     return tag(
-        "time",
-        {"datetime": moment.isoformat(), "title": f"{moment:%Y-%m-%d %H:%M:%S} UTC"},
-        _ago(moment, now),
+        "dl",
+        {"class": "facts"},
+        [
+            tag("div", {}, tag("dt", {}, name), tag("dd", {}, value))
+            for name, value in pairs
+            if value is not None
+        ],
     )
 
 
-def value_block(value: Any, *, css: str = "value") -> Markup:
-    """A stored value for reading; a long one is folded behind its first line (a ``<details>``)."""
-    rendered = render(value)
-    text = rendered.text
-    block = tag("pre", {"class": css}, escape(text, keep_newlines=True))
-    if rendered.lines <= _FOLD_LINES and len(text) <= _FOLD_CHARS:
-        return block
-    first = text.split("\n", 1)[0]
+def value_block(
+    value: Any, *, css: str = "value", whole: Url | None = None, limit: int = LIMIT, fold: bool = True
+) -> Markup:
+    """A stored value for reading; a long one is folded behind its first line (a ``<details>``).
+
+    A text of several lines is shown as text (its lines, not ``\\n``);
+    anything else as JSON-like text. A value cut at ``limit`` characters
+    links to ``whole``, the page that shows it all, when given.
+    """
+    if isinstance(value, str) and "\n" in value:
+        # A text's own line breaks are its lines: shown as text, not as an escaped JSON string.
+        shown_text = value if len(value) <= limit else value[:limit] + " …"
+        lines, cut, element, classes = value.count("\n") + 1, len(value) > limit, "div", f"{css} text"
+    else:
+        rendered = render(value, limit=limit)
+        shown_text, lines, cut, element, classes = (
+            rendered.text,
+            rendered.lines,
+            rendered.truncated,
+            "pre",
+            css,
+        )
+    more = (
+        tag(
+            "p",
+            {"class": "cut"},
+            f"Cut at {limit:,} characters. ",
+            tag("a", {"href": whole}, "Show the whole value"),
+        )
+        if cut and whole is not None
+        else None
+    )
+    folded = fold and (lines > _FOLD_LINES or len(shown_text) > _FOLD_CHARS)
+    # A folded value is long enough to scroll in its box: focusable, so a keyboard can scroll it too.
+    block = tag(
+        element,
+        {"class": classes, "tabindex": "0" if folded else None},
+        escape(shown_text, keep_newlines=True),
+    )
+    if not folded:
+        return join(block, more)
+    first = shown_text.split("\n", 1)[0]
     summary = first if len(first) <= 90 else first[:90] + "…"
-    size = f"{rendered.lines} lines" + (", cut short" if rendered.truncated else "")
-    return tag(
-        "details",
-        {"class": "fold"},
-        tag("summary", {}, tag("code", {}, summary), tag("span", {"class": "muted"}, f" ({size})")),
-        block,
+    size = f"{lines} lines" + (", cut short" if cut else "")
+    return join(
+        tag(
+            "details",
+            {"class": "fold"},
+            tag("summary", {}, tag("code", {}, summary), tag("span", {"class": "muted"}, f" ({size})")),
+            block,
+        ),
+        # Outside the fold: the way to the rest is seen without opening it.
+        more,
     )
 
 

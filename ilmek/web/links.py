@@ -51,10 +51,27 @@ class Links:
         """The threads page (the inbox)."""
         return self.to("/", params)
 
-    def thread(self, thread_id: str, checkpoint_id: str | None = None, *, fragment: str = "") -> Url:
-        """A thread's page, showing ``checkpoint_id`` (default: the latest)."""
-        url = self.to("/thread", {"id": thread_id, "checkpoint": checkpoint_id})
+    def thread(
+        self, thread_id: str, checkpoint_id: str | None = None, *, fragment: str = "", tree: str | None = None
+    ) -> Url:
+        """A thread's page showing ``checkpoint_id`` (default: the latest); ``tree``: older checkpoints."""
+        url = self.to("/thread", {"id": thread_id, "checkpoint": checkpoint_id, "tree": tree})
         return Url(url + (f"#{fragment}" if fragment else ""))
+
+    def value(
+        self,
+        thread_id: str,
+        checkpoint_id: str,
+        *,
+        channel: str | None = None,
+        task: str | None = None,
+        key: str | None = None,
+    ) -> Url:
+        """The page showing one value whole: a channel of a checkpoint, or a step a task recorded."""
+        return self.to(
+            "/value",
+            {"id": thread_id, "checkpoint": checkpoint_id, "channel": channel, "task": task, "key": key},
+        )
 
     def action(self, name: str, thread_id: str, checkpoint_id: str | None = None) -> Url:
         """Where an action's form posts to."""

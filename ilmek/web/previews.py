@@ -10,9 +10,10 @@ at :data:`PREVIEW_TEXT` characters; a payload's ``question`` is kept first.
 A preview that cannot be decoded reads as a note saying so, and the page
 goes on. Other stores keep payloads in memory and hand them over as they are.
 
-This is the one place the console reads a column of its own: the ``pending``
-column of the thread's latest checkpoint, through the checkpointer's own
-transactions and SQL dialect.
+With :mod:`ilmek.web.counts`, this is where the console reads columns of
+its own: the ``pending`` column of the thread's latest checkpoint and the
+graph its ``metadata`` names (:func:`latest_summary`, one query), through
+the checkpointer's own transactions and SQL dialect.
 """
 
 from __future__ import annotations
@@ -20,13 +21,24 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
+import attrs
+
 from .. import serde
 from ..checkpoint.base import Checkpointer
 from ..checkpoint.sql import SqlCheckpointer
 from ..errors import SerializationError
 from ..types import Pending
 
-__all__ = ["PREVIEW_DEPTH", "PREVIEW_ITEMS", "PREVIEW_NODES", "PREVIEW_TEXT", "cut", "latest_pauses"]
+__all__ = [
+    "PREVIEW_DEPTH",
+    "PREVIEW_ITEMS",
+    "PREVIEW_NODES",
+    "PREVIEW_TEXT",
+    "LatestSummary",
+    "cut",
+    "latest_pauses",
+    "latest_summary",
+]
 
 PREVIEW_ITEMS: Final = 50
 """The most items of one list, dict or set a preview keeps (more than a row's line shows)."""
@@ -40,10 +52,12 @@ PREVIEW_TEXT: Final = 500
 _TAG: Final = "__ilmek__"
 # Tags whose "v" is a list of items (kept in order, cut at PREVIEW_ITEMS).
 _LISTED: Final = frozenset({"tuple", "set", "frozenset", "str", "ustr"})
-_LATEST_PENDING: Final = (
-    "SELECT {jo_pending} FROM {p}_checkpoints WHERE thread_id = :thread_id "
+_LATEST_SUMMARY: Final = (
+    "SELECT {jo_pending}, {jo_metadata} FROM {p}_checkpoints WHERE thread_id = :thread_id "
     "ORDER BY checkpoint_id DESC LIMIT 1"
 )
+# A checkpoint's metadata is small (its source, run, graph, step); one larger than this is not read.
+_MAX_METADATA: Final = 64 * 1024
 
 
 class _Budget:
@@ -176,21 +190,63 @@ def _preview_payload(plain: Any) -> Any:
     return problem
 
 
+@attrs.frozen(kw_only=True)
+class LatestSummary:
+    """What a row of the threads page reads of a thread's latest checkpoint.
+
+    Attributes:
+        pauses: Its open pauses, each payload a bounded preview (only when asked for).
+        graph: The graph it names, if it names one.
+    """
+
+    pauses: tuple[Pending, ...] = ()
+    graph: str | None = None
+
+
+def _graph_name(stored: Any) -> str | None:
+    if isinstance(stored, (bytes, bytearray, memoryview)):
+        stored = bytes(stored).decode("utf-8", "replace")
+    if isinstance(stored, str):
+        if len(stored) > _MAX_METADATA:
+            return None
+        try:
+            stored = json.loads(stored)
+        except (ValueError, RecursionError):
+            return None
+    name = stored.get("graph") if isinstance(stored, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def latest_summary(checkpointer: Checkpointer, thread_id: str, *, pauses: bool) -> LatestSummary:
+    """The graph a thread's latest checkpoint names, and (``pauses``) its open pauses as previews.
+
+    Raises:
+        StorageError: the store could not be read.
+    """
+    if not isinstance(checkpointer, SqlCheckpointer):
+        latest = checkpointer.list(thread_id, limit=1)
+        if not latest:
+            return LatestSummary()
+        name = latest[0].metadata.get("graph")
+        return LatestSummary(
+            pauses=latest[0].pending if pauses else (), graph=name if isinstance(name, str) else None
+        )
+    statement = checkpointer.statements.built(_LATEST_SUMMARY)
+    rows = checkpointer.transact(
+        lambda session: session.query(statement, thread_id=thread_id),
+        what="read a thread's latest checkpoint",
+        thread_id=thread_id,
+        write=False,
+    )
+    if not rows:
+        return LatestSummary()
+    return LatestSummary(pauses=_preview_pauses(rows[0][0]) if pauses else (), graph=_graph_name(rows[0][1]))
+
+
 def latest_pauses(checkpointer: Checkpointer, thread_id: str) -> tuple[Pending, ...]:
     """The open pauses of the thread's latest checkpoint, payloads as bounded previews.
 
     Raises:
         StorageError: the store could not be read.
     """
-    if not isinstance(checkpointer, SqlCheckpointer):
-        # In memory (or a store of the caller's): the payloads are there already, whole.
-        latest = checkpointer.list(thread_id, limit=1)
-        return latest[0].pending if latest else ()
-    statement = checkpointer.statements.built(_LATEST_PENDING)
-    rows = checkpointer.transact(
-        lambda session: session.query(statement, thread_id=thread_id),
-        what="read a thread's open pauses",
-        thread_id=thread_id,
-        write=False,
-    )
-    return _preview_pauses(rows[0][0]) if rows else ()
+    return latest_summary(checkpointer, thread_id, pauses=True).pauses

@@ -10,6 +10,7 @@ for the checkpoint shown and its parent).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -20,18 +21,22 @@ from ..errors import IlmekError
 from ..graph import CompiledGraph
 from ..types import Checkpoint, JournalEntry, Pending, ThreadInfo
 from . import json_input
-from .previews import latest_pauses
-from .tree import answered_pauses
+from .counts import thread_counts
+from .previews import LatestSummary, latest_summary
+from .tree import answered_pauses, pause_state
 
 __all__ = [
+    "GRAPH_SCAN",
     "STATUSES",
     "TREE_LIMIT",
+    "UPDATED",
     "InboxPage",
     "InboxQuery",
     "InboxRow",
     "PauseView",
     "ThreadView",
     "graph_for",
+    "inbox_query",
     "parse_metadata_filter",
     "read_inbox",
     "read_thread",
@@ -46,13 +51,35 @@ TREE_LIMIT: Final = 300
 
 @attrs.frozen(kw_only=True)
 class InboxQuery:
-    """What the threads page lists: a status filter, a search, metadata pairs, a page."""
+    """What the threads page lists: a status filter, a search, metadata pairs, a graph, a time, a page.
+
+    ``typed``: the metadata filters as the person typed them (shown back in
+    the form, even one that could not be read). ``updated``: one of
+    :data:`UPDATED` (``""``: any time).
+    """
 
     status: str = "interrupted"
     search: str = ""
     metadata: Mapping[str, Any] = attrs.field(factory=dict)
     offset: int = 0
     limit: int = 50
+    graph: str = ""
+    updated: str = ""
+    typed: tuple[str, ...] = ()
+
+
+UPDATED: Final = {
+    "": ("any time", None, None),
+    "1h": ("in the last hour", 3600, None),
+    "24h": ("in the last 24 hours", 86400, None),
+    "7d": ("in the last 7 days", 7 * 86400, None),
+    "30d": ("in the last 30 days", 30 * 86400, None),
+    "old7d": ("more than 7 days ago", None, 7 * 86400),
+    "old30d": ("more than 30 days ago", None, 30 * 86400),
+}
+"""The time filters: name -> (label, updated within so many seconds, updated longer ago than so many)."""
+GRAPH_SCAN: Final = 1000
+"""The most threads one page filtered by graph looks through (a graph is named by each checkpoint)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -64,14 +91,23 @@ class InboxRow:
 
     info: ThreadInfo
     pending: tuple[Pending, ...] = ()
+    graph: str | None = None
 
 
 @attrs.frozen(kw_only=True)
 class InboxPage:
-    """One page of threads; ``more`` says whether another page follows."""
+    """One page of threads; ``more`` says whether another page follows, from ``next_offset``.
+
+    ``counts``: the threads of each tab in the whole store (``None`` when
+    the store cannot count them). ``scanned``: how many threads a graph
+    filter looked through for this page.
+    """
 
     rows: list[InboxRow]
     more: bool
+    next_offset: int = 0
+    counts: Mapping[str, int] | None = None
+    scanned: int = 0
 
 
 def parse_metadata_filter(text: str) -> tuple[str, Any]:
@@ -101,25 +137,123 @@ def parse_metadata_filter(text: str) -> tuple[str, Any]:
     return key, value
 
 
-def read_inbox(checkpointer: Checkpointer, query: InboxQuery) -> InboxPage:
-    """One page of threads, and the open pauses of the paused ones among them."""
-    status = None if query.status == "all" else query.status
-    infos = checkpointer.list_threads(
-        search=query.search or None,
-        metadata=dict(query.metadata) or None,
+_MAX_LIMIT: Final = 500
+_MAX_OFFSET: Final = 10_000_000
+
+
+def _number(text: str | None, default: int, low: int, high: int, name: str, problems: list[str]) -> int:
+    if text is None or not text.strip():
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        problems.append(f"{name} must be a whole number")
+        return default
+    if not low <= value <= high:
+        problems.append(f"{name} must be between {low} and {high}")
+        return default
+    return value
+
+
+def inbox_query(args: Mapping[str, list[str]], page_size: int, problems: list[str]) -> InboxQuery:
+    """The threads page's query from its URL's arguments; what cannot be taken is added to ``problems``."""
+
+    def arg(name: str) -> str:
+        values = args.get(name)
+        return values[0] if values else ""
+
+    status = arg("status") or "interrupted"
+    if status not in STATUSES:
+        problems.append(f"unknown status {status!r}")
+        status = "interrupted"
+    metadata: dict[str, Any] = {}
+    # Kept as typed, to show them back (one that cannot be read too, to correct it).
+    typed = tuple(text for text in args.get("meta", []) if text.strip())
+    for text in typed:
+        try:
+            key, value = parse_metadata_filter(text)
+        except ValueError as error:
+            problems.append(str(error))
+            continue
+        metadata[key] = value
+    updated = arg("updated")
+    if updated not in UPDATED:
+        problems.append(f"unknown time filter {updated!r}")
+        updated = ""
+    return InboxQuery(
         status=status,
+        search=arg("q").strip()[:200],
+        metadata=metadata,
+        offset=_number(arg("offset"), 0, 0, _MAX_OFFSET, "offset", problems),
+        limit=_number(arg("limit"), page_size, 1, _MAX_LIMIT, "limit", problems),
+        graph=arg("graph").strip()[:200],
+        updated=updated,
+        typed=typed,
+    )
+
+
+def _listing_filters(query: InboxQuery) -> dict[str, Any]:
+    now = time.time()
+    _, within, older = UPDATED.get(query.updated, UPDATED[""])
+    return {
+        "search": query.search or None,
+        "metadata": dict(query.metadata) or None,
+        "status": None if query.status == "all" else query.status,
+        "updated_after": now - within if within is not None else None,
+        "updated_before": now - older if older is not None else None,
+    }
+
+
+def _row(checkpointer: Checkpointer, info: ThreadInfo, summary: LatestSummary | None = None) -> InboxRow:
+    if summary is None and info.status == "interrupted":
+        # Only the pauses, and of each payload a bounded preview: never a payload decoded whole.
+        summary = latest_summary(checkpointer, info.id, pauses=True)
+    if summary is None:
+        return InboxRow(info=info)
+    return InboxRow(info=info, pending=summary.pauses, graph=summary.graph)
+
+
+def _by_graph(checkpointer: Checkpointer, query: InboxQuery, filters: dict[str, Any]) -> InboxPage:
+    """A page of the threads whose latest checkpoint names ``query.graph``, looking through at most
+    :data:`GRAPH_SCAN` threads from ``query.offset`` on."""
+    rows: list[InboxRow] = []
+    position = query.offset
+    end: int | None = None  # where the threads end, once a short batch shows it
+    while len(rows) < query.limit and position - query.offset < GRAPH_SCAN and end is None:
+        batch = checkpointer.list_threads(**filters, offset=position, limit=100)
+        if len(batch) < 100:
+            end = position + len(batch)
+        for info in batch:
+            position += 1
+            summary = latest_summary(checkpointer, info.id, pauses=info.status == "interrupted")
+            if summary.graph == query.graph:
+                rows.append(_row(checkpointer, info, summary))
+                if len(rows) == query.limit:
+                    break
+    return InboxPage(
+        rows=rows,
+        more=end is None or position < end,
+        next_offset=position,
+        scanned=position - query.offset,
+    )
+
+
+def read_inbox(checkpointer: Checkpointer, query: InboxQuery) -> InboxPage:
+    """One page of threads, the open pauses of the paused ones among them, and the tabs' counts."""
+    filters = _listing_filters(query)
+    counts = thread_counts(checkpointer)
+    if query.graph:
+        return attrs.evolve(_by_graph(checkpointer, query, filters), counts=counts)
+    infos = checkpointer.list_threads(
+        **filters,
         offset=query.offset,
         # One more than shown tells whether a next page exists, without counting.
         limit=query.limit + 1,
     )
-    rows = []
-    for info in infos[: query.limit]:
-        pending: tuple[Pending, ...] = ()
-        if info.status == "interrupted":
-            # Only the pauses, and of each payload a bounded preview: never a payload decoded whole.
-            pending = latest_pauses(checkpointer, info.id)
-        rows.append(InboxRow(info=info, pending=pending))
-    return InboxPage(rows=rows, more=len(infos) > query.limit)
+    rows = [_row(checkpointer, info) for info in infos[: query.limit]]
+    return InboxPage(
+        rows=rows, more=len(infos) > query.limit, next_offset=query.offset + query.limit, counts=counts
+    )
 
 
 def graph_for(
@@ -191,6 +325,13 @@ class ThreadView:
         graph_name: The graph the thread's latest checkpoint names.
         graph: That graph, if the console was given it.
         problems: What could not be read (damaged rows), for the page to say.
+        answers: The answers given at the listed pause checkpoints a run
+            went on from (as far as their journals keep them), by
+            checkpoint id and pause id.
+        older: Where the next page of older checkpoints starts (a
+            ``before`` id), when there are more than the tree lists.
+        paged: The tree lists a page of older checkpoints, not the newest.
+        next_waiting: The most recently updated other thread waiting for an answer.
     """
 
     thread_id: str
@@ -206,6 +347,10 @@ class ThreadView:
     graph_name: str | None
     graph: CompiledGraph | None
     problems: tuple[str, ...] = ()
+    answers: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
+    older: str | None = None
+    paged: bool = False
+    next_waiting: str | None = None
 
 
 def _recorded_answer(journals: Mapping[str, tuple[JournalEntry, ...]], pause: Pending) -> JournalEntry | None:
@@ -230,13 +375,65 @@ def _journals(
         return {}
 
 
+TREE_ANSWERS: Final = 60
+"""The most answered pause checkpoints of a tree whose answers are read (one journal read each)."""
+
+
+def _listing(
+    checkpointer: Checkpointer, thread_id: str, selected: Checkpoint, before: str | None
+) -> tuple[list[Checkpoint], str | None, bool]:
+    """The checkpoints the tree draws, where older ones start, and whether this is an older page.
+
+    The newest :data:`TREE_LIMIT`, or those before ``before``; a selected
+    checkpoint older than the newest page brings the page that ends with it.
+    """
+    paged = before is not None
+    listed = checkpointer.list(thread_id, limit=TREE_LIMIT + 1, before=before)
+    if not paged and all(checkpoint.id != selected.id for checkpoint in listed):
+        listed = [selected, *checkpointer.list(thread_id, limit=TREE_LIMIT, before=selected.id)]
+        paged = True
+    more = len(listed) > TREE_LIMIT
+    listed = listed[:TREE_LIMIT]
+    return listed, (listed[-1].id if more else None), paged
+
+
+def _tree_answers(
+    checkpointer: Checkpointer, listed: list[Checkpoint], answered: set[str], problems: list[str]
+) -> dict[str, dict[str, Any]]:
+    """The answers of the answered pauses the tree lists, newest first, at most :data:`TREE_ANSWERS`."""
+    found: dict[str, dict[str, Any]] = {}
+    for checkpoint in [c for c in listed if c.pending and c.id in answered][:TREE_ANSWERS]:
+        journals = _journals(checkpointer, checkpoint, problems)
+        given = {
+            pause.id: entry.value
+            for pause in checkpoint.pending
+            if (entry := _recorded_answer(journals, pause)) is not None
+        }
+        if given:
+            found[checkpoint.id] = given
+    return found
+
+
+def _next_waiting(checkpointer: Checkpointer, thread_id: str) -> str | None:
+    try:
+        waiting = checkpointer.list_threads(status="interrupted", limit=2)
+    except (NotImplementedError, IlmekError):
+        return None
+    return next((info.id for info in waiting if info.id != thread_id), None)
+
+
 def read_thread(
     checkpointer: Checkpointer,
     graphs: Mapping[str, CompiledGraph],
     thread_id: str,
     checkpoint_id: str | None = None,
+    *,
+    tree_before: str | None = None,
 ) -> ThreadView | None:
-    """A thread as its page shows it, or ``None`` when it has no checkpoint (or not ``checkpoint_id``)."""
+    """A thread as its page shows it, or ``None`` when it has no checkpoint (or not ``checkpoint_id``).
+
+    ``tree_before``: draw the page of the tree older than this checkpoint.
+    """
     latest = checkpointer.get(thread_id)
     if latest is None:
         return None
@@ -245,36 +442,40 @@ def read_thread(
     )
     if selected is None:
         return None
-    listed = checkpointer.list(thread_id, limit=TREE_LIMIT + 1)
-    truncated = len(listed) > TREE_LIMIT
-    listed = listed[:TREE_LIMIT]
+    listed, older, paged = _listing(checkpointer, thread_id, selected, tree_before or None)
     parent = checkpointer.get(thread_id, selected.parent_id) if selected.parent_id else None
     problems: list[str] = []
     journals = _journals(checkpointer, selected, problems)
     answered = answered_pauses(listed)
-    pauses = []
-    for pause in selected.pending:
-        entry = _recorded_answer(journals, pause)
-        if selected.id in answered or entry is not None:
-            state = "answered"
-        elif selected.id == latest.id:
-            state = "waiting"
-        else:
-            state = "passed"
-        pauses.append(PauseView(pause=pause, state=state, answer=entry))
+    if paged and selected.pending and selected.id not in answered:
+        # Whether a run went on from it is known from its children, which an older page may not list.
+        answered |= answered_pauses(checkpointer.list(thread_id, limit=TREE_LIMIT))
     latest_journals = journals if selected.id == latest.id else _journals(checkpointer, latest, problems)
     recorded = {
         pause.id: entry
         for pause in latest.pending
         if (entry := _recorded_answer(latest_journals, pause)) is not None
     }
+    answers = _tree_answers(checkpointer, listed, answered, problems)
+    # The tree's rule (one for both): answered, waiting (the latest), or passed.
+    state = pause_state(selected, answered | set(answers), latest.id, latest.id if recorded else None)
+    pauses = [
+        PauseView(
+            pause=pause,
+            state="answered"
+            if (entry := _recorded_answer(journals, pause)) is not None
+            else state or "passed",
+            answer=entry,
+        )
+        for pause in selected.pending
+    ]
     graph_name, graph = graph_for(graphs, latest)
     return ThreadView(
         thread_id=thread_id,
         info=thread_info(checkpointer, thread_id),
         latest=latest,
         checkpoints=listed,
-        truncated=truncated,
+        truncated=older is not None or paged,
         selected=selected,
         parent=parent,
         journals=journals,
@@ -283,4 +484,8 @@ def read_thread(
         graph_name=graph_name,
         graph=graph,
         problems=tuple(problems),
+        answers=answers,
+        older=older,
+        paged=paged,
+        next_waiting=_next_waiting(checkpointer, thread_id),
     )

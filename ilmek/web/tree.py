@@ -15,21 +15,22 @@ its own) and the row says ``damaged``, as ``ilmek history`` does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
 import attrs
 
 from ..types import Checkpoint
 from .html import Markup, join, tag
 from .links import Links
+from .values import preview
 
-__all__ = ["TreeNode", "answered_pauses", "draw_tree", "layout"]
+__all__ = ["TreeNode", "answered_pauses", "draw_tree", "layout", "pause_state", "what_ran"]
 
 ROW: Final = 30
 LANE: Final = 18
 PAD: Final = 14
-LABEL_WIDTH: Final = 560
+LABEL_WIDTH: Final = 620
 
 
 @attrs.frozen(kw_only=True)
@@ -147,36 +148,91 @@ def layout(checkpoints: Sequence[Checkpoint]) -> list[TreeNode]:
     return nodes
 
 
-def _label(node: TreeNode, answered: set[str], latest: str | None, failed_at: str | None) -> Markup:
-    checkpoint = node.checkpoint
+_SOURCES: Final = {"input": "input", "fork": "fork", "update": "edited", "pause": "paused"}
+
+
+def what_ran(checkpoint: Checkpoint, parent: Checkpoint | None) -> str:
+    """What made a checkpoint: the nodes its parent scheduled (the superstep that ran), or its source.
+
+    A superstep's checkpoint says ``loop`` in its metadata; a person reads the
+    nodes. A pause's checkpoint is the superstep that paused, so it names its
+    nodes too.
+    """
     source = str(checkpoint.metadata.get("source", "?"))
+    recorded = checkpoint.metadata.get("tasks")
+    ran: list[str] = []
+    if isinstance(recorded, list) and all(isinstance(key, str) for key in recorded):
+        # A superstep records its tasks' keys; a send's is node#n (a node's name holds no "#").
+        ran = [key.split("#", 1)[0] for key in recorded]
+    elif source in ("loop", "pause") and parent is not None:
+        ran = [task.node for task in parent.next]
+    if source in ("loop", "pause") and ran:
+        counted = [
+            f"{node} x{count}" if (count := ran.count(node)) > 1 else node for node in dict.fromkeys(ran)
+        ]
+        return ", ".join(counted)
+    if source == "loop" and checkpoint.parent_id is not None and parent is None:
+        return "a superstep"
+    return _SOURCES.get(source, source)
+
+
+def pause_state(
+    checkpoint: Checkpoint, answered: set[str], latest: str | None, recorded_at: str | None
+) -> str | None:
+    """``waiting``, ``answered`` or ``passed`` for a checkpoint with pauses (``None`` without).
+
+    The one rule the tree and the pause table both use: answered when a run
+    went on from it (or a failed run recorded its answer), waiting while it
+    is the thread's latest, passed otherwise (the thread went on elsewhere).
+    """
+    if not checkpoint.pending:
+        return None
+    if checkpoint.id in answered or checkpoint.id == recorded_at:
+        return "answered"
+    return "waiting" if checkpoint.id == latest else "passed"
+
+
+def _label(
+    node: TreeNode,
+    parent: Checkpoint | None,
+    state: str | None,
+    answers: Mapping[str, Any],
+    latest: str | None,
+    failed_at: str | None,
+) -> Markup:
+    checkpoint = node.checkpoint
     parts = [
         tag("tspan", {"class": "t-step"}, f"step {checkpoint.step}"),
-        tag("tspan", {"class": "t-source", "dx": "10"}, source),
+        tag("tspan", {"class": "t-source", "dx": "10"}, what_ran(checkpoint, parent)),
     ]
     if node.damage is not None:
         parts.append(tag("tspan", {"class": "t-failed t-damaged", "dx": "10"}, node.damage))
-    if checkpoint.pending:
-        state = "answered" if checkpoint.id in answered else "waiting"
-        ids = ", ".join(pause.id for pause in checkpoint.pending)
-        parts.append(tag("tspan", {"class": f"t-pause t-{state}", "dx": "10"}, f"{state}: {ids}"))
+    if state is not None:
+        given = [
+            f"{pause.id} = {preview(answers[pause.id], 24)}"
+            for pause in checkpoint.pending
+            if pause.id in answers
+        ]
+        shown = {"waiting": "waiting", "answered": "answered", "passed": "not answered"}[state]
+        ids = "; ".join(given) if given else ", ".join(pause.id for pause in checkpoint.pending)
+        parts.append(tag("tspan", {"class": f"t-pause t-{state}", "dx": "10"}, f"{shown}: {ids}"))
     elif not checkpoint.next:
         parts.append(tag("tspan", {"class": "t-done", "dx": "10"}, "done"))
     if checkpoint.id == failed_at:
         parts.append(tag("tspan", {"class": "t-failed", "dx": "10"}, "failed from here"))
     if checkpoint.id == latest:
         parts.append(tag("tspan", {"class": "t-latest", "dx": "10"}, "latest"))
-    parts.append(tag("tspan", {"class": "t-time", "dx": "10"}, f"{checkpoint.ts:%H:%M:%S}"))
+    parts.append(tag("tspan", {"class": "t-time", "dx": "10"}, f"{checkpoint.ts:%Y-%m-%d %H:%M:%S}"))
     return join(*parts)
 
 
 def _node_classes(
-    checkpoint: Checkpoint, answered: set[str], latest: str | None, failed_at: str | None
+    checkpoint: Checkpoint, state: str | None, latest: str | None, failed_at: str | None
 ) -> list[str]:
     """The CSS classes of a checkpoint's circle: the states its label spells out, and a fork's."""
     classes = ["node"]
-    if checkpoint.pending:
-        classes.append("answered" if checkpoint.id in answered else "waiting")
+    if state is not None:
+        classes.append(state)
     elif not checkpoint.next:
         classes.append("done")
     if checkpoint.metadata.get("source") == "fork":
@@ -196,6 +252,43 @@ def _edge_path(x0: int, y0: int, x1: int, y1: int) -> str:
     return f"M{x0},{y0} C{x0},{y0 - ROW // 2} {x1},{y0 - ROW // 2} {x1},{bend} L{x1},{y1}"
 
 
+def _row(
+    node: TreeNode,
+    by_id: Mapping[str, Checkpoint],
+    links: Links,
+    answered: set[str],
+    answers: Mapping[str, Mapping[str, Any]],
+    marks: tuple[str | None, str | None, str | None, str | None],
+    sizes: tuple[int, int],
+    x: Any,
+    y: Any,
+) -> Markup:
+    """One checkpoint's row: a link holding its circle and label.
+
+    ``marks``: the selected, latest, failed-from and recorded-answer checkpoints;
+    ``sizes``: where labels start and the row's width; ``x``, ``y``: lane and row to pixels.
+    """
+    selected, latest, failed_at, recorded_at = marks
+    checkpoint = node.checkpoint
+    cy = y(node.row)
+    parent = by_id.get(checkpoint.parent_id) if checkpoint.parent_id else None
+    state = pause_state(checkpoint, answered, latest, recorded_at)
+    classes = _node_classes(checkpoint, state, latest, failed_at)
+    label = _label(node, parent, state, answers.get(checkpoint.id, {}), latest, failed_at)
+    return tag(
+        "a",
+        {
+            "href": links.thread(checkpoint.thread_id, checkpoint.id),
+            "class": "row selected" if checkpoint.id == selected else "row",
+            "aria-current": "page" if checkpoint.id == selected else None,
+        },
+        tag("title", {}, f"{checkpoint.id} · {checkpoint.ts:%Y-%m-%d %H:%M:%S} UTC"),
+        tag("rect", {"class": "hit", "x": 0, "y": cy - ROW // 2, "width": sizes[1], "height": ROW}),
+        tag("circle", {"class": " ".join(classes), "cx": x(node.lane), "cy": cy, "r": 6}),
+        tag("text", {"x": sizes[0], "y": cy + 4}, label),
+    )
+
+
 def draw_tree(
     checkpoints: Sequence[Checkpoint],
     links: Links,
@@ -203,8 +296,10 @@ def draw_tree(
     selected: str | None,
     latest: str | None,
     failed_at: str | None = None,
+    answers: Mapping[str, Mapping[str, Any]] | None = None,
+    recorded_at: str | None = None,
 ) -> Markup:
-    """The tree as an inline ``<svg>``; each row links to its checkpoint.
+    """The tree as an inline ``<svg>``; each row links to its checkpoint, newest first in reading order.
 
     Args:
         checkpoints: The checkpoints to draw (a thread's, or its newest ones).
@@ -212,11 +307,16 @@ def draw_tree(
         selected: The checkpoint the page shows (highlighted).
         latest: The thread's latest checkpoint (marked ``latest``).
         failed_at: The checkpoint a failed run ran from (marked).
+        answers: The answers given at pause checkpoints, by checkpoint id and
+            pause id (each answered row says what was answered).
+        recorded_at: The latest checkpoint, when a failed run recorded an
+            answer to its pauses (it reads answered).
     """
     nodes = layout(checkpoints)
     if not nodes:
         return Markup("")
-    answered = answered_pauses(checkpoints)
+    answered = answered_pauses(checkpoints) | set(answers or {})
+    by_id = {node.checkpoint.id: node.checkpoint for node in nodes}
     lanes = max(node.lane for node in nodes) + 1
     rows = len(nodes)
     label_x = PAD + lanes * LANE + 8
@@ -238,22 +338,21 @@ def draw_tree(
         fork = node.checkpoint.metadata.get("source") == "fork"
         edges.append(tag("path", {"d": path, "class": "edge fork" if fork else "edge"}))
 
-    rows_markup = []
-    for node in nodes:
-        checkpoint = node.checkpoint
-        cy = y(node.row)
-        classes = _node_classes(checkpoint, answered, latest, failed_at)
-        row_classes = "row selected" if checkpoint.id == selected else "row"
-        rows_markup.append(
-            tag(
-                "a",
-                {"href": links.thread(checkpoint.thread_id, checkpoint.id), "class": row_classes},
-                tag("title", {}, f"{checkpoint.id} · {checkpoint.ts:%Y-%m-%d %H:%M:%S} UTC"),
-                tag("rect", {"class": "hit", "x": 0, "y": cy - ROW // 2, "width": width, "height": ROW}),
-                tag("circle", {"class": " ".join(classes), "cx": x(node.lane), "cy": cy, "r": 6}),
-                tag("text", {"x": label_x, "y": cy + 4}, _label(node, answered, latest, failed_at)),
-            )
+    # Newest first in the document too: reading and tabbing go down the rows as drawn.
+    rows_markup = [
+        _row(
+            node,
+            by_id,
+            links,
+            answered,
+            answers or {},
+            (selected, latest, failed_at, recorded_at),
+            (label_x, width),
+            x,
+            y,
         )
+        for node in reversed(nodes)
+    ]
     return tag(
         "svg",
         {
@@ -262,8 +361,9 @@ def draw_tree(
             "width": width,
             "height": height,
             "viewBox": f"0 0 {width} {height}",
-            "role": "img",
-            "aria-label": "checkpoint tree",
+            # A group of links, not a picture: a screen reader lists its rows.
+            "role": "group",
+            "aria-label": "checkpoint tree, newest first",
         },
         tag("g", {"class": "edges"}, edges),
         tag("g", {"class": "rows"}, rows_markup),

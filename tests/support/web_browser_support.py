@@ -75,6 +75,35 @@ def browser(width: int = 1360, height: int = 900) -> Iterator[Any]:
             driver.quit()
 
 
+AXE_SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "axe" / "node_modules" / "axe-core" / "axe.min.js"
+"""axe-core, from npm (``tests/axe``; ``scripts/test`` installs it)."""
+
+_RUN_AXE = """
+const done = arguments[arguments.length - 1];
+axe.run(document, {resultTypes: ['violations']}).then(
+  results => done(results.violations.map(v => ({
+    id: v.id, impact: v.impact, help: v.help,
+    nodes: v.nodes.slice(0, 5).map(n => n.target.join(' ') + ' :: ' + n.failureSummary)}))),
+  error => done([{id: 'axe-failed', impact: 'critical', help: String(error), nodes: []}]));
+"""
+
+
+def axe_violations(driver: Any) -> list[dict[str, Any]]:
+    """What axe-core, run inside the page the browser shows, finds wrong with it (every rule on)."""
+    if not driver.execute_script("return typeof window.axe !== 'undefined'"):
+        driver.execute_script(AXE_SCRIPT.read_text(encoding="utf-8"))
+    driver.set_script_timeout(60)
+    found: list[dict[str, Any]] = driver.execute_async_script(_RUN_AXE)
+    return found
+
+
+def set_color_scheme(driver: Any, scheme: str) -> None:
+    """Make the page see ``prefers-color-scheme: scheme`` (``light`` or ``dark``)."""
+    driver.execute_cdp_cmd(
+        "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": scheme}]}
+    )
+
+
 def full_page_screenshot(driver: Any, path: pathlib.Path, width: int = 1360, max_height: int = 4000) -> None:
     """The whole page as a PNG at ``path`` (the window grows to the page's height)."""
     import base64
@@ -90,7 +119,7 @@ def full_page_screenshot(driver: Any, path: pathlib.Path, width: int = 1360, max
 
 
 def take_screenshots(out: pathlib.Path) -> list[pathlib.Path]:
-    """Screenshots of every page of the console on the sample store, written under ``out``."""
+    """Screenshots of the console's pages on the sample store, written under ``out``."""
     import urllib.parse
 
     from ilmek import SqliteCheckpointer
@@ -100,18 +129,23 @@ def take_screenshots(out: pathlib.Path) -> list[pathlib.Path]:
     with tempfile.TemporaryDirectory(prefix="ilmek-screens-") as folder:
         checkpointer = SqliteCheckpointer(pathlib.Path(folder) / "shop.db")
         try:
-            threads = web_support.populate(checkpointer, hostile=False)
+            threads = web_support.populate_ux(checkpointer)
             with (
                 web_support.serving(checkpointer, web_support.graphs(), allow_actions=True) as server,
                 browser() as driver,
             ):
+                server.console.refresh_seconds = 0
                 base = server.url.rstrip("/")
 
-                def shoot(name: str, path: str) -> None:
-                    driver.set_window_size(1360, 900)
+                def shoot(name: str, path: str, width: int = 1360, scheme: str = "light") -> None:
+                    driver.execute_cdp_cmd(
+                        "Emulation.setDeviceMetricsOverride",
+                        {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 600},
+                    )
+                    set_color_scheme(driver, scheme)
                     driver.get(base + path)
                     target = out / f"console-{name}.png"
-                    full_page_screenshot(driver, target)
+                    full_page_screenshot(driver, target, width=width)
                     written.append(target)
 
                 def thread(role: str, **params: str) -> str:
@@ -119,8 +153,10 @@ def take_screenshots(out: pathlib.Path) -> list[pathlib.Path]:
 
                 shoot("inbox", "/")
                 shoot("thread", thread("waiting"))
+                shoot("draft", thread("draft"))
                 shoot("fork", thread("forked"))
-                shoot("failed", thread("failed"))
+                shoot("failed", thread("research"))
+                shoot("phone", "/", width=390, scheme="dark")
         finally:
             checkpointer.close()
     return written

@@ -41,6 +41,15 @@ CONTROL = "bell\x07 esc\x1b[31m nul-free \u202egnp.exe"
 HOSTILE_TEXTS = (XSS_SCRIPT, XSS_IMG, XSS_URL)
 """Markup that must never reach a page unescaped."""
 
+CONSOLE_SCRIPT = re.compile(r'<script src="(?:/[^"<>]*)?/static/console\.js" defer></script>')
+"""The one script the console writes: its own file, which reloads the inbox and a running thread."""
+
+
+def without_console_script(page: str) -> str:
+    """A page without the console's own ``<script src>`` (whatever else reads ``<script`` stays)."""
+    return CONSOLE_SCRIPT.sub("", page, count=1)
+
+
 HOSTILE_THREAD = f"{XSS_SCRIPT}{XSS_IMG}/../?&id=x#{XSS_URL}"
 HOSTILE_NODE = 'ask"><img src=x onerror=alert(1)>'
 
@@ -137,6 +146,50 @@ def loop_graph(delay: float = 0.05) -> ilmek.CompiledGraph:
     )
 
 
+def counter_graph(steps: int) -> ilmek.CompiledGraph:
+    """One node that counts to ``steps - 1``, a checkpoint a superstep: a long history."""
+    return (
+        graph("counter", {"n": channel.last_write(0)})
+        .node("inc", lambda state: {"n": state["n"] + 1})
+        .edge(START, "inc")
+        .router("inc", lambda state: "inc" if state["n"] < steps - 1 else END, destinations=["inc", END])
+        .compile()
+    )
+
+
+@contextlib.contextmanager
+def looping(
+    checkpointer: Checkpointer, thread_id: str, delay: float = 0.05, *, stop: bool = True
+) -> Iterator[list[ilmek.Result]]:
+    """A run of :func:`loop_graph` in a background thread, holding ``thread_id``; its result once it ends.
+
+    At the end the run is cancelled (``stop``), or given 10 seconds to end as
+    the test made it (a cancel of its own), then cancelled.
+    """
+    results: list[ilmek.Result] = []
+    runner = threading.Thread(
+        target=lambda: results.append(
+            run(
+                loop_graph(delay), {}, thread_id=thread_id, checkpointer=checkpointer, recursion_limit=100_000
+            )
+        ),
+        daemon=True,
+    )
+    runner.start()
+    try:
+        deadline = time.monotonic() + 15
+        while (info := checkpointer.get_thread(thread_id)) is None or not info.running:
+            assert time.monotonic() < deadline, "the looping run never started"
+            time.sleep(0.02)
+        yield results
+    finally:
+        if not stop:
+            runner.join(10)
+        if runner.is_alive():
+            ilmek.request_cancel(checkpointer, thread_id, "the test is over")
+        runner.join(15)
+
+
 def batch_graph() -> ilmek.CompiledGraph:
     """Three quick nodes in a row: extract, transform, load."""
 
@@ -184,9 +237,124 @@ def hostile_graph() -> ilmek.CompiledGraph:
     )
 
 
+DRAFT = (
+    "Hello Ayşe,\n\nThank you for writing to us. Your order #4711 left our warehouse today;\n"
+    "the tracking number is JP-1234-5678 (配送中).\n\nKind regards,\nThe support team 🙂"
+)
+"""The reply the support agent drafts for review: several lines, Turkish, Japanese and an emoji."""
+
+
+def support_graph() -> ilmek.CompiledGraph:
+    """A support agent loop: the agent calls a tool, then drafts a reply a person reviews before sending."""
+
+    def agent(state: dict[str, Any]) -> dict[str, Any]:
+        if not state["looked_up"]:
+            return {"log": ["agent: look up the order"]}
+        return {"draft": DRAFT, "log": ["agent: drafted a reply"]}
+
+    def tools(state: dict[str, Any], ctx: ilmek.NodeContext) -> dict[str, Any]:
+        found = ctx.step("lookup_order", lambda: {"order": 4711, "status": "shipped"})
+        return {"looked_up": True, "log": [f"tools: {found['status']}"]}
+
+    def review(state: dict[str, Any], ctx: ilmek.NodeContext) -> dict[str, Any]:
+        reply = ctx.interrupt({"question": "Send this reply to the customer?", "draft": state["draft"]})
+        return {"sent": reply, "log": ["review: answered"]}
+
+    def send_reply(state: dict[str, Any], ctx: ilmek.NodeContext) -> dict[str, Any]:
+        ctx.step("send_email", lambda: {"to": "ayse@example.com", "chars": len(state["sent"])})
+        return {"log": ["sent"]}
+
+    return (
+        graph(
+            "support",
+            {
+                "looked_up": channel.last_write(False),
+                "draft": channel.last_write(None),
+                "sent": channel.last_write(None),
+                "log": channel.append(),
+            },
+        )
+        .node("agent", agent)
+        .node("tools", tools)
+        .node("review", review)
+        .node("send", send_reply)
+        .edge(START, "agent")
+        .router(
+            "agent", lambda state: "review" if state["draft"] else "tools", destinations=["tools", "review"]
+        )
+        .edge("tools", "agent")
+        .edge("review", "send")
+        .edge("send", END)
+        .compile()
+    )
+
+
+def research_graph() -> ilmek.CompiledGraph:
+    """A fan-out: plan sends one research task per topic; the task for "pricing" fails; write sums up."""
+
+    def plan(state: dict[str, Any]) -> dict[str, Any]:
+        return {"topics": ["market", "pricing", "rivals"]}
+
+    def research(state: dict[str, Any], ctx: ilmek.NodeContext) -> dict[str, Any]:
+        notes = ctx.step("search", lambda: f"notes on {state['topic']}")
+        if state["topic"] == "pricing":
+            raise ConnectionError("the pricing API timed out after 30 s")
+        return {"notes": [notes]}
+
+    def write(state: dict[str, Any]) -> dict[str, Any]:
+        return {"report": " / ".join(state["notes"])}
+
+    return (
+        graph(
+            "research",
+            {"topics": channel.last_write([]), "notes": channel.append(), "report": channel.last_write(None)},
+        )
+        .node("plan", plan)
+        .node("research", research)
+        .node("write", write)
+        .edge(START, "plan")
+        .router(
+            "plan",
+            lambda state: [ilmek.send("research", {"topic": topic}) for topic in state["topics"]],
+            destinations=["research"],
+        )
+        .edge("research", "write")
+        .edge("write", END)
+        .compile()
+    )
+
+
+def retry_chain_graph() -> ilmek.CompiledGraph:
+    """A chain with a back edge: draft, check, and back to draft until the check passes."""
+    return (
+        graph("retry-chain", {"tries": channel.last_write(0)})
+        .node("draft", lambda state: {"tries": state["tries"] + 1})
+        .node("check", lambda state: None)
+        .node("publish", lambda state: None)
+        .edge(START, "draft")
+        .edge("draft", "check")
+        .router(
+            "check",
+            lambda state: "publish" if state["tries"] > 2 else "draft",
+            destinations=["draft", "publish"],
+        )
+        .edge("publish", END)
+        .compile()
+    )
+
+
 def graphs() -> dict[str, ilmek.CompiledGraph]:
     """Every sample graph by name."""
-    found = [checkout_graph(), failing_graph(), loop_graph(), batch_graph(), hostile_graph()]
+    found = [
+        checkout_graph(),
+        failing_graph(),
+        loop_graph(),
+        batch_graph(),
+        hostile_graph(),
+        support_graph(),
+        research_graph(),
+        retry_chain_graph(),
+    ]
     return {g.name: g for g in found}
 
 
@@ -238,6 +406,37 @@ def populate(checkpointer: Checkpointer, *, hostile: bool = True) -> dict[str, s
             HOSTILE_THREAD, {XSS_SCRIPT: XSS_IMG, "href": XSS_URL, "ctl": CONTROL}
         )
     return dict(THREADS)
+
+
+UX_THREADS = {
+    "draft": "support-ticket-88",
+    "draft_accept": "support-ticket-89",
+    "research": "research-q3",
+    "long": "long-values",
+}
+"""The threads :func:`populate_ux` adds, by role."""
+LONG_TEXT = "".join(f"line {n}: İstanbul 東京 🙂 " + "x" * 40 + "\n" for n in range(500))
+"""A text of about 34,000 characters: more than a thread page shows of one value."""
+
+
+def populate_ux(checkpointer: Checkpointer) -> dict[str, str]:
+    """The sample threads, plus two support tickets waiting on a draft, a failed fan-out, a long value."""
+    threads = populate(checkpointer, hostile=False)
+    support = support_graph()
+    for role in ("draft_accept", "draft"):
+        result = run(support, {}, thread_id=UX_THREADS[role], checkpointer=checkpointer)
+        assert "interrupted" == result.status
+    result = run(research_graph(), {}, thread_id=UX_THREADS["research"], checkpointer=checkpointer)
+    assert "error" == result.status
+    long_graph = (
+        graph("notes", {"text": channel.last_write("")})
+        .node("write", lambda state, ctx: {"text": ctx.step("fetch", lambda: LONG_TEXT)})
+        .edge(START, "write")
+        .edge("write", END)
+        .compile()
+    )
+    run(long_graph, {}, thread_id=UX_THREADS["long"], checkpointer=checkpointer)
+    return {**threads, **UX_THREADS}
 
 
 def hostile_failure(checkpointer: Checkpointer) -> str:

@@ -2,8 +2,11 @@
 
 Recognized by type (subclasses from ``connection_factory`` and proxies that
 stand in for a connection included), only once the caller has imported
-psycopg2 itself. Cursors are asked for tuple rows, whatever cursor factory
-the caller's connection uses.
+psycopg2 itself. Cursors come from the connection's own cursor factory, so
+an application's instrumentation (OpenTelemetry's psycopg2 instrumentor, an
+APM agent) sees ilmek's statements as it sees its own; only a factory whose
+rows are not read by position (``RealDictCursor``, ``DictCursor``) is
+replaced by a plain cursor.
 """
 
 from __future__ import annotations
@@ -21,14 +24,25 @@ def _module(name: str) -> Any:
     return sys.modules.get(name)
 
 
+def _rows_by_position(factory: Any) -> bool:
+    """Whether cursors of ``factory`` return rows ilmek can read as tuples (psycopg2's own, traced ones)."""
+    extensions = sys.modules["psycopg2.extensions"]
+    if not (isinstance(factory, type) and issubclass(factory, extensions.cursor)):
+        return False
+    extras = sys.modules.get("psycopg2.extras")
+    return extras is None or not issubclass(factory, extras.DictCursorBase)
+
+
 class _Psycopg2Cursors:
     """Tuple rows and transaction status, the psycopg2 way."""
 
     switches_autocommit = True
 
     def cursor(self, connection: Any) -> Any:
-        extensions = sys.modules["psycopg2.extensions"]
-        return connection.cursor(cursor_factory=extensions.cursor)
+        factory = getattr(connection, "cursor_factory", None)
+        if factory is None or _rows_by_position(factory):
+            return connection.cursor()
+        return connection.cursor(cursor_factory=sys.modules["psycopg2.extensions"].cursor)
 
     def status(self, connection: Any) -> int:
         return int(connection.get_transaction_status())

@@ -565,3 +565,35 @@ def test_recover_runs_a_stalled_thread_on_a_pool_of_one(postgres_dsn: str) -> No
         pool.closeall()
     assert ("done", True) == (result.status, result.state["done"])
     assert {"once": 1, "attempt": 2} == dict(calls)
+
+
+# --- a hold lost while the run waits ------------------------------------------------------------------------
+
+
+def test_a_hold_lost_while_the_run_waits_is_logged_once_and_never_renewed_again(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another writer takes the hold's row while the node waits through many renewal times: one WARNING
+    says the hold was lost, nothing spins on it (the driver once retried the renewal of a lost hold in a
+    tight loop, logging tens of thousands of WARNINGs a second), and the next step is refused."""
+    lease = 0.4
+    calls = Calls()
+    caplog.set_level(logging.DEBUG, logger="ilmek")
+
+    def work(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        execute(store, "UPDATE ilmek_holds SET owner = 'another-run'")
+        time.sleep(4 * lease)
+        ctx.step("charge", calls.hit, "charge")
+        return {"log": ["charged"]}
+
+    g = graph("stolen", {"log": channel.append()}).node("work", work).edge(START, "work").compile()
+    checkpointer = store.open(lease_seconds=lease)
+    with pytest.raises(HoldLostError):
+        for _ in stream(g, {}, thread_id="stolen", checkpointer=checkpointer):
+            pass
+    ilmek_records = [record for record in caplog.records if record.name.startswith("ilmek")]
+    warnings = [record.getMessage() for record in ilmek_records if record.levelno >= logging.WARNING]
+    assert 1 == len(warnings), warnings
+    assert "lost the hold on thread 'stolen'" in warnings[0]
+    assert len(ilmek_records) < 40, f"{len(ilmek_records)} records in {4 * lease} s"
+    assert {} == dict(calls)

@@ -8,6 +8,7 @@ read-only console writes nothing.
 
 from __future__ import annotations
 
+import base64
 import html
 import pathlib
 import re
@@ -22,8 +23,9 @@ import pytest
 import ilmek
 import ilmek.web
 from ilmek import END, START, Checkpointer, SqliteCheckpointer, channel, graph, run
+from ilmek.web.access import Login
 from tests.support.helpers import Calls
-from tests.support.web_support import THREADS, Client, graphs, loop_graph, populate
+from tests.support.web_support import THREADS, Client, graphs, loop_graph, looping, populate
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -301,7 +303,41 @@ def test_cancel_stops_a_running_thread_at_its_next_superstep(store: Checkpointer
     assert "Asked the run to stop" in page
     runner.join(10)
     assert ["aborted"] == [result.status for result in results]
-    assert "enough ticks" == results[0].abort_reason
+    assert "cancelled in the web console: enough ticks" == results[0].abort_reason
+
+
+@pytest.mark.parametrize("who", ["remote-user", "login"])
+def test_a_cancel_records_who_asked_from_the_host_app_or_the_login(store: Checkpointer, who: str) -> None:
+    """REMOTE_USER (a host app's login) or the console login's user name goes into the recorded reason."""
+    ticker = loop_graph(delay=0.02)
+    if who == "remote-user":
+        console = ilmek.web.app(store, ticker, allow_actions=True)
+        # What a host application's authentication middleware sets.
+        added = {"REMOTE_USER": "alice"}
+    else:
+        console = ilmek.web.Console(store, ticker, allow_actions=True, login=Login("the-token"))
+        added = {"HTTP_AUTHORIZATION": "Basic " + base64.b64encode(b"alice:the-token").decode("ascii")}
+
+    def signed_in(environ: dict[str, Any], start_response: Any) -> Any:
+        return console({**environ, **added}, start_response)
+
+    with looping(store, "ticking", 0.02, stop=False) as results:
+        page = submit(Client(signed_in), thread_url("ticking"), "cancel", {"reason": "wrong customer"})
+    assert "Asked the run to stop (cancelled in the web console by alice: wrong customer)" in page
+    assert "cancelled in the web console by alice: wrong customer" == results[0].abort_reason
+    info = store.get_thread("ticking")
+    assert info is not None
+    assert info.cancelled is not None
+    assert "cancelled in the web console by alice: wrong customer" == info.cancelled.reason
+
+
+def test_a_form_without_any_answer_answers_nothing(client: Client, store: Checkpointer) -> None:
+    """A POST with the token but no answer field (no button, an empty editor) is refused, not null."""
+    for values in ({}, {"answer.0": ""}, {"answer.0": "   "}):
+        url, fields = form(client, thread_url(THREADS["waiting"]), "answer")
+        page = follow(client, client.post(url, {**fields, **values}))
+        assert "No answer was given to approve:interrupt#0; nothing was answered." in page
+    assert "interrupted" == store.get_thread(THREADS["waiting"]).status  # type: ignore[union-attr]
 
 
 def test_a_cancel_form_drawn_for_one_run_never_cancels_the_next(store: Checkpointer) -> None:
@@ -379,7 +415,8 @@ def test_recover_of_a_thread_that_fails_again_shows_the_failure(client: Client) 
     """The CRM is still down: the note says the run failed, and why."""
     page = submit(client, thread_url(THREADS["failed"]), "recover")
     assert (
-        "Recovered. The run failed, node &#x27;fetch&#x27;: RuntimeError: upstream CRM answered 502" in page
+        "Recovery did not succeed. The run failed again, node &#x27;fetch&#x27;: RuntimeError: "
+        "upstream CRM answered 502" in page
     )
 
 

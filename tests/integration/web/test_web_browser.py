@@ -124,7 +124,7 @@ def shoot(driver: Any, folder: pathlib.Path, name: str) -> None:
 def test_answer_a_pause_from_the_inbox(
     driver: Any, console: str, screenshots: pathlib.Path, store: Any
 ) -> None:
-    """Inbox → the paused order → press "yes": the page says the run finished, the thread is done."""
+    """Inbox → the paused order → press Approve: the page says the run finished, the thread is done."""
     from selenium.webdriver.common.by import By
 
     driver.get(console + "/")
@@ -140,7 +140,7 @@ def test_answer_a_pause_from_the_inbox(
     assert "Charge 74.97 EUR?" == driver.find_element(By.CSS_SELECTOR, ".pause .question").text
     shoot(driver, screenshots, f"thread-waiting-{store.__class__.__name__}")
 
-    driver.find_element(By.XPATH, "//button[@name='choice.0' and normalize-space()='yes']").click()
+    driver.find_element(By.XPATH, "//button[@name='option.0' and normalize-space()='Approve']").click()
     assert "Answered. The run finished." == note(driver)
     assert "done" == driver.find_element(By.CSS_SELECTOR, ".title-row .badge").text
     assert "Waiting for an answer" not in driver.page_source
@@ -151,15 +151,15 @@ def test_answer_a_pause_from_the_inbox(
 
 
 def test_answer_with_the_json_editor(driver: Any, console: str, store: Any) -> None:
-    """Type "no" as JSON in the textarea and send: the order is cancelled."""
+    """Open "Answer something else", type "no" as JSON and send: the order is cancelled."""
     from selenium.webdriver.common.by import By
 
     open_thread(driver, console, THREADS["second_waiting"])
     editor = driver.find_element(By.NAME, "answer.0")
-    assert "null" == editor.get_attribute("value")
-    editor.clear()
+    assert "" == editor.get_attribute("value")
+    driver.find_element(By.CSS_SELECTOR, "details.free > summary").click()
     editor.send_keys('"no"')
-    driver.find_element(By.XPATH, "//button[normalize-space()='Send answer']").click()
+    driver.find_element(By.XPATH, "//button[normalize-space()='Send this answer']").click()
     assert "Answered. The run finished." == note(driver)
     state = ilmek.thread_state(graphs()["checkout"], store, THREADS["second_waiting"])
     assert "cancelled" == state["log"][-1]
@@ -177,14 +177,13 @@ def test_fork_an_old_pause_with_another_answer(
         row for row in driver.find_elements(By.CSS_SELECTOR, "svg.tree a.row") if "answered:" in row.text
     )
     pause_row.click()
-    wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "details.fork"))
-    driver.find_element(By.CSS_SELECTOR, "details.fork > summary").click()
-    fork_form = driver.find_element(By.CSS_SELECTOR, "details.fork form")
-    fork_form.find_element(By.XPATH, ".//button[@name='choice.0' and normalize-space()='no']").click()
+    fork_form = wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "div.fork form"))[0]
+    fork_form.find_element(By.XPATH, ".//button[@name='option.0' and normalize-space()='Reject']").click()
     assert "Forked with a new answer. The run finished." == note(driver)
     assert 1 == len(driver.find_elements(By.CSS_SELECTOR, "svg.tree path.edge.fork"))
     labels = driver.find_element(By.CSS_SELECTOR, "svg.tree").text
-    assert 2 == labels.count("answered: approve:interrupt#0")
+    assert 1 == labels.count('answered: approve:interrupt#0 = "yes"')
+    assert 1 == labels.count('answered: approve:interrupt#0 = "no"')
     shoot(driver, screenshots, f"thread-forked-{store.__class__.__name__}")
     sources = [checkpoint.metadata.get("source") for checkpoint in store.list(THREADS["answered"])]
     assert 1 == sources.count("fork")
@@ -219,7 +218,7 @@ def test_cancel_a_running_thread(driver: Any, console: str, screenshots: pathlib
     assert note(driver).startswith("Asked the run to stop")
     runner.join(15)
     assert ["aborted"] == [result.status for result in results]
-    assert "stopped from the browser" == results[0].abort_reason
+    assert "cancelled in the web console: stopped from the browser" == results[0].abort_reason
     info = store.get_thread("ticker-1")
     assert info is not None
     assert not info.running
@@ -232,7 +231,7 @@ def test_a_failed_thread_shows_its_error(
     from selenium.webdriver.common.by import By
 
     driver.get(console + "/")
-    driver.find_element(By.LINK_TEXT, "Failed").click()
+    driver.find_element(By.PARTIAL_LINK_TEXT, "Failed").click()
     wait_for(driver, lambda d: "status=error" in d.current_url)
     assert [THREADS["failed"]] == [link.text for link in driver.find_elements(By.CSS_SELECTOR, "a.tid")]
     assert (
@@ -250,9 +249,11 @@ def test_a_failed_thread_shows_its_error(
     shoot(driver, screenshots, f"thread-failed-{store.__class__.__name__}")
 
 
-_INJECTED = """
+_INJECTED = r"""
 return {
-  elements: document.querySelectorAll('script, img, iframe, object, embed, svg image').length,
+  // The console's own script file is the one script a page may have.
+  elements: [...document.querySelectorAll('script, img, iframe, object, embed, svg image')].filter(
+      e => !(e.tagName === 'SCRIPT' && /\/static\/console\.js$/.test(e.getAttribute('src') || ''))).length,
   handlers: [...document.querySelectorAll('*')].filter(
       e => [...e.attributes].some(a => a.name.toLowerCase().startsWith('on'))).length,
   scriptLinks: [...document.querySelectorAll('[href], [src], [action], [formaction]')].filter(

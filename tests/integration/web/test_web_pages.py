@@ -17,7 +17,16 @@ import ilmek.web
 from ilmek import Checkpointer, InMemoryCheckpointer, SqliteCheckpointer
 from ilmek.checkpoint.postgres import PostgresCheckpointer
 from ilmek.errors import InvalidArgumentError
-from tests.support.web_support import THREADS, Client, batch_graph, checkout_graph, graphs, populate
+from tests.support.web_support import (
+    THREADS,
+    Client,
+    batch_graph,
+    checkout_graph,
+    counter_graph,
+    graphs,
+    populate,
+    without_console_script,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -156,15 +165,20 @@ def test_the_threads_page_says_when_the_store_cannot_list_threads() -> None:
 def test_a_paused_thread_shows_its_question_the_options_and_the_answer_form(
     client: Client, store: Checkpointer
 ) -> None:
-    """The waiting panel: question, payload, one button per option, a JSON textarea holding null."""
+    """The waiting panel: question, payload, Approve/Reject for yes/no, an empty JSON editor (never null)."""
     reply = client.get(thread_url(THREADS["waiting"]))
     assert 200 == reply.status
     page = reply.text
     assert "Waiting for an answer" in page
     assert "Charge 74.97 EUR?" in page
-    assert '<button type="submit" name="choice.0" value="&quot;yes&quot;" class="option">yes</button>' in page
-    assert '<button type="submit" name="choice.0" value="&quot;no&quot;" class="option">no</button>' in page
-    assert re.search(r'<textarea name="answer\.0"[^>]*>null</textarea>', page)
+    assert re.search(
+        r'<button type="submit" name="option\.0" value="0" class="option approve"[^>]*>Approve</button>', page
+    )
+    assert re.search(
+        r'<button type="submit" name="option\.0" value="1" class="option reject"[^>]*>Reject</button>', page
+    )
+    assert re.search(r'<textarea name="answer\.0"[^>]*></textarea>', page)
+    assert ">null</textarea>" not in page
     latest = store.get(THREADS["waiting"])
     assert latest is not None
     action = f'action="/action/answer?id={THREADS["waiting"]}&amp;checkpoint={latest.id}"'
@@ -278,8 +292,11 @@ def test_an_unknown_thread_or_checkpoint_is_a_404(client: Client) -> None:
     """No such thread, no such checkpoint, no id: 404, 404, 400 pages that name the problem."""
     missing = client.get(thread_url("no-such-thread"))
     assert 404 == missing.status
-    assert "Thread &#x27;no-such-thread&#x27; has no checkpoint." in missing.text
-    assert 404 == client.get(thread_url(THREADS["waiting"], "no-such-checkpoint")).status
+    assert "There is no thread &#x27;no-such-thread&#x27; in this store." in missing.text
+    assert "<title>No such thread · ilmek</title>" in missing.text
+    checkpoint = client.get(thread_url(THREADS["waiting"], "no-such-checkpoint"))
+    assert 404 == checkpoint.status
+    assert "<title>No such checkpoint · ilmek</title>" in checkpoint.text
     assert 400 == client.get("/thread").status
     assert 404 == client.get(thread_url("a\x00b")).status
 
@@ -297,19 +314,17 @@ def test_a_thread_id_with_url_syntax_round_trips_through_its_links(
 
 
 def test_the_thread_page_draws_only_the_newest_checkpoints_of_a_long_history(tmp_path: pathlib.Path) -> None:
-    """A thread of 400 checkpoints: the tree holds the newest 300 and says so."""
+    """A thread of 400 checkpoints: the tree holds the newest 300, says so, and links to the older ones."""
     store = SqliteCheckpointer(tmp_path / "long.db")
-    counter = (
-        ilmek.graph("counter", {"n": ilmek.channel.last_write(0)})
-        .node("inc", lambda s: {"n": s["n"] + 1})
-        .edge(ilmek.START, "inc")
-        .router("inc", lambda s: "inc" if s["n"] < 399 else ilmek.END, destinations=["inc", ilmek.END])
-        .compile()
-    )
+    counter = counter_graph(400)
     ilmek.run(counter, {}, thread_id="long", checkpointer=store, recursion_limit=1000)
     page = Client(ilmek.web.app(store, counter)).get(thread_url("long")).text
     assert 300 == len(re.findall(r'<a href="/thread\?id=long&amp;checkpoint=[^"]+" class="row', page))
-    assert "Only the newest 300 checkpoints are drawn." in page
+    assert "300 checkpoints drawn, the newest 300; there are older ones." in page
+    older = re.search(r'<a href="([^"]+)" rel="next">Older checkpoints', page)
+    assert older is not None
+    older_page = Client(ilmek.web.app(store, counter)).get(older.group(1).replace("&amp;", "&")).text
+    assert 100 == len(re.findall(r'<a href="/thread\?id=long&amp;checkpoint=[^"]+" class="row', older_page))
     store.close()
 
 
@@ -330,11 +345,11 @@ def test_every_response_carries_the_security_headers(client: Client) -> None:
 
 
 def test_no_page_has_inline_script_style_or_foreign_assets(client: Client, store: Checkpointer) -> None:
-    """No <script>, no style= attribute, no <style>, no http(s) URL to another host in any page."""
+    """No script but the console's own file, no style= attribute, no <style>, no http(s) URL elsewhere."""
     pages = [client.get("/").text, client.get("/?status=all").text]
     pages += [client.get(thread_url(thread_id)).text for thread_id in THREADS.values()]
     for page in pages:
-        assert "<script" not in page
+        assert "<script" not in without_console_script(page)
         assert " style=" not in page
         assert "<style" not in page
         assert [] == re.findall(r'(?:href|src|action)="(https?:[^"]*)"', page)

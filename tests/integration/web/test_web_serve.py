@@ -146,7 +146,7 @@ def test_ilmek_web_serves_the_store_and_stops_cleanly_on_ctrl_c(tmp_path: pathli
         url = first.split(" on ", 1)[1].split(" ", 1)[0]
         status, body = fetch(url + "thread?id=" + THREADS["waiting"])
         assert 200 == status
-        assert 'name="choice.0"' in body
+        assert 'name="option.0"' in body
     finally:
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=10)

@@ -1,0 +1,445 @@
+"""The checkpoint a thread page shows: its pauses, what changed, its state, its tasks' journals, its steps.
+
+Values that the page cuts short (past :data:`ilmek.web.values.LIMIT`
+characters) link to the value page, which shows them whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..types import Checkpoint, JournalEntry, ScheduledTask
+from .answers import shape_of
+from .csrf import Guard
+from .diff import ChannelDiff, difference
+from .html import Markup, join, tag
+from .layout import action_form, badge, facts, value_block, when
+from .links import Links
+from .pause_forms import pause_fields
+from .reading import ThreadView
+from .tree import what_ran
+from .values import label, preview, question_of
+
+__all__ = ["checkpoint_panel", "metadata_chips", "pauses_form"]
+
+
+def _scroll(table: Markup) -> Markup:
+    """A table that scrolls sideways on its own when it is wider than the screen (the page never does)."""
+    # Focusable, so a keyboard can scroll it too.
+    return tag("div", {"class": "table-scroll", "tabindex": "0"}, table)
+
+
+def _why_no_form(view: ThreadView, actions_on: bool) -> Markup | None:
+    if not actions_on:
+        return tag(
+            "p",
+            {"class": "hint"},
+            "The console is read-only: start it with --allow-actions (or allow_actions=True) to answer here.",
+        )
+    if view.graph is None:
+        named = f"graph {view.graph_name!r}" if view.graph_name else "this thread's graph"
+        return tag(
+            "p",
+            {"class": "hint warn"},
+            f"The console was not given {named}, so pauses cannot be answered here: "
+            "start it with --graph MODULE:GRAPH (or pass graphs= to ilmek.web.app).",
+        )
+    return None
+
+
+def pauses_form(
+    view: ThreadView, checkpoint: Checkpoint, links: Links, guard: Guard, *, actions_on: bool, fork: bool
+) -> Markup:
+    """The pauses of ``checkpoint`` with the controls to answer them (``fork``: answer differently)."""
+    inputs = actions_on and view.graph is not None
+    recorded = {} if fork else view.recorded
+    several = len(checkpoint.pending) > 1
+    if fork:
+        label = "Send the answers (fork)" if several else "Send this answer (fork)"
+        hint = "Runs a new branch from this pause with your answer; steps recorded before the pause are kept."
+    else:
+        label = "Send the answers" if several else "Send this answer"
+        hint = "Runs the graph on, in this request, until it finishes or pauses again."
+    submit = tag(
+        "div",
+        {"class": "submit"},
+        tag("button", {"type": "submit", "class": "send"}, label),
+        tag("span", {"class": "hint"}, hint),
+    )
+    fields = [
+        pause_fields(
+            pause,
+            index,
+            inputs=inputs,
+            several=several,
+            recorded=recorded.get(pause.id),
+            # One pause: its typed answer's button sits with its editor (folded away behind its options).
+            submit=None if several else submit,
+        )
+        for index, pause in enumerate(checkpoint.pending)
+    ]
+    if not inputs:
+        return join(fields, _why_no_form(view, actions_on))
+    return action_form(
+        links,
+        guard,
+        "fork" if fork else "answer",
+        view.thread_id,
+        checkpoint.id,
+        fields,
+        submit if several else None,
+        css="answer-form",
+    )
+
+
+_PAUSE_STATES = {
+    "waiting": "waiting",
+    "answered": "answered",
+    "passed": "not answered (the thread went on elsewhere)",
+}
+
+
+def _pause_states(view: ThreadView, links: Links, guard: Guard, actions_on: bool) -> Markup | None:
+    selected = view.selected
+    if not selected.pending:
+        return None
+    rows = [
+        tag(
+            "tr",
+            {},
+            tag("td", {"class": "key"}, tag("code", {}, item.pause.id)),
+            tag("td", {}, tag("span", {"class": f"badge p-{item.state}"}, _PAUSE_STATES[item.state])),
+            tag("td", {}, question_of(item.pause.payload, 80)),
+            tag(
+                "td",
+                {},
+                value_block(item.answer.value)
+                if item.answer is not None
+                else tag("span", {"class": "muted"}, "-"),
+            ),
+        )
+        for item in view.pauses
+    ]
+    head = tag("tr", {}, [tag("th", {"scope": "col"}, name) for name in ("Pause", "State", "Asks", "Answer")])
+    table = _scroll(tag("table", {"class": "grid"}, tag("thead", {}, head), tag("tbody", {}, rows)))
+    if selected.id == view.latest.id:
+        # The latest checkpoint's pauses are answered in the panel at the top.
+        extra = tag(
+            "p",
+            {"class": "hint"},
+            tag(
+                "a",
+                {"href": links.thread(view.thread_id, fragment="pauses")},
+                "Answer it at the top of the page.",
+            ),
+        )
+    else:
+        extra = tag(
+            "div",
+            {"class": "fork", "id": "fork"},
+            tag("h4", {}, "Answer this pause differently (fork a new branch)"),
+            pauses_form(view, selected, links, guard, actions_on=actions_on, fork=True),
+        )
+    return join(tag("h3", {}, "Pauses"), table, extra)
+
+
+def _diff_row(change: ChannelDiff, whole: Links | None, view: ThreadView) -> Markup:
+    def shown_value(value: Any) -> Markup:
+        return value_block(value, whole=_whole(view, whole, change.name))
+
+    if change.kind == "added":
+        shown = shown_value(change.after)
+    elif change.kind == "removed":
+        shown = value_block(change.before)
+    elif change.kind == "appended":
+        count = len(change.appended)
+        shown = join(
+            tag("span", {"class": "muted"}, f"{count} item{'s' if count != 1 else ''} appended:"),
+            value_block(list(change.appended)),
+        )
+    else:
+        shown = tag(
+            "div",
+            {"class": "change"},
+            tag("div", {}, tag("span", {"class": "label"}, "before"), value_block(change.before)),
+            tag("div", {}, tag("span", {"class": "label"}, "after"), shown_value(change.after)),
+        )
+    return tag(
+        "tr",
+        {},
+        tag("td", {"class": "channel"}, tag("code", {}, change.name)),
+        tag("td", {}, tag("span", {"class": f"badge d-{change.kind}"}, change.kind)),
+        tag("td", {}, shown),
+    )
+
+
+def _whole(view: ThreadView, links: Links | None, channel: str) -> Any:
+    return links.value(view.thread_id, view.selected.id, channel=channel) if links is not None else None
+
+
+def _changes(view: ThreadView, links: Links) -> Markup:
+    selected, parent = view.selected, view.parent
+    if selected.parent_id is None:
+        intro = "The thread's first checkpoint: every channel is new."
+    elif parent is None:
+        intro = "Its parent is no longer stored (pruned), so there is nothing to compare with."
+    else:
+        intro = None
+    changes = difference(dict(parent.channels) if parent is not None else None, dict(selected.channels))
+    if parent is None and selected.parent_id is not None:
+        body: Markup = tag("p", {"class": "muted"}, intro)
+    elif not changes:
+        body = tag("p", {"class": "muted"}, "No channel changed.")
+    else:
+        head = tag("tr", {}, [tag("th", {"scope": "col"}, name) for name in ("Channel", "Change", "Value")])
+        body = join(
+            tag("p", {"class": "muted"}, intro) if intro else None,
+            _scroll(
+                tag(
+                    "table",
+                    {"class": "grid diff"},
+                    tag("thead", {}, head),
+                    tag("tbody", {}, [_diff_row(change, links, view) for change in changes]),
+                )
+            ),
+        )
+    return join(tag("h3", {}, "Changes from its parent"), body)
+
+
+def _state(view: ThreadView, links: Links) -> Markup:
+    channels = dict(view.selected.channels)
+    if not channels:
+        return join(tag("h3", {}, "State"), tag("p", {"class": "muted"}, "No channel written yet."))
+    rows = [
+        tag(
+            "tr",
+            {},
+            tag("th", {"class": "channel", "scope": "row"}, tag("code", {}, name)),
+            tag("td", {}, value_block(value, whole=_whole(view, links, name))),
+        )
+        for name, value in channels.items()
+    ]
+    return join(
+        tag("h3", {}, "State"), _scroll(tag("table", {"class": "grid state"}, tag("tbody", {}, rows)))
+    )
+
+
+def _asked(payload: Any) -> Markup:
+    """What a pause asked: its question and draft as text when it has them, else the payload."""
+    shape = shape_of(payload)
+    if shape.draft is None:
+        return value_block(payload)
+    return join(
+        tag("p", {"class": "asked-question"}, shape.question) if shape.question else None,
+        value_block(shape.draft),
+    )
+
+
+def _journal(entries: Sequence[JournalEntry], whole: Any) -> Markup:
+    if not entries:
+        return tag("p", {"class": "muted"}, "Nothing recorded for this task from this checkpoint.")
+    rows = []
+    for entry in entries:
+        if entry.kind == "interrupt":
+            kind = tag("span", {"class": "badge k-pause"}, "pause")
+            answered = (
+                join(tag("span", {"class": "label"}, "answer"), value_block(entry.value))
+                if entry.answered
+                else tag("span", {"class": "badge p-waiting"}, "no answer yet")
+            )
+            shown = join(tag("span", {"class": "label"}, "asked"), _asked(entry.payload), answered)
+        else:
+            kind = tag("span", {"class": "badge k-step"}, "step")
+            shown = value_block(entry.value, whole=whole(entry.key))
+        rows.append(
+            tag(
+                "tr",
+                {},
+                tag("td", {"class": "key"}, tag("code", {}, entry.key)),
+                tag("td", {}, kind),
+                tag("td", {}, shown),
+            )
+        )
+    head = tag("tr", {}, [tag("th", {"scope": "col"}, name) for name in ("Key", "Kind", "Result")])
+    return _scroll(tag("table", {"class": "grid journal"}, tag("thead", {}, head), tag("tbody", {}, rows)))
+
+
+def _task(
+    view: ThreadView, links: Links, task: ScheduledTask, failed_node: str | None, siblings: int
+) -> Markup:
+    entries = view.journals.get(task.task_key, ())
+    failed = failed_node is not None and task.node == failed_node
+
+    def whole(key: str) -> Any:
+        return links.value(view.thread_id, view.selected.id, task=task.task_key, key=key)
+
+    return tag(
+        "div",
+        {"class": "task failed-task" if failed else "task", "id": f"task-{task.task_key}"},
+        tag(
+            "div",
+            {"class": "task-head"},
+            tag("span", {"class": "node"}, task.node),
+            tag("code", {"class": "muted"}, task.task_key) if task.task_key != task.node else None,
+            tag("span", {"class": "badge k-send"}, "send") if task.is_send else None,
+            tag(
+                "span",
+                {"class": "badge s-error"},
+                "failed" if siblings == 1 else f"its node failed ({siblings} tasks)",
+            )
+            if failed
+            else None,
+        ),
+        tag("div", {}, tag("span", {"class": "label"}, "input"), value_block(task.input))
+        if task.is_send
+        else None,
+        _journal(entries, whole),
+    )
+
+
+def _failed_node(view: ThreadView) -> str | None:
+    error = view.info.error if view.info is not None else None
+    if error is None or view.info is None or view.info.status != "error":
+        return None
+    return error.node if error.checkpoint_id == view.selected.id else None
+
+
+def _tasks(view: ThreadView, links: Links) -> Markup:
+    selected = view.selected
+    if not selected.next:
+        return join(
+            tag("h3", {}, "Next tasks"),
+            tag("p", {"class": "muted"}, "Nothing scheduled: the run finished here (its steps are below)."),
+        )
+    failed_node = _failed_node(view)
+    siblings = sum(1 for task in selected.next if task.node == failed_node)
+    return join(
+        tag("h3", {"id": "tasks"}, "Next tasks and their journals"),
+        tag(
+            "p",
+            {"class": "hint warn"},
+            f"The run failed in node {failed_node}, which ran as {siblings} tasks here; the failure "
+            "records the node, not which of its tasks raised.",
+        )
+        if siblings > 1
+        else None,
+        tag(
+            "p",
+            {"class": "hint"},
+            "What each task recorded running from this checkpoint: completed steps, pauses and answers. "
+            "A superstep that commits drops its tasks' journals; a pause keeps its task's.",
+        ),
+        [_task(view, links, task, failed_node, siblings) for task in selected.next],
+    )
+
+
+def _steps(view: ThreadView, links: Links) -> Markup | None:
+    """The checkpoints that led to the one shown, newest first: what ran at each, and when."""
+    by_id = {checkpoint.id: checkpoint for checkpoint in view.checkpoints}
+    chain: list[Checkpoint] = []
+    current: Checkpoint | None = view.selected
+    while current is not None and len(chain) < len(by_id) + 1:
+        chain.append(current)
+        current = by_id.get(current.parent_id) if current.parent_id else None
+    if len(chain) < 2:
+        return None
+    rows = []
+    for checkpoint in chain:
+        parent = by_id.get(checkpoint.parent_id) if checkpoint.parent_id else None
+        answers = view.answers.get(checkpoint.id, {})
+        rows.append(
+            tag(
+                "tr",
+                {"class": "current"} if checkpoint.id == view.selected.id else {},
+                tag("td", {"class": "num"}, str(checkpoint.step)),
+                tag("td", {}, what_ran(checkpoint, parent)),
+                tag(
+                    "td",
+                    {},
+                    "; ".join(f"{key}: {preview(value, 60)}" for key, value in answers.items())
+                    if answers
+                    else (
+                        ", ".join(pause.id for pause in checkpoint.pending) + " (asked)"
+                        if checkpoint.pending
+                        else ""
+                    ),
+                ),
+                tag("td", {"class": "when"}, when(checkpoint.ts, absolute=True)),
+                tag(
+                    "td",
+                    {"class": "key"},
+                    tag("a", {"href": links.thread(view.thread_id, checkpoint.id)}, checkpoint.id),
+                ),
+            )
+        )
+    head = tag(
+        "tr",
+        {},
+        [tag("th", {"scope": "col"}, name) for name in ("Step", "Ran", "Pause", "When", "Checkpoint")],
+    )
+    return join(
+        tag("h3", {}, "Steps to here"),
+        _scroll(tag("table", {"class": "grid steps"}, tag("thead", {}, head), tag("tbody", {}, rows))),
+    )
+
+
+def checkpoint_panel(view: ThreadView, links: Links, guard: Guard, actions_on: bool) -> Markup:
+    """The section showing ``view.selected``."""
+    selected = view.selected
+    source = selected.metadata.get("source")
+    parent = view.parent
+    return tag(
+        "section",
+        {"class": "panel detail", "id": "checkpoint", "aria-labelledby": "checkpoint-title"},
+        tag(
+            "h2",
+            {"id": "checkpoint-title"},
+            "Checkpoint ",
+            tag("code", {}, selected.id),
+            tag("span", {"class": "tag latest"}, "latest") if selected.id == view.latest.id else None,
+        ),
+        facts(
+            [
+                ("Step", str(selected.step)),
+                ("Ran", what_ran(selected, parent)),
+                ("Status", badge(selected.status)),
+                ("Written", when(selected.ts, absolute=True)),
+                (
+                    "Parent",
+                    tag("a", {"href": links.thread(view.thread_id, selected.parent_id)}, selected.parent_id)
+                    if selected.parent_id
+                    else "none (first checkpoint)",
+                ),
+                (
+                    "Run",
+                    tag("code", {}, str(selected.metadata["run_id"]))
+                    if "run_id" in selected.metadata
+                    else None,
+                ),
+            ]
+        ),
+        tag(
+            "p", {"class": "hint"}, "A fork's first checkpoint is a copy of the pause it answers differently."
+        )
+        if source == "fork"
+        else None,
+        _pause_states(view, links, guard, actions_on),
+        _changes(view, links),
+        _state(view, links),
+        _tasks(view, links),
+        _steps(view, links),
+        tag("h3", {}, "Metadata"),
+        value_block(dict(selected.metadata)),
+    )
+
+
+def metadata_chips(metadata: Mapping[str, Any]) -> Markup | None:
+    """A thread's metadata as chips (``key=value``)."""
+    if not metadata:
+        return None
+    return tag(
+        "div",
+        {"class": "chips"},
+        [tag("span", {"class": "chip"}, f"{key}={label(value, 60)}") for key, value in metadata.items()],
+    )

@@ -55,7 +55,12 @@ def run_reliably(
     backoff: float = 0.2,
     on_retry: RetryReport | None = None,
 ) -> Result:
-    """``run``, tried again (with growing pauses) while the failure is transient."""
+    """``run``, tried again (with growing pauses) while the failure is transient.
+
+    A node's own failure is not retried here (its ``RetryPolicy`` is for that):
+    it comes back as a result with ``status == "error"``, which the caller
+    checks with ``raise_for_status()``.
+    """
     for attempt in range(1, attempts + 1):
         try:
             return run(graph, update, thread_id=thread_id, checkpointer=checkpointer)
@@ -137,7 +142,7 @@ def main() -> int:
                 thread_id=THREAD_ID,
                 checkpointer=mine,
                 on_retry=_say_retry,
-            )
+            ).raise_for_status()  # a node that failed is re-raised here, not mistaken for a run
             holder.join()
     print(f"the run ended {result.status}: {result.state['log']}")
     print(f"the welcome email was sent {len(sent)} time{'s' if len(sent) != 1 else ''}")

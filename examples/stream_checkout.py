@@ -38,7 +38,7 @@ from ilmek import (
     stream,
 )
 from ilmek.checkpoint.sqlite import SqliteCheckpointer
-from ilmek.events import CustomEvent
+from ilmek.events import CustomEvent, RunEnd
 
 PRICES = {"coffee": 229.9, "mug": 20.0}
 THREAD_ID = "checkout-stream"
@@ -172,6 +172,22 @@ def show(events: Iterable[Event]) -> Event | None:
     return last
 
 
+def raise_for_status(last: Event | None) -> RunEnd:
+    """The stream's ``RunEnd``; re-raise the failed node's exception, as ``Result.raise_for_status()`` does.
+
+    A stream has no ``Result``: its last event says how the run ended. A run
+    that failed does not raise by itself, so the script checks, and a failure
+    cannot pass for a run that merely printed less.
+    """
+    if not isinstance(last, RunEnd):
+        raise RuntimeError(f"the stream ended without a run_end event (last: {last!r})")
+    if last.status == "error" and last.errors:
+        node, error = last.errors[0]
+        error.add_note(f"raised by node {node!r}, thread {THREAD_ID!r}")
+        raise error
+    return last
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the checkout, answer its pause, and print both runs; 0 when the checkout finished."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -182,11 +198,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         g = build_graph(FlakyGateway(failures=1))
         say("== run")
-        show(stream(g, {"cart": ["coffee", "mug"]}, thread_id=THREAD_ID, checkpointer=checkpointer))
+        raise_for_status(
+            show(stream(g, {"cart": ["coffee", "mug"]}, thread_id=THREAD_ID, checkpointer=checkpointer))
+        )
         (pause,) = pending_interrupts(checkpointer, THREAD_ID)
         say(f"== resume: {pause.payload['question']} {args.answer}")
-        last = show(resume_stream(g, args.answer, thread_id=THREAD_ID, checkpointer=checkpointer))
-        if getattr(last, "status", None) != "done":
+        end = raise_for_status(
+            show(resume_stream(g, args.answer, thread_id=THREAD_ID, checkpointer=checkpointer))
+        )
+        if end.status != "done":
             return 1
     finally:
         checkpointer.close()

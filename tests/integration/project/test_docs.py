@@ -1,32 +1,201 @@
-"""The README's examples run as written."""
+"""The documentation is tested: README.rst's examples run; docs/ builds without a warning and runs its own.
+
+The Sphinx site is built by ``sphinx-build`` in a child process, as a reader
+would build it, once as HTML with warnings as errors and once with the doctest
+builder, which runs every ``>>>`` and ``testcode`` block of every page (the
+pages that include parts of README.rst run those too). Examples on Postgres
+read ``DATABASE_URL``: here a new, empty database of the suite's server, so
+the ``migrate()`` they call is what creates the tables, as on a reader's.
+"""
 
 from __future__ import annotations
 
 import doctest
+import io
+import itertools
+import os
 import pathlib
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import docutils.core
+import psycopg2.pool
+import pytest
+
+from ilmek import END, START, PostgresCheckpointer, SchemaVersionError, channel, graph, run
+from tests.support.pgcluster import PostgresServer, dsn_to_url
+
+pytestmark = pytest.mark.timeout(300)
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
+DOCS = ROOT / "docs"
+README = ROOT / "README.rst"
+
+_names = itertools.count(1)
 
 
-def test_readme_examples_run() -> None:
-    """Every >>> example in README.rst gives the output shown."""
+@pytest.fixture
+def empty_database(postgres_server: PostgresServer) -> Iterator[str]:
+    """The DSN of a new database without any table (not the suite's migrated template), dropped after."""
+    name = f"docs_{os.getpid()}_{next(_names)}"
+    postgres_server.drop_database(name)  # a leftover of a crashed run on an external server
+    dsn = postgres_server.create_database(name)
+    yield dsn
+    postgres_server.terminate_backends(name)
+    postgres_server.drop_database(name)
+
+
+def sphinx(
+    builder: str, out: pathlib.Path, cwd: pathlib.Path, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``sphinx-build -W --keep-going -b BUILDER docs OUT`` with this interpreter, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", builder, str(DOCS), str(out)],
+        cwd=cwd,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+
+
+# --- README.rst ------------------------------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_readme_examples_run(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, empty_database: str
+) -> None:
+    """Every >>> example in README.rst gives the output shown, the Postgres one on a new database."""
+    monkeypatch.chdir(tmp_path)  # the SQLite file the Quick start opens lands here
+    monkeypatch.setenv("DATABASE_URL", dsn_to_url(empty_database))
     failures, tried = doctest.testfile(
-        str(ROOT / "README.rst"), module_relative=False, optionflags=doctest.ELLIPSIS, verbose=False
+        str(README), module_relative=False, optionflags=doctest.ELLIPSIS, verbose=False
     )
     assert tried > 10
     assert 0 == failures
+    assert (tmp_path / "shop.db").is_file()
 
 
 def test_readme_renders_without_warnings() -> None:
     """README.rst is valid reStructuredText: PyPI would render it as written."""
-    import io
-
-    import docutils.core
-
     warnings = io.StringIO()
     docutils.core.publish_string(
-        (ROOT / "README.rst").read_text(encoding="utf-8"),
+        README.read_text(encoding="utf-8"),
         writer="html",
         settings_overrides={"warning_stream": warnings, "report_level": 2, "halt_level": 5},
     )
     assert "" == warnings.getvalue()
+
+
+def test_the_readme_is_a_front_page_with_the_newcomers_path_in_its_first_half() -> None:
+    """README.rst fits on a few screens; install, SQLite, Postgres (migrate) and Flask/Django come first."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 200
+    steps = ["Installation", "Quick start", "SqliteCheckpointer(", "**On Postgres**", "In Flask and Django"]
+    positions = [next(n for n, line in enumerate(lines, 1) if step in line) for step in steps]
+    assert sorted(positions) == positions
+    assert positions[-1] <= len(lines) / 2
+    quick_start = "\n".join(lines[positions[1] : positions[-1]])
+    assert ".migrate()" in quick_start
+    assert quick_start.count(".raise_for_status()") >= 4
+
+
+@pytest.mark.postgres
+def test_a_run_on_a_new_postgres_database_fails_until_migrate(empty_database: str) -> None:
+    """What the Quick start says: before migrate() the first run fails and says to migrate; after, it runs."""
+    pool = psycopg2.pool.ThreadedConnectionPool(1, 4, empty_database)
+    try:
+        checkpointer = PostgresCheckpointer(pool)
+        g = (
+            graph("g", {"n": channel.last_write(0)})
+            .node("add", lambda state: {"n": state["n"] + 1})
+            .edge(START, "add")
+            .edge("add", END)
+            .compile(checkpointer=checkpointer)
+        )
+        with pytest.raises(SchemaVersionError, match=r"run migrate\(\) once at boot"):
+            run(g, {"n": 1}, thread_id="t")
+        checkpointer.migrate()
+        assert {"n": 2} == run(g, {"n": 1}, thread_id="t").raise_for_status().state
+    finally:
+        pool.closeall()
+
+
+# --- the Sphinx site -------------------------------------------------------------------------
+
+
+def test_the_docs_build_without_a_warning(tmp_path: pathlib.Path) -> None:
+    """``sphinx-build -W -b html docs`` succeeds: every page in a toctree, includes and docstrings sound."""
+    built = sphinx("html", tmp_path / "html", cwd=tmp_path)
+    assert 0 == built.returncode, built.stdout + built.stderr
+    assert "" == built.stderr.strip(), built.stderr
+    assert (tmp_path / "html" / "index.html").is_file()
+    assert (tmp_path / "html" / "api.html").is_file()
+
+
+@pytest.mark.postgres
+def test_the_docs_examples_run(tmp_path: pathlib.Path, empty_database: str) -> None:
+    """``sphinx-build -b doctest docs`` runs every example of every page (Postgres too) without a failure."""
+    built = sphinx("doctest", tmp_path / "doctest", cwd=tmp_path, DATABASE_URL=dsn_to_url(empty_database))
+    report = (tmp_path / "doctest" / "output.txt").read_text(encoding="utf-8")
+    assert 0 == built.returncode, built.stdout + built.stderr + report
+    tests = re.search(r"^\s*(\d+) tests?$", report, re.M)
+    assert tests is not None, report
+    assert int(tests.group(1)) > 50, report
+    assert re.search(r"^\s*0 failures in tests$", report, re.M), report
+
+
+def test_every_page_is_reachable_from_the_readme() -> None:
+    """Each page of docs/ is linked from README.rst (but the index, the Quick start and the changelog)."""
+    readme = README.read_text(encoding="utf-8")
+    pages = sorted(path.name for path in DOCS.glob("*.rst"))
+    # The index is the site itself, the Quick start is README.rst's own text, the changelog is a file.
+    unlinked = {"index.rst", "quickstart.rst", "changelog.rst"}
+    assert [] == [name for name in pages if f"<docs/{name}>" not in readme and name not in unlinked]
+
+
+def test_the_alembic_recipe_in_the_docs_is_the_one_the_alembic_test_runs() -> None:
+    """docs/sqlalchemy.rst's migration recipe is, word for word but for the prefix, the one run by Alembic."""
+    from tests.integration.cli.test_alembic_migrations import RECIPE
+
+    page = (DOCS / "sqlalchemy.rst").read_text(encoding="utf-8")
+    block = page.split(".. recipe-start", 1)[1].split(".. recipe-end", 1)[0]
+    shown = [line.strip() for line in block.splitlines() if line.strip() and not line.strip().startswith(":")]
+    tested = [
+        line.strip().replace(', table_prefix="shop"', "").replace('"shop"', '"ilmek"')
+        for line in RECIPE.splitlines()
+        if line.strip() and not line.startswith(('"""', "revision", "down_revision"))
+    ]
+    assert tested == [line for line in shown if not line.startswith(".. code-block")]
+
+
+# --- the examples ----------------------------------------------------------------------------
+
+
+GRAPH_RUNS = re.compile(r"\b(run|resume|run_reliably|stream|resume_stream)\(")
+RUNNERS = sorted(
+    path.relative_to(ROOT).as_posix()
+    for path in (ROOT / "examples").rglob("*.py")
+    if GRAPH_RUNS.search(path.read_text(encoding="utf-8"))
+)
+"""The examples that run a graph (the others are settings, URL maps and package markers)."""
+
+
+def test_the_examples_that_run_graphs_are_found() -> None:
+    """The scan below sees the scripts and both apps, so it cannot pass by finding nothing."""
+    assert {
+        "examples/django_app/views.py",
+        "examples/flask_app.py",
+        "examples/retrying.py",
+        "examples/stream_checkout.py",
+    } <= set(RUNNERS)
+
+
+@pytest.mark.parametrize("script", RUNNERS)
+def test_every_example_that_runs_a_graph_makes_a_failure_impossible_to_miss(script: str) -> None:
+    """An example that runs a graph checks how it ended with raise_for_status(), never only reading status."""
+    assert "raise_for_status(" in (ROOT / script).read_text(encoding="utf-8")

@@ -62,6 +62,7 @@ __all__ = [
     "json_equal",
     "load_plain",
     "metadata_matches",
+    "plain_text",
     "revive",
     "stored_key",
 ]
@@ -261,8 +262,7 @@ def encode_chain(chain: Sequence[str]) -> str:
 def decode_chain(stored: Any, *, thread_id: str | None, checkpoint_id: str | None) -> tuple[str, ...]:
     """The inverse of :func:`encode_chain`."""
     plain = load_plain(stored, thread_id=thread_id, checkpoint_id=checkpoint_id, table="checkpoints")
-    # Checkpoint ids, sent back to the database as text: a lone surrogate could never be.
-    if not isinstance(plain, list) or not all(item and _plain_text(item) for item in plain):
+    if not isinstance(plain, list) or not all(isinstance(item, str) and item for item in plain):
         raise corrupt("its journal chain is malformed", thread_id=thread_id, checkpoint_id=checkpoint_id)
     return tuple(plain)
 
@@ -551,7 +551,7 @@ def check_metadata_filter(metadata: Any) -> dict[str, Any]:
     if not isinstance(metadata, Mapping):
         raise InvalidArgumentError(f"metadata must be a dict, got {type(metadata).__name__}")
     for key in metadata:
-        if not _plain_text(key):
+        if not plain_text(key):
             raise InvalidArgumentError(
                 f"metadata filter keys must be text without NUL or lone surrogates (as stored keys are), "
                 f"got {key!r}"
@@ -559,7 +559,7 @@ def check_metadata_filter(metadata: Any) -> dict[str, Any]:
     return dict(metadata)
 
 
-def _plain_text(key: Any) -> bool:
+def plain_text(key: Any) -> bool:
     """Whether ``key`` is text every backend stores, filters and sends as text: no NUL, no lone surrogate."""
     if not isinstance(key, str) or "\0" in key:
         return False
@@ -584,7 +584,7 @@ def encode_thread_metadata(thread_id: str, metadata: Mapping[str, Any]) -> str:
             f"metadata of thread {thread_id!r} must be a dict, got {type(metadata).__name__}"
         )
     for key in metadata:
-        if not _plain_text(key):
+        if not plain_text(key):
             raise InvalidArgumentError(
                 f"metadata keys of thread {thread_id!r} must be text without NUL or lone surrogates "
                 f"(list_threads filters by them), got {key!r}"

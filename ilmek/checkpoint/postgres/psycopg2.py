@@ -40,8 +40,9 @@ class _Psycopg2Cursors:
 
     def cursor(self, connection: Any) -> Any:
         factory = getattr(connection, "cursor_factory", None)
-        if factory is None or _rows_by_position(factory):
+        if factory is not None and _rows_by_position(factory):
             return connection.cursor()
+        # No factory set may still mean dict rows: RealDictConnection's cursor() picks its own.
         return connection.cursor(cursor_factory=sys.modules["psycopg2.extensions"].cursor)
 
     def status(self, connection: Any) -> int:

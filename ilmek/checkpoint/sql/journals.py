@@ -64,7 +64,19 @@ class Journals:
     def entries(
         self, session: Session, thread_id: str, bases: Sequence[str], task_key: str | None = None
     ) -> dict[tuple[str, str], builtins.list[JournalEntry]]:
-        """Entries recorded from the given base checkpoints, by (base, task key), in order."""
+        """Entries recorded from the given base checkpoints, by (base, task key), in order.
+
+        Raises:
+            CorruptCheckpointError: a base id (from a stored journal chain) that no text
+                column can hold, so it cannot be sent back as a parameter.
+        """
+        for base_id in bases:
+            if not _records.plain_text(base_id):
+                raise _records.corrupt(
+                    f"its journal chain names {base_id!r}, which no checkpoint id can be",
+                    thread_id=thread_id,
+                    checkpoint_id=bases[-1],
+                )
         found: dict[tuple[str, str], builtins.list[JournalEntry]] = {}
         task_condition = " AND task_key = :task_key" if task_key is not None else ""
         for chunk in chunks(bases):

@@ -195,7 +195,7 @@ def test_list_threads_matches_metadata_holding_nul_and_odd_numbers(postgres_dsn:
 def test_thread_metadata_keys_with_nul_are_refused(postgres_dsn: str) -> None:
     """Metadata keys are what filters query: a NUL-bearing key is refused, and nothing is stored."""
     with fresh_checkpointer(postgres_dsn) as checkpointer:
-        with pytest.raises(ValueError, match="metadata keys of thread 'mixed' must be strings without NUL"):
+        with pytest.raises(ValueError, match="metadata keys of thread 'mixed' must be text without NUL"):
             checkpointer.put_thread_metadata("mixed", {"tenant": "acme", "note\0": "x"})
         assert checkpointer.get_thread("mixed") is None
 

@@ -26,6 +26,7 @@ import attrs
 
 from .. import forks, serde
 from ..types import ChannelChange, Extend, Replace
+from ._held import held_bytes, held_bytes_of_items
 from ._records import EncodedChange, corrupt
 
 __all__ = [
@@ -300,7 +301,9 @@ class ValueCache:
 
     Log items and checkpoint manifests are immutable, so a cached value is
     always right; a log read at a greater length fetches only the items it
-    is missing. Bounded by the approximate size of what it holds.
+    is missing. Bounded by the memory what it holds occupies (each entry's
+    size measured by :func:`ilmek.checkpoint._held.held_bytes` when it is
+    put, and grown by what is appended to it).
     """
 
     def __init__(self, max_bytes: int = 64 * 1024 * 1024) -> None:
@@ -330,6 +333,29 @@ class ValueCache:
                 _, (_, evicted) = self._entries.popitem(last=False)
                 self._size -= evicted
 
+    def grow(self, key: Hashable, added: int) -> None:
+        """Count ``added`` more bytes for an entry whose value was extended in place."""
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None:
+                return
+            value, size = found
+            if size + added > self.max_bytes:
+                del self._entries[key]
+                self._size -= size
+                return
+            self._entries[key] = (value, size + added)
+            self._entries.move_to_end(key)
+            self._size += added
+            while self._size > self.max_bytes and self._entries:
+                _, (_, evicted) = self._entries.popitem(last=False)
+                self._size -= evicted
+
+    @property
+    def held(self) -> int:
+        """The bytes its entries are counted as holding."""
+        return self._size
+
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
@@ -344,11 +370,6 @@ class _Items(list):  # type: ignore[type-arg]
     returned. Appends only happen after a commit that extended the log at its
     end, so the first ``n`` items a reader slices never change.
     """
-
-
-def _approximate_size(items: Sequence[Any]) -> int:
-    # A rough count keeps the cache bounded without encoding anything again.
-    return 64 * len(items) + 1
 
 
 def read_channels(
@@ -430,7 +451,8 @@ def _read_logs(
                     table="items",
                 )
             if cache is not None and remember:
-                cache.put(("l", thread_id, need[name].log_id), _Items(items), _approximate_size(items))
+                cached_items = _Items(items)
+                cache.put(("l", thread_id, need[name].log_id), cached_items, held_bytes(cached_items))
     return known
 
 
@@ -460,15 +482,17 @@ def extend_cached_logs(
                 # A log made for this commit that holds exactly its items (a
                 # new list): the thread's next read finds them here.
                 items = _Items(serde.decode(text) for text in change.items)
-                cache.put(("l", thread_id, after.log_id), items, _approximate_size(items))
+                cache.put(("l", thread_id, after.log_id), items, held_bytes(items))
             continue
         key = ("l", thread_id, after.log_id)
         cached = cache.get(key)
         if isinstance(cached, _Items) and len(cached) == before.length:
             # Grown in place (amortized O(new items), not a copy of the history):
             # readers only ever take a slice of the first ``length`` items.
-            cached.extend(serde.decode(text) for text in change.items)
-            cache.put(key, cached, _approximate_size(cached))
+            added = [serde.decode(text) for text in change.items]
+            cached.extend(added)
+            # A list's slots grow by one pointer per item, amortized.
+            cache.grow(key, held_bytes_of_items(added) + 8 * len(added))
 
 
 def read_channel_slice(

@@ -24,6 +24,7 @@ from ...errors import CheckpointNotFoundError, CorruptCheckpointError
 from ...types import Checkpoint, LazyChannels
 from .. import _records
 from .._delta import ChannelRef, ValueCache, manifest_from_plain, read_channel_slice, read_channels
+from .._held import held_bytes
 from ..holds import Hold
 from .rows import checkpoint_from_row
 from .statements import CHECKPOINT_COLUMNS, Statements
@@ -71,7 +72,7 @@ class Reads:
 
     def remember_manifest(self, thread_id: str, checkpoint_id: str, manifest: dict[str, ChannelRef]) -> None:
         """Remember a committed checkpoint's manifest (it never changes)."""
-        self.manifests.put((thread_id, checkpoint_id), manifest, 64 * (len(manifest) + 1))
+        self.manifests.put((thread_id, checkpoint_id), manifest, held_bytes(manifest))
 
     def known_manifest(self, thread_id: str, checkpoint_id: str) -> dict[str, ChannelRef] | None:
         """A manifest this process remembers, or None."""

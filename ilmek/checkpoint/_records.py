@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 
 from .. import checks, serde
-from ..errors import CorruptCheckpointError, InvalidArgumentError, SerializationError
+from ..errors import CheckpointNotFoundError, CorruptCheckpointError, InvalidArgumentError, SerializationError
 from ..types import (
     ChannelChange,
     Checkpoint,
@@ -59,6 +59,7 @@ __all__ = [
     "encode_thread_cancel",
     "encode_thread_error",
     "encode_thread_metadata",
+    "gone_error",
     "json_equal",
     "load_plain",
     "metadata_matches",
@@ -66,6 +67,16 @@ __all__ = [
     "revive",
     "stored_key",
 ]
+
+
+def gone_error(thread_id: str, checkpoint_id: str) -> CheckpointNotFoundError:
+    """The error for a checkpoint deleted or pruned after it was listed, before its values were read."""
+    return CheckpointNotFoundError(
+        f"checkpoint {checkpoint_id!r} of thread {thread_id!r} was pruned or deleted while it was being "
+        "read; list the thread's checkpoints again",
+        thread_id=thread_id,
+        checkpoint_id=checkpoint_id,
+    )
 
 
 def corrupt(

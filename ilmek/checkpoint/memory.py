@@ -282,6 +282,10 @@ class InMemoryCheckpointer(Checkpointer):
 
     def _values(self, thread_id: str, stored: _StoredCheckpoint) -> dict[str, Any]:
         with self._lock:
+            thread = self._threads.get(thread_id)
+            if thread is None or thread.checkpoints.get(stored.id) is not stored:
+                # Listed, then pruned or deleted before its values were read.
+                raise _records.gone_error(thread_id, stored.id)
             return read_channels(self._store, thread_id, stored.manifest, self._cache)
 
     def _checkpoint(self, thread_id: str, stored: _StoredCheckpoint, *, lazy: bool) -> Checkpoint:

@@ -43,16 +43,6 @@ class _Vanished(Exception):
     """Internal: a checkpoint (and its values) was deleted or pruned while it was being read."""
 
 
-def gone_error(thread_id: str, checkpoint_id: str) -> CheckpointNotFoundError:
-    """The error for a checkpoint deleted or pruned after it was listed, before its values were read."""
-    return CheckpointNotFoundError(
-        f"checkpoint {checkpoint_id!r} of thread {thread_id!r} was pruned or deleted while it was being "
-        "read; list the thread's checkpoints again",
-        thread_id=thread_id,
-        checkpoint_id=checkpoint_id,
-    )
-
-
 class Reads:
     """The reads of one SQL checkpointer, and what it remembers of them."""
 
@@ -125,7 +115,7 @@ class Reads:
             except _Vanished:
                 if checkpoint_id is not None:
                     return None  # that checkpoint is gone: an unknown id reads as None
-        raise gone_error(thread_id, "(latest)")
+        raise _records.gone_error(thread_id, "(latest)")
 
     def _load(self, thread_id: str, checkpoint_id: str | None, hold: Hold | None) -> Checkpoint | None:
         def work(session: Session) -> Checkpoint | None:
@@ -191,7 +181,7 @@ class Reads:
                     write=False,
                 )
             except _Vanished:
-                raise gone_error(thread_id, checkpoint_id) from None
+                raise _records.gone_error(thread_id, checkpoint_id) from None
             return values
 
         return LazyChannels(load)
@@ -236,7 +226,7 @@ class Reads:
                 return read_channel_slice(self.store(session), thread_id, ref, offset, limit)
             except CorruptCheckpointError:
                 if found_id is not None and self.manifest(session, thread_id, found_id) is None:
-                    raise gone_error(thread_id, found_id) from None
+                    raise _records.gone_error(thread_id, found_id) from None
                 raise
 
         result: builtins.list[Any] = self._owner.transact(

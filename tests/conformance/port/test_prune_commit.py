@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import attrs
 import pytest
 
-from ilmek import Checkpointer, ConcurrentUpdateError
+from ilmek import Checkpointer, CheckpointNotFoundError, ConcurrentUpdateError, CorruptCheckpointError
 from ilmek.types import Extend, Replace, task_id_for
 from tests.support.port import JOURNAL, TASK, channels_at, cid, ids_of, make_checkpoint, pause, put_chain
 
@@ -81,6 +81,26 @@ def test_prune_keeps_branch_tips_and_fork_points(checkpointer: Checkpointer) -> 
 def test_prune_of_an_unknown_thread_drops_nothing(checkpointer: Checkpointer) -> None:
     """Pruning a thread without checkpoints returns 0."""
     assert 0 == checkpointer.prune("nobody", keep_last=1)
+
+
+def test_a_checkpoint_pruned_after_it_was_listed_reads_as_not_found(checkpointer: Checkpointer) -> None:
+    """A listing's values load when first read; pruned meanwhile, that read says the checkpoint is gone
+    (``CheckpointNotFoundError`` naming it), never that the stored data is corrupt."""
+    ids = put_chain(checkpointer, "t", ({"log": list(range(n + 1)), "n": n} for n in range(6)))
+    listed = {checkpoint.id: checkpoint for checkpoint in checkpointer.list("t")}
+
+    assert 5 == checkpointer.prune("t", keep_last=1)
+
+    for pruned in ids[:-1]:
+        with pytest.raises(CheckpointNotFoundError, match="pruned or deleted") as caught:
+            dict(listed[pruned].channels)
+        assert not isinstance(caught.value, CorruptCheckpointError)
+        assert "t" == caught.value.thread_id
+        assert pruned == caught.value.checkpoint_id
+        with pytest.raises(CheckpointNotFoundError):
+            checkpointer.read_channel("t", "log", checkpoint_id=pruned)
+        assert None is checkpointer.get("t", pruned)
+    assert {"log": list(range(6)), "n": 5} == dict(listed[ids[-1]].channels)
 
 
 @pytest.mark.parametrize("keep_last", [0, -1])

@@ -385,8 +385,11 @@ def read_channels(
     Blobs are fetched in one call, logs' ancestry in one, and the missing
     items of every list in one more, however long the history. The cache,
     keyed by thread, serves items already known; ``remember=False`` (a read
-    inside a transaction that may still roll back) adds nothing to it.
+    inside a transaction that may still roll back) adds nothing to it, nor
+    does a read inside :func:`ilmek.serde.showing_unregistered`.
     """
+    # Placeholders for unregistered classes are for display only: never cached.
+    remember = remember and not serde.shows_unregistered()
     values: dict[str, Any] = {}
     blob_ids = [ref.blob_id for ref in manifest.values() if isinstance(ref, BlobRef)]
     if blob_ids:

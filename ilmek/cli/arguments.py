@@ -15,6 +15,7 @@ from typing import Any, Final, NoReturn
 
 import attrs
 
+from .. import serde
 from ..checkpoint.sqlite import DEFAULT_PATH
 from .failures import _UsageError
 from .output import _q, _shorten
@@ -158,8 +159,23 @@ class Subcommands:
     subparsers: argparse._SubParsersAction[_Parser]
     store: _Parser
 
-    def add(self, name: str, handler: _Handler, summary: str) -> argparse.ArgumentParser:
-        """A new command ``name``, run by ``handler``; ``summary`` is its line in ``--help``."""
+    def add(
+        self, name: str, handler: _Handler, summary: str, *, only_shows: bool = False
+    ) -> argparse.ArgumentParser:
+        """A new command ``name``, run by ``handler``; ``summary`` is its line in ``--help``.
+
+        ``only_shows``: the command prints stored values and writes none, so a
+        value of a class this process never registered prints as stored (an
+        operator's CLI does not import the application).
+        """
         sub = self.subparsers.add_parser(name, parents=[self.store], help=summary, description=summary)
-        sub.set_defaults(handler=handler)
+        sub.set_defaults(handler=_showing(handler) if only_shows else handler)
         return sub
+
+
+def _showing(handler: _Handler) -> _Handler:
+    def showing(args: argparse.Namespace) -> int:
+        with serde.showing_unregistered():
+            return handler(args)
+
+    return showing

@@ -165,6 +165,7 @@ def add_history_parser(commands: Subcommands) -> None:
         "history",
         _cmd_history,
         "Draw a thread's checkpoint tree, oldest first, forks as branches; a resumed pause reads answered.",
+        only_shows=True,
     )
     history.add_argument("thread", type=_text, metavar="THREAD", help=_THREAD_HELP)
     history.add_argument("--limit", type=_positive, metavar="N", help="only the N newest checkpoints")

@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 
 from ..redact import printable_json
+from ..serde import Unregistered
 
 # How much of a value `show` prints unless --full is given.
 _MAX_TEXT = 200
@@ -74,6 +75,9 @@ def _displayable(value: Any, full: bool, depth: int = 0) -> Any:
         return value.isoformat()
     if isinstance(value, decimal.Decimal | uuid.UUID | _dt.timedelta):
         return str(value)
+    if isinstance(value, Unregistered):
+        # As stored, under the name the application registered it with.
+        return {value.label: _displayable(value.stored, full, depth + 1)}
     if attrs.has(type(value)):
         fields = {field.name: getattr(value, field.name) for field in attrs.fields(type(value))}
         return _displayable(fields, full, depth)

@@ -121,7 +121,9 @@ def _cmd_threads(args: argparse.Namespace) -> int:
 
 def add_threads_parser(commands: Subcommands) -> None:
     """Add ``threads``, which lists a store's threads, to the commands."""
-    threads = commands.add("threads", _cmd_threads, "List threads, most recently updated first.")
+    threads = commands.add(
+        "threads", _cmd_threads, "List threads, most recently updated first.", only_shows=True
+    )
     threads.add_argument(
         "--status",
         choices=(*_THREAD_STATUSES, *STATUS_ALIASES),
@@ -365,6 +367,7 @@ def add_show_parser(commands: Subcommands) -> None:
         _cmd_show,
         "Show a checkpoint: its place, status, next tasks, channel values, and each pause "
         "with its task's completed steps and the answers given so far.",
+        only_shows=True,
     )
     show.add_argument("thread", type=_text, metavar="THREAD", help=_THREAD_HELP)
     show.add_argument(

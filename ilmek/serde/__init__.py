@@ -108,7 +108,10 @@ bytes or zone it reads imports the standard library's ``decimal``, ``uuid``,
 ``base64`` or ``zoneinfo``), never looks anything up by name except in this
 package's registry dict, and never uses pickle, eval or exec. Stored data that
 names a type this process has not registered, or carries an unknown tag, raises
-:class:`~ilmek.errors.SerializationError`; so does any malformed tag payload.
+:class:`~ilmek.errors.SerializationError`; so does any malformed tag payload. Tools
+that only show stored data (the CLI, the console) decode inside
+:func:`showing_unregistered`, where a value of an unregistered class becomes an
+:class:`Unregistered` placeholder holding its stored payload, never the class.
 """
 
 from __future__ import annotations
@@ -116,6 +119,7 @@ from __future__ import annotations
 from .decoding import decode, from_jsonable
 from .encoding import dump_json as dump_json
 from .encoding import encode, to_jsonable
+from .placeholders import Unregistered, showing_unregistered, shows_unregistered
 from .registry import is_registered, register
 
 # ``import ilmek`` imports none of base64, dataclasses, decimal, uuid and
@@ -124,10 +128,13 @@ from .registry import is_registered, register
 # instead of importing it to ask; decoding such a value imports it then.
 
 __all__ = [
+    "Unregistered",
     "decode",
     "encode",
     "from_jsonable",
     "is_registered",
     "register",
+    "showing_unregistered",
+    "shows_unregistered",
     "to_jsonable",
 ]

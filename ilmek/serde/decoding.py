@@ -16,10 +16,11 @@ import enum
 import json
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 from ilmek.errors import SerializationError
 
+from .placeholders import Unregistered, shows_unregistered
 from .registry import _ClassSpec, _specs_by_name
 from .tags import _TAG, _ZONE_KEY, _short_repr, _type_name
 
@@ -408,7 +409,20 @@ def _registered_spec(obj: dict[str, Any], *, want_enum: bool) -> _ClassSpec:
     return spec
 
 
-def _revive_enum(obj: dict[str, Any]) -> enum.Enum:
+def _placeholder(obj: dict[str, Any], kind: Literal["obj", "enum"]) -> Unregistered | None:
+    """The stand-in for an unregistered class, when the caller only shows data (else None)."""
+    name = _expect(obj["type"], str, "'type'")
+    if name in _specs_by_name or not shows_unregistered():
+        return None
+    if kind == "obj":
+        _expect(obj["v"], dict, "'v'")
+    return Unregistered(type_name=name, kind=kind, stored=obj["v"])
+
+
+def _revive_enum(obj: dict[str, Any]) -> enum.Enum | Unregistered:
+    placeholder = _placeholder(obj, "enum")
+    if placeholder is not None:
+        return placeholder
     spec = _registered_spec(obj, want_enum=True)
     try:
         member: enum.Enum = spec.cls(obj["v"])
@@ -422,6 +436,9 @@ def _revive_enum(obj: dict[str, Any]) -> enum.Enum:
 
 
 def _revive_object(obj: dict[str, Any]) -> Any:
+    placeholder = _placeholder(obj, "obj")
+    if placeholder is not None:
+        return placeholder
     spec = _registered_spec(obj, want_enum=False)
     stored = _expect(obj["v"], dict, "'v'")
     keywords: dict[str, Any] = {}

@@ -20,6 +20,7 @@ import attrs
 
 from ilmek.errors import SerializationError
 
+from .placeholders import Unregistered
 from .refusals import _MAX_DEPTH, _too_deep_error, _TooDeep, _Unsupported
 from .registry import _ClassSpec, _is_dataclass, _specs_by_type
 from .tags import _TAG, _ZONE_KEY, _short_repr, _type_name
@@ -347,6 +348,19 @@ _LATE_ENCODERS: Final[dict[tuple[str, str], Callable[[Any, int], Any]]] = {
     ("uuid", "UUID"): _encode_uuid,
 }
 """Encoders of types whose modules ilmek does not import, by module and name."""
+
+
+def _encode_placeholder(value: Unregistered, depth: int) -> dict[str, Any]:
+    # Back to the very tag it was read from (see placeholders).
+    if value.kind not in ("obj", "enum") or type(value.type_name) is not str:
+        raise _unsupported(value)
+    payload = _walk(value.stored, depth + 1)
+    if value.kind == "obj" and not (isinstance(payload, dict) and _TAG not in payload):
+        raise _unsupported(value)
+    return {_TAG: value.kind, "type": value.type_name, "v": payload}
+
+
+_ENCODERS[Unregistered] = _encode_placeholder
 
 
 def _late_encoder(value_type: type[Any]) -> Callable[[Any, int], Any] | None:

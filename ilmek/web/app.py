@@ -33,6 +33,7 @@ from typing import Any, Final
 
 import attrs
 
+from .. import serde
 from ..checkpoint.base import Checkpointer
 from ..errors import CorruptCheckpointError, InvalidArgumentError
 from ..graph import CompiledGraph
@@ -291,7 +292,9 @@ class Console:
             raise _Refused(404, "Not found", "The console has no such page.")
         if method not in ("GET", "HEAD"):
             raise _Refused(405, "Method not allowed", "This page is only read.", (("Allow", "GET, HEAD"),))
-        return handler(request)
+        # Pages only show stored values: a class this process never registered shows as stored.
+        with serde.showing_unregistered():
+            return handler(request)
 
     # --- responses --------------------------------------------------------------------------
 

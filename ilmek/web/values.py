@@ -21,6 +21,8 @@ from typing import Any, Final
 
 import attrs
 
+from ..serde import Unregistered
+
 __all__ = ["Rendered", "as_json_text", "label", "preview", "question_of", "render"]
 
 WIDTH: Final = 72
@@ -86,6 +88,11 @@ def _scalar(value: Any) -> str | None:
         return value.isoformat()
     if isinstance(value, (decimal.Decimal, uuid.UUID)):
         return str(value)
+    if isinstance(value, Unregistered):
+        if value.kind == "obj" and isinstance(value.stored, Mapping):
+            return None
+        stored = _scalar(value.stored) or repr(value.stored)
+        return f"{value.type_name}({stored}) · class not registered here"
     if isinstance(value, (Mapping, list, tuple, set, frozenset)):
         return None
     if attrs.has(type(value)) or (dataclasses.is_dataclass(value) and not isinstance(value, type)):
@@ -108,6 +115,10 @@ def _items(value: Any) -> tuple[str, str, list[tuple[str | None, Any]]]:
         except TypeError:
             ordered = list(value)
         return "{", "}", [(None, item) for item in ordered]
+    if isinstance(value, Unregistered):
+        # As stored: its fields, under the name it was registered with elsewhere.
+        stored: list[tuple[str | None, Any]] = [(f"{name}=", item) for name, item in value.stored.items()]
+        return f"{value.type_name}(", ") · class not registered here", stored
     if attrs.has(type(value)):
         fields = [(f.name, getattr(value, f.name)) for f in attrs.fields(type(value))]
     else:

@@ -58,6 +58,8 @@ MAX_LIMIT = 2**31 - 1
 def _problem(value: str, limit: int = MAX_ID_BYTES) -> str | None:
     if "\0" in value:
         return "contains NUL, which databases cannot store"
+    if value.isascii():  # the usual case, checked at every commit: no encoding needed
+        return None if len(value) <= limit else f"is longer than {limit} bytes"
     try:
         encoded = value.encode("utf-8")
     except UnicodeEncodeError:

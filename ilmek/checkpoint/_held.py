@@ -22,7 +22,7 @@ _LEAVES: Final = (str, bytes, bytearray, int, float, complex, bool, type(None), 
 
 
 def held_bytes(value: Any) -> int:
-    """The memory ``value`` and everything it references occupy, in bytes (types not counted)."""
+    """The memory ``value`` and everything it references occupy, in bytes."""
     return held_bytes_of_items((value,))
 
 

@@ -9,7 +9,7 @@ registry name, whether it was an object or an enum member, and its stored
 payload (decoded by the same rules). Outside it, decoding refuses as always.
 
 A placeholder encodes back to exactly the tag it was read from, so a value
-copied by such a tool (a fork) keeps the class for the application to read.
+written back by such a tool keeps the class for the application to read.
 Reads made while showing are never kept in a checkpointer's value cache.
 """
 

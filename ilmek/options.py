@@ -143,12 +143,18 @@ class RunOptions:
     def over(self, defaults: RunOptions) -> RunOptions:
         """These options, with what they leave unset (``None``) taken from ``defaults``."""
         merged: dict[str, Any] = {}
+        taken = False
         for field in attrs.fields(RunOptions):
             mine = getattr(self, field.name)
-            merged[field.name] = getattr(defaults, field.name) if mine is None else mine
+            if mine is None:
+                mine = getattr(defaults, field.name)
+                taken = taken or mine is not None
+            merged[field.name] = mine
         if self.meta is not None and defaults.meta is not None:
             merged["meta"] = MappingProxyType({**defaults.meta, **self.meta})
-        return RunOptions(**merged)
+            taken = True
+        # Nothing bound that the call left unset (an unbound graph): these options, already checked.
+        return RunOptions(**merged) if taken else self
 
     def resolve(self, defaults: RunOptions, *, graph_name: str) -> RunOptions:
         """The call's options over the graph's ``defaults``, checked as a whole.

@@ -22,6 +22,7 @@ __all__ = [
     "MAX_NAME_BYTES",
     "checkpoint_id",
     "count",
+    "is_plain_text",
     "latest_or_checkpoint_id",
     "moment",
     "name_problem",
@@ -55,18 +56,27 @@ MAX_LIMIT = 2**31 - 1
 """The largest ``limit``, ``offset`` or ``keep_last`` accepted."""
 
 
-def _problem(value: str, limit: int = MAX_ID_BYTES) -> str | None:
+def _problem(value: str, limit: int | None = MAX_ID_BYTES) -> str | None:
     if "\0" in value:
         return "contains NUL, which databases cannot store"
     if value.isascii():  # the usual case, checked at every commit: no encoding needed
-        return None if len(value) <= limit else f"is longer than {limit} bytes"
-    try:
-        encoded = value.encode("utf-8")
-    except UnicodeEncodeError:
-        return "contains a lone surrogate, which is not text"
-    if len(encoded) > limit:
+        size = len(value)
+    else:
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError:
+            return "contains a lone surrogate, which is not text"
+    if limit is not None and size > limit:
         return f"is longer than {limit} bytes"
     return None
+
+
+def is_plain_text(value: Any) -> bool:
+    """Whether ``value`` is text every backend stores, filters and sends back as text.
+
+    A ``str`` without NUL and without a lone surrogate, of any length.
+    """
+    return isinstance(value, str) and _problem(value, limit=None) is None
 
 
 def name_problem(name: str) -> str | None:

@@ -63,7 +63,6 @@ __all__ = [
     "json_equal",
     "load_plain",
     "metadata_matches",
-    "plain_text",
     "revive",
     "stored_key",
 ]
@@ -562,25 +561,12 @@ def check_metadata_filter(metadata: Any) -> dict[str, Any]:
     if not isinstance(metadata, Mapping):
         raise InvalidArgumentError(f"metadata must be a dict, got {type(metadata).__name__}")
     for key in metadata:
-        if not plain_text(key):
+        if not checks.is_plain_text(key):
             raise InvalidArgumentError(
                 f"metadata filter keys must be text without NUL or lone surrogates (as stored keys are), "
                 f"got {key!r}"
             )
     return dict(metadata)
-
-
-def plain_text(key: Any) -> bool:
-    """Whether ``key`` is text every backend stores, filters and sends as text: no NUL, no lone surrogate."""
-    if not isinstance(key, str) or "\0" in key:
-        return False
-    if key.isascii():
-        return True
-    try:
-        key.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate
-        return False
-    return True
 
 
 def encode_thread_metadata(thread_id: str, metadata: Mapping[str, Any]) -> str:
@@ -595,7 +581,7 @@ def encode_thread_metadata(thread_id: str, metadata: Mapping[str, Any]) -> str:
             f"metadata of thread {thread_id!r} must be a dict, got {type(metadata).__name__}"
         )
     for key in metadata:
-        if not plain_text(key):
+        if not checks.is_plain_text(key):
             raise InvalidArgumentError(
                 f"metadata keys of thread {thread_id!r} must be text without NUL or lone surrogates "
                 f"(list_threads filters by them), got {key!r}"

@@ -71,7 +71,7 @@ class Journals:
                 column can hold, so it cannot be sent back as a parameter.
         """
         for base_id in bases:
-            if not _records.plain_text(base_id):
+            if not checks.is_plain_text(base_id):
                 raise _records.corrupt(
                     f"its journal chain names {base_id!r}, which no checkpoint id can be",
                     thread_id=thread_id,

@@ -329,9 +329,7 @@ class ValueCache:
                 self._size -= old[1]
             self._entries[key] = (value, size)
             self._size += size
-            while self._size > self.max_bytes and self._entries:
-                _, (_, evicted) = self._entries.popitem(last=False)
-                self._size -= evicted
+            self._evict_over_bound()
 
     def grow(self, key: Hashable, added: int) -> None:
         """Count ``added`` more bytes for an entry whose value was extended in place."""
@@ -347,9 +345,13 @@ class ValueCache:
             self._entries[key] = (value, size + added)
             self._entries.move_to_end(key)
             self._size += added
-            while self._size > self.max_bytes and self._entries:
-                _, (_, evicted) = self._entries.popitem(last=False)
-                self._size -= evicted
+            self._evict_over_bound()
+
+    def _evict_over_bound(self) -> None:
+        # Under the lock: the least recently used entries go until the rest fit.
+        while self._size > self.max_bytes and self._entries:
+            _, (_, evicted) = self._entries.popitem(last=False)
+            self._size -= evicted
 
     @property
     def held(self) -> int:

@@ -16,7 +16,7 @@ import enum
 import json
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from ilmek.errors import SerializationError
 
@@ -386,11 +386,15 @@ def _revive_uuid(obj: dict[str, Any]) -> uuid.UUID:
     return uuid.UUID(_expect(obj["v"], str, "'v'"))
 
 
-def _registered_spec(obj: dict[str, Any], *, want_enum: bool) -> _ClassSpec:
+def _registered_spec(obj: dict[str, Any], *, want_enum: bool) -> _ClassSpec | None:
+    """The registered class ``obj`` names; None when it is not registered but the caller only
+    shows data (see :mod:`ilmek.serde.placeholders`), which then keeps the stored payload."""
     name = _expect(obj["type"], str, "'type'")
     # The registry dict is the only place a stored name is ever looked up.
     spec = _specs_by_name.get(name)
     if spec is None:
+        if shows_unregistered():
+            return None
         raise SerializationError(
             f"{_STORED_DATA}: type {_short_repr(name)} is not registered in this process; "
             "import the module that defines it and register the class with "
@@ -409,21 +413,10 @@ def _registered_spec(obj: dict[str, Any], *, want_enum: bool) -> _ClassSpec:
     return spec
 
 
-def _placeholder(obj: dict[str, Any], kind: Literal["obj", "enum"]) -> Unregistered | None:
-    """The stand-in for an unregistered class, when the caller only shows data (else None)."""
-    name = _expect(obj["type"], str, "'type'")
-    if name in _specs_by_name or not shows_unregistered():
-        return None
-    if kind == "obj":
-        _expect(obj["v"], dict, "'v'")
-    return Unregistered(type_name=name, kind=kind, stored=obj["v"])
-
-
 def _revive_enum(obj: dict[str, Any]) -> enum.Enum | Unregistered:
-    placeholder = _placeholder(obj, "enum")
-    if placeholder is not None:
-        return placeholder
     spec = _registered_spec(obj, want_enum=True)
+    if spec is None:
+        return Unregistered(type_name=obj["type"], kind="enum", stored=obj["v"])
     try:
         member: enum.Enum = spec.cls(obj["v"])
     except ValueError as exc:
@@ -436,11 +429,10 @@ def _revive_enum(obj: dict[str, Any]) -> enum.Enum | Unregistered:
 
 
 def _revive_object(obj: dict[str, Any]) -> Any:
-    placeholder = _placeholder(obj, "obj")
-    if placeholder is not None:
-        return placeholder
     spec = _registered_spec(obj, want_enum=False)
     stored = _expect(obj["v"], dict, "'v'")
+    if spec is None:
+        return Unregistered(type_name=obj["type"], kind="obj", stored=stored)
     keywords: dict[str, Any] = {}
     late: list[tuple[str, Any]] = []
     for attribute, item in stored.items():

@@ -26,6 +26,7 @@ from .channel import (
 )
 from .checkpoint.base import Checkpointer
 from .checkpoint.holds import Hold, HoldLostError
+from .connecting import connect
 from .context import NodeContext
 from .control import Command, RetryPolicy, Send, command, send
 from .engine import resume, resume_keyed, resume_keyed_stream, resume_stream, run, stream
@@ -153,6 +154,7 @@ __all__ = [
     "append_field",
     "channel",
     "command",
+    "connect",
     "from_spec",
     "graph",
     "history",

@@ -73,13 +73,13 @@ def _list_items(incoming: Any) -> list[Any]:
 
 
 def _message_id(item: Any) -> Any:
-    """An item's id: ``item["id"]`` for a mapping, ``item.id`` for an attrs or dataclass value."""
+    """An item's id: ``item["id"]`` for a mapping, ``item.id`` for an attrs, dataclass or pydantic value."""
     if isinstance(item, Mapping):
         return item.get("id")
     if not hasattr(item, "id"):
         raise TypeError(
-            f"a messages channel holds dicts with an 'id' (or attrs/dataclass values with an id "
-            f"attribute), got {type(item).__name__}"
+            f"a messages channel holds dicts with an 'id' (or attrs, dataclass or pydantic values "
+            f"with an id attribute), got {type(item).__name__}"
         )
     return item.id
 
@@ -95,6 +95,9 @@ def _with_fresh_id(item: Any) -> Any:
 
     if dataclasses.is_dataclass(item) and not isinstance(item, type):
         return dataclasses.replace(item, id=fresh)
+    model_copy = getattr(item, "model_copy", None)
+    if callable(model_copy):  # a pydantic model, such as LangChain's messages
+        return model_copy(update={"id": fresh})
     raise TypeError(f"cannot give a {type(item).__name__} a fresh id; set its id before writing it")
 
 

@@ -12,9 +12,8 @@ from __future__ import annotations
 import argparse
 
 from .arguments import Subcommands, _database_argument, _json_option, _positive
-from .failures import _CommandFailed
 from .output import _print_json, _say
-from .stores import _URL, SqlCheckpointer, _database, _is_postgres, _opened, _shown_database, _unsupported
+from .stores import SqlCheckpointer, _database, _is_postgres, _opened, _shown_database, _sqlite_path
 
 _DIALECTS = ("postgres", "sqlite")
 
@@ -78,9 +77,8 @@ def _cmd_ddl(args: argparse.Namespace) -> int:
         database = _database(args)
         if _is_postgres(database):
             dialect = "postgres"
-        elif _URL.match(database.lstrip()):
-            raise _CommandFailed(_unsupported(database))
         else:
+            _sqlite_path(database)  # another scheme, or a malformed sqlite:// URL, is refused
             dialect = "sqlite"
     statements = _ddl_statements(args, dialect)
     if args.json:

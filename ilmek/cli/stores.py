@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import os
 import pathlib
-import re
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
@@ -27,32 +26,14 @@ from ..checkpoint.sql import SqlCheckpointer as SqlCheckpointer
 from ..checkpoint.sql import validate_prefix as validate_prefix
 from ..checkpoint.sql.statements import LIVE_HOLD as LIVE_HOLD
 from ..checkpoint.sqlite import DEFAULT_PATH, SqliteCheckpointer
-from ..errors import IlmekError, StorageError
+from ..connecting import sqlite_target, store_kind
+from ..errors import IlmekError, InvalidArgumentError, StorageError
 from ..redact import dsn_secrets, mask_dsn
 from .failures import _CommandFailed
 from .output import _one_line, _shorten
 
 DATABASE_ENV: Final = "ILMEK_DB"
 """The environment variable that names the store when ``--db`` is not given."""
-
-_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-# A libpq keyword string starts with one of libpq's keywords and `=`: only
-# those, so that a file named `notes=old.db` stays a file.
-_LIBPQ_KEYWORDS = frozenset(
-    {
-        "host", "hostaddr", "port", "dbname", "user", "password", "passfile", "require_auth",
-        "channel_binding", "connect_timeout", "client_encoding", "options", "application_name",
-        "fallback_application_name", "keepalives", "keepalives_idle", "keepalives_interval",
-        "keepalives_count", "tcp_user_timeout", "replication", "gssencmode", "sslmode",
-        "requiressl", "sslnegotiation", "sslcompression", "sslcert", "sslkey", "sslpassword",
-        "sslcertmode", "sslrootcert", "sslcrl", "sslcrldir", "sslsni", "requirepeer",
-        "ssl_min_protocol_version", "ssl_max_protocol_version", "krbsrvname", "gsslib",
-        "gssdelegation", "service", "target_session_attrs", "load_balance_hosts",
-    }
-)  # fmt: skip
-_KEYWORD_DSN = re.compile(r"\s*([A-Za-z_]+)\s*=")
-
 
 def _shown_database(database: str) -> str:
     """A database as messages show it: password masked, shortened."""
@@ -61,17 +42,24 @@ def _shown_database(database: str) -> str:
 
 def _is_postgres(database: str) -> bool:
     """Whether ``database`` names a Postgres server (a URL or a libpq keyword string)."""
-    if database.lstrip().startswith(_POSTGRES_SCHEMES):
-        return True
-    keyword = _KEYWORD_DSN.match(database)
-    return keyword is not None and keyword.group(1) in _LIBPQ_KEYWORDS
+    return store_kind(database) == "postgres"
 
 
-def _unsupported(database: str) -> str:
-    return (
-        f"unsupported database URL {_shown_database(database)!r}: give a SQLite file path, "
-        "a postgresql:// URL or a libpq keyword string (host=... dbname=...)"
-    )
+def _sqlite_path(database: str) -> str:
+    """The SQLite file a non-Postgres ``--db`` names (a path, or a ``sqlite:///`` URL's file).
+
+    Raises:
+        InvalidArgumentError: a URL of another scheme, or a malformed ``sqlite://`` URL.
+    """
+    kind = store_kind(database)
+    if kind == "sqlite-url":
+        return sqlite_target(database)
+    if kind == "other-url":
+        raise InvalidArgumentError(
+            f"unsupported database URL {_shown_database(database)!r}: give a SQLite file path, "
+            "a sqlite:/// URL, a postgresql:// URL or a libpq keyword string (host=... dbname=...)"
+        )
+    return database
 
 
 def open_checkpointer(database: str | os.PathLike[str], table_prefix: str = "ilmek") -> SqlCheckpointer:
@@ -79,6 +67,7 @@ def open_checkpointer(database: str | os.PathLike[str], table_prefix: str = "ilm
 
     Args:
         database: A file path (created, with its folders, if missing), a
+            ``sqlite:///`` URL (read as :func:`ilmek.connect` reads it), a
             ``postgresql://`` / ``postgres://`` URL, or a libpq keyword string
             such as ``host=db dbname=shop`` (it must start with a libpq
             keyword; write ``./host=x.db`` for a file of that name).
@@ -88,8 +77,8 @@ def open_checkpointer(database: str | os.PathLike[str], table_prefix: str = "ilm
         A checkpointer that owns its connections; close it when done.
 
     Raises:
-        ValueError: an empty ``database``, an invalid ``table_prefix``, or a
-            URL of another scheme.
+        ValueError: an empty ``database``, an invalid ``table_prefix``, a
+            URL of another scheme or a malformed ``sqlite://`` URL.
         ImportError: a Postgres DSN, but no Postgres driver is installed.
     """
     target = os.fspath(database)
@@ -101,9 +90,7 @@ def open_checkpointer(database: str | os.PathLike[str], table_prefix: str = "ilm
 
         # libpq reads a URL only from the first character on.
         return PostgresCheckpointer.connect(target.strip(), table_prefix=table_prefix)
-    if _URL.match(target.lstrip()):
-        raise ValueError(_unsupported(target))
-    return SqliteCheckpointer(target, table_prefix=table_prefix)
+    return SqliteCheckpointer(_sqlite_path(target), table_prefix=table_prefix)
 
 
 def _open_read_only(path: str, table_prefix: str, shown: str) -> tuple[SqlCheckpointer, Any]:
@@ -213,9 +200,9 @@ def _opened(
     with contextlib.ExitStack() as owned:
         try:
             if not _is_postgres(database):
-                if _URL.match(database.lstrip()):
-                    raise _CommandFailed(_unsupported(database))
-                if not create and not pathlib.Path(database).expanduser().exists():
+                database = _sqlite_path(database)
+                exists = database == ":memory:" or pathlib.Path(database).expanduser().exists()
+                if not create and not exists:
                     raise _CommandFailed(f"no database at {shown} (nothing has been stored there yet)")
             checkpointer = _open(database, args.table_prefix, shown, owned, read_only, pool_size, synchronous)
         except StorageError as error:

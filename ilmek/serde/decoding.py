@@ -433,17 +433,13 @@ def _revive_object(obj: dict[str, Any]) -> Any:
     stored = _expect(obj["v"], dict, "'v'")
     if spec is None:
         return Unregistered(type_name=obj["type"], kind="obj", stored=stored)
+    if spec.is_pydantic:
+        return _revive_pydantic(spec, stored)
     keywords: dict[str, Any] = {}
     late: list[tuple[str, Any]] = []
     for attribute, item in stored.items():
         if attribute not in spec.init_keywords:
-            raise SerializationError(
-                f"{_STORED_DATA}: stored {spec.name} has a field {_short_repr(attribute)} "
-                f"that {_type_name(spec.cls)} does not define; add the field back (with a "
-                "default) to read this data",
-                where=_STORED_DATA,
-                type_name=spec.name,
-            )
+            raise _undefined_field(spec, attribute)
         keyword = spec.init_keywords[attribute]
         if keyword is None:
             late.append((attribute, item))
@@ -462,6 +458,32 @@ def _revive_object(obj: dict[str, Any]) -> Any:
             type_name=spec.name,
         ) from exc
     return instance
+
+
+def _undefined_field(spec: _ClassSpec, attribute: str) -> SerializationError:
+    return SerializationError(
+        f"{_STORED_DATA}: stored {spec.name} has a field {_short_repr(attribute)} "
+        f"that {_type_name(spec.cls)} does not define; add the field back (with a "
+        "default) to read this data",
+        where=_STORED_DATA,
+        type_name=spec.name,
+    )
+
+
+def _revive_pydantic(spec: _ClassSpec, stored: dict[str, Any]) -> Any:
+    """A registered pydantic model rebuilt with ``model_validate`` from its stored fields."""
+    unknown = next((name for name in stored if name not in spec.init_keywords), None)
+    if unknown is not None:
+        raise _undefined_field(spec, unknown)
+    try:
+        return spec.cls.model_validate(stored)
+    except Exception as exc:  # the model's validators may raise anything
+        raise SerializationError(
+            f"{_STORED_DATA}: could not rebuild {spec.name} from its stored fields: "
+            f"{type(exc).__name__}: {exc}",
+            where=_STORED_DATA,
+            type_name=spec.name,
+        ) from exc
 
 
 _PLAIN_KEYS: Final = frozenset({_TAG, "v"})

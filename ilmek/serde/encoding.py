@@ -22,7 +22,7 @@ from ilmek.errors import SerializationError
 
 from .placeholders import Unregistered
 from .refusals import _MAX_DEPTH, _too_deep_error, _TooDeep, _Unsupported
-from .registry import _ClassSpec, _is_dataclass, _specs_by_type
+from .registry import _ClassSpec, _is_dataclass, _is_pydantic_model, _specs_by_type
 from .tags import _TAG, _ZONE_KEY, _short_repr, _type_name
 
 if TYPE_CHECKING:
@@ -395,6 +395,8 @@ def _walk_registered(value: Any, spec: _ClassSpec, depth: int) -> dict[str, Any]
             exc.segments.append(".value")
             raise
         return {_TAG: "enum", "type": spec.name, "v": payload}
+    if spec.is_pydantic:
+        return {_TAG: "obj", "type": spec.name, "v": _walk_pydantic(value, spec, depth)}
     fields: dict[str, Any] = {}
     for attribute in spec.init_keywords:
         # A slotted init=False field without a default may never have been set;
@@ -410,10 +412,28 @@ def _walk_registered(value: Any, spec: _ClassSpec, depth: int) -> dict[str, Any]
     return {_TAG: "obj", "type": spec.name, "v": fields}
 
 
+def _walk_pydantic(value: Any, spec: _ClassSpec, depth: int) -> dict[str, Any]:
+    """A pydantic model's fields as stored: ``model_dump`` (by alias), each value walked."""
+    try:
+        dumped = value.model_dump(by_alias=True, round_trip=True)
+    except Exception as exc:  # a model's own serializers may raise anything
+        raise _Unsupported(
+            _type_name(spec.cls), f"{_type_name(spec.cls)}.model_dump() failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    fields: dict[str, Any] = {}
+    for attribute, item in dumped.items():
+        try:
+            fields[attribute] = _walk(item, depth + 1)
+        except _Unsupported as exc:
+            exc.segments.append(f".{attribute}")
+            raise
+    return fields
+
+
 _SUPPORTED_SUMMARY: Final = (
     "ilmek stores JSON values (dict, list, str, int, float, bool, None), tuple, set, "
     "frozenset, bytes, bytearray, datetime, date, time, timedelta, Decimal, UUID, and "
-    "attrs classes, dataclasses and Enums registered with ilmek.serde.register(...)"
+    "attrs classes, dataclasses, Enums and pydantic models registered with ilmek.serde.register(...)"
 )
 _EXACT_BUILTINS: Final = (
     dict, list, tuple, set, frozenset, str, bytes, bytearray, int, float,
@@ -424,7 +444,13 @@ _EXACT_BUILTINS: Final = (
 def _unsupported(value: Any) -> _Unsupported:
     value_type = type(value)
     type_name = _type_name(value_type)
-    if isinstance(value, enum.Enum) or attrs.has(value_type) or _is_dataclass(value):
+    storable_if_registered = (
+        isinstance(value, enum.Enum)
+        or attrs.has(value_type)
+        or _is_dataclass(value)
+        or _is_pydantic_model(value_type)
+    )
+    if storable_if_registered:
         registered_base = next((base for base in value_type.__mro__[1:] if base in _specs_by_type), None)
         if registered_base is not None:
             hint = (

@@ -28,6 +28,8 @@ class _ClassSpec:
     name: str
     cls: type[Any]
     is_enum: bool
+    # A pydantic model: stored through model_dump, rebuilt with model_validate.
+    is_pydantic: bool
     # attribute name -> __init__ keyword, or None for init=False fields
     init_keywords: dict[str, str | None]
 
@@ -51,7 +53,9 @@ def register(cls: Any = None, /, *, name: str | None = None) -> Any:
     Usable as ``@register``, ``@register(name="x")`` or ``register(Cls)``.
 
     Args:
-        cls: An attrs class, a dataclass or an ``enum.Enum`` subclass.
+        cls: An attrs class, a dataclass, an ``enum.Enum`` subclass or a
+            pydantic model (stored through ``model_dump``, rebuilt with
+            ``model_validate``: LangChain's message classes are such models).
         name: The name stored with each instance. Defaults to
             ``f"{cls.__module__}.{cls.__qualname__}"``; pass one to keep stored
             data readable after moving or renaming the class.
@@ -61,7 +65,7 @@ def register(cls: Any = None, /, *, name: str | None = None) -> Any:
         when ``cls`` is omitted.
 
     Raises:
-        TypeError: ``cls`` is not an attrs class, dataclass or Enum, or ``name``
+        TypeError: ``cls`` is not an attrs class, dataclass, Enum or pydantic model, or ``name``
             is not a non-empty str.
         ValueError: ``name`` already belongs to a different class, or ``cls``
             is already registered under another name.
@@ -78,16 +82,23 @@ def register(cls: Any = None, /, *, name: str | None = None) -> Any:
 def _register(cls: _ClassT, name: str | None) -> _ClassT:
     if not isinstance(cls, type):
         raise TypeError(
-            "ilmek.serde.register() takes a class (an attrs class, a dataclass or an "
-            f"enum.Enum subclass), not a {_type_name(type(cls))} value"
+            "ilmek.serde.register() takes a class (an attrs class, a dataclass, an "
+            f"enum.Enum subclass or a pydantic model), not a {_type_name(type(cls))} value"
         )
     if name is None:
         name = f"{cls.__module__}.{cls.__qualname__}"
     elif type(name) is not str or not name:
         raise TypeError(f"ilmek.serde.register(name=...) must be a non-empty str, got {name!r}")
     init_keywords: dict[str, str | None] = {}
+    is_enum = is_pydantic = False
     if issubclass(cls, enum.Enum):
         is_enum = True
+    elif _is_pydantic_model(cls):
+        is_pydantic = True
+        for field_name, field in cls.model_fields.items():
+            # model_dump(by_alias=True) writes the alias, which model_validate reads.
+            stored_as = field.alias or field_name
+            init_keywords[stored_as] = stored_as
     elif attrs.has(cls):
         is_enum = False
         for attribute in attrs.fields(cls):
@@ -100,18 +111,21 @@ def _register(cls: _ClassT, name: str | None) -> _ClassT:
             init_keywords[field.name] = field.name if field.init else None
     else:
         raise TypeError(
-            f"ilmek.serde.register() accepts attrs classes, dataclasses and enum.Enum "
-            f"subclasses; {_type_name(cls)} is none of these. Make it one of them, or "
+            f"ilmek.serde.register() accepts attrs classes, dataclasses, enum.Enum "
+            f"subclasses and pydantic models; {_type_name(cls)} is none of these. Make it one of them, or "
             "store a plain value (dict, list, str, ...) instead"
         )
     for field_name in init_keywords:
         # The stored field map must stay a plain JSON object that is not a tag.
-        if field_name == _TAG or not field_name.isidentifier():
+        # (A pydantic model is rebuilt from a mapping, so an alias need not be an identifier.)
+        if field_name == _TAG or not (is_pydantic or field_name.isidentifier()):
             raise TypeError(
                 f"{_type_name(cls)} has a field named {field_name!r}, which ilmek cannot "
                 f"store (field names must be identifiers other than {_TAG!r})"
             )
-    spec = _ClassSpec(name=name, cls=cls, is_enum=is_enum, init_keywords=init_keywords)
+    spec = _ClassSpec(
+        name=name, cls=cls, is_enum=is_enum, is_pydantic=is_pydantic, init_keywords=init_keywords
+    )
     with _registry_lock:
         holder = _specs_by_name.get(name)
         if holder is not None and holder.cls is not cls:
@@ -141,6 +155,13 @@ def is_registered(cls: Any) -> bool:
         True if ``cls`` itself (not merely a base class) was passed to :func:`register`.
     """
     return isinstance(cls, type) and cls in _specs_by_type
+
+
+def _is_pydantic_model(cls: type[Any]) -> bool:
+    # Only when the application has imported pydantic: ilmek never imports it.
+    pydantic = sys.modules.get("pydantic")
+    base = getattr(pydantic, "BaseModel", None)
+    return isinstance(base, type) and issubclass(cls, base)
 
 
 def _is_dataclass(value: Any) -> bool:

@@ -209,3 +209,20 @@ def test_unstorable_thread_metadata_raises_and_keeps_the_old(checkpointer: Check
         checkpointer.put_thread_metadata("t", {"bad": Unstorable()})
 
     assert {"ok": 1} == dict(thread_info(checkpointer, "t").metadata)
+
+
+def test_dict_key_order_is_kept_except_by_jsonb(checkpointer: Checkpointer) -> None:
+    """A dict reads back equal everywhere; its key order survives all but Postgres, whose JSONB sorts keys.
+
+    docs/concepts.rst says so: JSONB orders a dict's keys by length, then bytes.
+    """
+    written = {"zebra": 1, "a": 2, "mm": {"yy": 1, "b": 2}, "é": 3}
+    checkpointer.put("t", make_checkpoint("t", "c0001", value=written))
+    read = channels_at(checkpointer, "t")["value"]
+    assert read == written
+    if type(checkpointer).__name__ == "PostgresCheckpointer":
+        assert list(read) == ["a", "mm", "é", "zebra"]
+        assert list(read["mm"]) == ["b", "yy"]
+    else:
+        assert list(read) == list(written)
+        assert list(read["mm"]) == ["yy", "b"]

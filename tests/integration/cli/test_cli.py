@@ -627,7 +627,7 @@ def test_an_unsupported_url_is_an_error_that_hides_the_password(
     assert 1 == status
     assert (
         "ilmek: unsupported database URL 'mysql://shop:***@db.example/shop': give a SQLite file "
-        "path, a postgresql:// URL or a libpq keyword string (host=... dbname=...)\n"
+        "path, a sqlite:/// URL, a postgresql:// URL or a libpq keyword string (host=... dbname=...)\n"
     ) == err
     assert "s3cret" not in err
 

@@ -269,7 +269,8 @@ def test_odd_arguments_are_usage_errors(
     [
         ("postgresql://shop:hunter22@[::1/shop", "cannot open postgresql://shop:***@[::1/shop: invalid dsn"),
         ("x" * 5000, "cannot open " + "x" * 200 + "… (4800 more characters): "),
-        ("sqlite:///tmp/store.db", "unsupported database URL 'sqlite:///tmp/store.db'"),
+        ("mysql:///tmp/store.db", "unsupported database URL 'mysql:///tmp/store.db'"),
+        ("sqlite://db.example/store.db", "'sqlite://db.example/store.db' names a host"),
     ],
 )
 @pytest.mark.parametrize("command", ["threads", "migrate", "demo"])

@@ -11,7 +11,7 @@ commits; ``interrupt`` when it pauses; ``run_end`` last.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
 
 import attrs
 
@@ -193,11 +193,16 @@ def _is_token(payload: Any) -> bool:
     )
 
 
+INTERRUPT_UPDATE: Final = "__interrupt__"
+"""The key of the ``updates`` part a pause yields: ``{"__interrupt__": (Pending, ...)}``."""
+
+
 def stream_modes(events: Iterable[Event], modes: str | Iterable[str]) -> Iterator[StreamPart]:
     """Project a stream of events into mode-shaped parts, lazily.
 
     Modes: ``values`` (the channel values after each superstep), ``updates``
-    (``{node: update}`` per finished task), ``custom`` (each ``ctx.emit``
+    (``{node: update}`` per finished task, and ``{"__interrupt__": pending}``
+    when the run pauses, as LangGraph's ``updates`` mode yields it), ``custom`` (each ``ctx.emit``
     payload), ``messages`` (only the payloads that are well-formed tokens:
     a mapping with ``"type": "token"`` and a ``str`` ``"text"``, as
     ``ctx.emit_token`` makes) and ``debug`` (every event as it is).
@@ -218,6 +223,8 @@ def stream_modes(events: Iterable[Event], modes: str | Iterable[str]) -> Iterato
                 data = event.channels
             elif mode == "updates" and isinstance(event, NodeEnd):
                 data = {event.node: event.update}
+            elif mode == "updates" and isinstance(event, InterruptEvent):
+                data = {INTERRUPT_UPDATE: event.pending}
             elif isinstance(event, CustomEvent) and (
                 mode == "custom" or (mode == "messages" and _is_token(event.payload))
             ):

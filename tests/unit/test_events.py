@@ -529,3 +529,24 @@ def test_every_event_kind_is_exported_at_the_top_level_and_is_an_event() -> None
     assert len(kinds) - 1 == len(
         {attrs.fields(kind).type.default for kind in kinds if kind is not ilmek.EventBase}
     )
+
+
+def test_a_pause_is_an_interrupt_update(checkpointer: Checkpointer) -> None:
+    """updates yields {"__interrupt__": pending} when the run pauses, as LangGraph's updates mode does."""
+
+    def ask(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        return {"answer": ctx.interrupt({"question": "Ship?"})}
+
+    g = (
+        graph("asks", {"answer": channel.last_write()})
+        .node("ask", ask)
+        .edge(START, "ask")
+        .compile(checkpointer=checkpointer)
+    )
+    events = list(stream(g, {}, thread_id="pause-update"))
+    pause = next(e for e in events if e.type == "interrupt")
+    parts = list(stream_modes(events, "updates"))
+    assert [({"__interrupt__": pause.pending}, pause.seq)] == [(p.data, p.seq) for p in parts]
+    assert "Ship?" == parts[0].data["__interrupt__"][0].payload["question"]
+    answered = list(stream_modes(resume_stream(g, "yes", thread_id="pause-update"), "updates"))
+    assert [{"ask": {"answer": "yes"}}] == [p.data for p in answered]

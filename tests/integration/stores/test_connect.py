@@ -1,4 +1,4 @@
-"""ilmek.connect opens a store from what --db takes: a path, a sqlite:/// URL (as SQLAlchemy reads it), Postgres."""
+"""ilmek.connect opens what --db takes: a path, a sqlite:/// URL as SQLAlchemy reads it, a Postgres DSN."""
 
 from __future__ import annotations
 

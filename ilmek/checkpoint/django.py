@@ -19,7 +19,41 @@ from typing import Any
 from ..dbapi import Adapter, ErrorKind, Session
 from .callers import caller_in_atomic_block
 
-__all__ = ["DjangoAdapter", "caller_in_atomic_block", "is_django_connection"]
+__all__ = ["DjangoAdapter", "caller_in_atomic_block", "check_sqlite_transaction_mode", "is_django_connection"]
+
+_WAITING_MODES = ("IMMEDIATE", "EXCLUSIVE")
+
+
+def _sqlite_transaction_mode(connection: Any) -> str:
+    """The ``transaction_mode`` option of a Django SQLite connection, upper-cased ("" when unset)."""
+    options = connection.settings_dict.get("OPTIONS") or {}
+    return str(options.get("transaction_mode") or "").upper()
+
+
+def check_sqlite_transaction_mode(connection: Any) -> None:
+    """Refuse a Django SQLite connection whose transactions begin deferred.
+
+    Django's ``atomic`` begins SQLite transactions ``DEFERRED`` unless told
+    otherwise; a deferred transaction that has read and then wants to write
+    cannot wait for another writer, so two concurrent requests fail with
+    "database is locked" at once, whatever the busy timeout. Said when the
+    checkpointer is built, not at the first conflict in production.
+
+    Raises:
+        InvalidArgumentError: the connection's ``transaction_mode`` is not
+            ``IMMEDIATE`` (or ``EXCLUSIVE``).
+    """
+    from ..errors import InvalidArgumentError
+
+    mode = _sqlite_transaction_mode(connection)
+    if mode in _WAITING_MODES:
+        return
+    shown = f"transaction_mode {mode!r}" if mode else "no transaction_mode"
+    raise InvalidArgumentError(
+        f"Django's SQLite database {connection.alias!r} has {shown}, so its transactions begin deferred and "
+        "concurrent requests fail with 'database is locked' instead of waiting for each other: give it "
+        '"OPTIONS": {"transaction_mode": "IMMEDIATE"} in settings.DATABASES (Django 5.1+)'
+    )
 
 
 def is_django_connection(client: Any, vendor: str) -> bool:
@@ -89,25 +123,6 @@ class DjangoAdapter(Adapter):
             if cursor.description is None:
                 return []
             return [tuple(row) for row in cursor.fetchall()]
-
-    def advice(self, error: BaseException) -> str:
-        connection = self._connection
-        try:
-            deferred_sqlite = (
-                connection.vendor == "sqlite"
-                and connection.in_atomic_block
-                and str(connection.settings_dict.get("OPTIONS", {}).get("transaction_mode", "")).upper()
-                not in ("IMMEDIATE", "EXCLUSIVE")
-            )
-        except Exception:
-            return ""
-        if deferred_sqlite and self.classify(error) == "transient":
-            return (
-                "Django's atomic block on SQLite began a deferred transaction, which cannot wait for "
-                'another writer: give the database "OPTIONS": {"transaction_mode": "IMMEDIATE"} '
-                "(Django 5.1+) so that concurrent requests wait for each other's write lock."
-            )
-        return ""
 
     def classify(self, error: BaseException) -> ErrorKind | None:
         # Django re-raises the driver's errors as its own, chained from them.

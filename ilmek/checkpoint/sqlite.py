@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from .. import forks
 from ..dbapi import Adapter, ErrorKind, LockedConnection, Session, Statement
 from ..errors import InvalidArgumentError, StorageError, TransientStorageError
-from .django import DjangoAdapter, is_django_connection
+from .django import DjangoAdapter, check_sqlite_transaction_mode, is_django_connection
 from .sql import Migration, SqlCheckpointer, copy_v1_journals, validate_prefix
 
 __all__ = ["DEFAULT_PATH", "SqliteCheckpointer"]
@@ -328,6 +328,7 @@ class SqliteCheckpointer(SqlCheckpointer):
         self.path: str | None
         adapter: Adapter
         if is_django_connection(conn_or_path, "sqlite"):
+            check_sqlite_transaction_mode(conn_or_path)
             self.path = None
             adapter = DjangoAdapter(conn_or_path, classify=classify_sqlite_error)
         elif isinstance(conn_or_path, sqlite3.Connection):

@@ -35,6 +35,7 @@ from .output import _one_line, _shorten
 DATABASE_ENV: Final = "ILMEK_DB"
 """The environment variable that names the store when ``--db`` is not given."""
 
+
 def _shown_database(database: str) -> str:
     """A database as messages show it: password masked, shortened."""
     return _shorten(mask_dsn(database))

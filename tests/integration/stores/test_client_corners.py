@@ -310,6 +310,43 @@ def test_django_on_sqlite_a_steps_writes_and_its_record_commit_or_vanish_togethe
     )
 
 
+@pytest.mark.parametrize("mode", [None, "DEFERRED", "immediate", "EXCLUSIVE"])
+def test_django_on_sqlite_without_immediate_transactions_is_refused_when_built(
+    tmp_path: Any, mode: str | None
+) -> None:
+    """A Django SQLite database whose transactions begin deferred (so concurrent requests would fail with
+    'database is locked') is refused when the checkpointer is built, naming the setting that fixes it."""
+    options = {} if mode is None else {"transaction_mode": mode}
+    database = {"ENGINE": "django.db.backends.sqlite3", "NAME": str(tmp_path / "d.db"), "OPTIONS": options}
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        sys.path.insert(0, {os.getcwd()!r})
+        import django
+        from django.conf import settings
+        settings.configure(DATABASES={{"default": {database!r}}}, INSTALLED_APPS=[], USE_TZ=True)
+        django.setup()
+        from django.db import connection
+        from ilmek import InvalidArgumentError, SqliteCheckpointer
+        try:
+            SqliteCheckpointer(connection)
+        except InvalidArgumentError as error:
+            print(json.dumps({{"refused": str(error)}}))
+        else:
+            print(json.dumps({{"refused": None}}))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert 0 == done.returncode, done.stderr
+    refused = json.loads(done.stdout)["refused"]
+    if mode in (None, "DEFERRED"):
+        assert refused is not None
+        assert '"OPTIONS": {"transaction_mode": "IMMEDIATE"}' in refused
+        assert "'default'" in refused
+    else:
+        assert refused is None
+
+
 @pytest.mark.postgres
 def test_django_on_postgres_a_steps_writes_and_its_record_commit_or_vanish_together(
     postgres_dsn: str,

@@ -412,7 +412,8 @@ def test_django_on_sqlite_runs_inside_and_outside_its_atomic_blocks(tmp_path: An
         import django
         from django.conf import settings
         settings.configure(DATABASES={{"default": {{"ENGINE": "django.db.backends.sqlite3",
-                                                    "NAME": {str(tmp_path / "django.db")!r}}}}},
+                                                    "NAME": {str(tmp_path / "django.db")!r},
+                                                    "OPTIONS": {{"transaction_mode": "IMMEDIATE"}}}}}},
                            INSTALLED_APPS=[], USE_TZ=True)
         django.setup()
         from django.db import connection, transaction

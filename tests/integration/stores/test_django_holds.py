@@ -134,7 +134,15 @@ def check(outcome: dict[str, list[Any]]) -> None:
 
 def test_every_way_a_run_ends_inside_a_django_atomic_block_leaves_no_hold_on_sqlite(tmp_path: Any) -> None:
     """Django on SQLite, each run inside transaction.atomic(): no hold row survives the request's commit."""
-    check(run_script({"ENGINE": "django.db.backends.sqlite3", "NAME": str(tmp_path / "django.db")}))
+    check(
+        run_script(
+            {
+                "ENGINE": "django.db.backends.sqlite3",
+                "NAME": str(tmp_path / "django.db"),
+                "OPTIONS": {"transaction_mode": "IMMEDIATE"},
+            }
+        )
+    )
 
 
 @pytest.mark.postgres

@@ -279,3 +279,17 @@ def test_langgraph_on_postgres_prints_times_and_table_sizes(
         output, (*LANGGRAPH_HEADERS, *LANGGRAPH_STORAGE_HEADERS, "PostgreSQL", "pg_total_relation_size")
     )
     assert (INSTALL_HINT in output) is not langgraph
+
+
+def test_dbos_without_dbos_measures_ilmek_alone_and_says_how_to_install_it(tmp_path: pathlib.Path) -> None:
+    """bench_dbos.py --quick without DBOS (never a test dependency): ilmek's figure, the install hint."""
+    shadow = tmp_path / "no-dbos"
+    (shadow / "dbos").mkdir(parents=True)
+    (shadow / "dbos" / "__init__.py").write_text("raise ImportError('DBOS hidden by the test')\n")
+    hidden = {"PYTHONPATH": os.pathsep.join(filter(None, [str(shadow), os.environ.get("PYTHONPATH")]))}
+    output = run_script("bench_dbos.py", "--quick", "--db", str(tmp_path), extra_environment=hidden)
+
+    assert_headers(
+        output, ("a durable step on sqlite, ms", "ilmek", "pip install dbos", "2 durable steps per run")
+    )
+    assert "DBOS / ilmek" not in output  # no DBOS figure was made up

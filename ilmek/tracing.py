@@ -13,7 +13,10 @@ The spans, each a child of the one before:
     where the run started (a web request's, say). Attributes
     ``ilmek.graph``, ``ilmek.thread_id``, ``ilmek.run_id``, ``ilmek.mode``
     (``run`` or ``resume``) and, at its end, ``ilmek.status`` and
-    ``ilmek.checkpoint_id``.
+    ``ilmek.checkpoint_id``. Current while the run works on its reader's
+    thread (taking the hold, committing the input, recording answers,
+    giving the hold back), so every statement ilmek sends there is its
+    child or a child of a span below it.
 ``ilmek.superstep``
     One superstep: ``ilmek.step`` (its number), ``ilmek.checkpoint_id``
     (the checkpoint it starts from) and ``ilmek.tasks``.
@@ -35,10 +38,12 @@ context.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Generator, Iterator, Mapping
+from typing import Any, TypeVar
 
-__all__ = ["current", "end", "record_error", "set_attributes", "start"]
+__all__ = ["current", "end", "record_error", "set_attributes", "start", "within"]
+
+_Item = TypeVar("_Item")
 
 _UNRESOLVED: Any = object()
 _tracer: Any = _UNRESOLVED
@@ -117,3 +122,39 @@ def current(span: Any | None) -> Iterator[None]:
         return
     with _trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
         yield
+
+
+def within(span: Any | None, work: Generator[_Item, None, None]) -> Generator[_Item, None, None]:
+    """``work``'s items, with ``span`` current on this thread while ``work`` runs, never across a yield.
+
+    A run is a generator driven by its reader: its own work between two
+    events (taking the hold, committing the input, recording answers,
+    giving the hold back) runs inside the reader's ``next()``. Made current
+    for each of those stretches, ``span`` is the parent of every statement
+    sent meanwhile, while the reader's code between events keeps its own
+    context. Closing or throwing into the outer generator reaches ``work``
+    with ``span`` current too. With no span (tracing off) ``work`` is
+    returned as it is: nothing is paid per event.
+    """
+    if span is None:
+        return work
+    return _within(span, work)
+
+
+def _within(span: Any, work: Generator[_Item, None, None]) -> Generator[_Item, None, None]:
+    thrown: BaseException | None = None
+    while True:
+        with current(span):
+            try:
+                item = next(work) if thrown is None else work.throw(thrown)
+            except StopIteration:
+                return
+        thrown = None
+        try:
+            yield item
+        except GeneratorExit:
+            with current(span):
+                work.close()
+            raise
+        except BaseException as error:  # thrown in by the reader: ``work`` decides
+            thrown = error

@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from .. import tracing
 from ..checkpoint.holds import Hold
 from ..errors import (
     CheckpointNotFoundError,
@@ -114,23 +115,8 @@ class Run:
         setup = self.setup
         telemetry = self.telemetry = RunTelemetry(setup, "resume" if isinstance(self.mode, Resume) else "run")
         try:
-            # A run that begins by committing its input, or a resume by
-            # recording its answers, takes the hold in that write's
-            # transaction (one durable write fewer); the others take it
-            # before reading anything.
-            defer = (
-                (isinstance(self.mode, Resume) or self.input_writes is not None)
-                and setup.options.checkpoint_id is None
-                and self.only_if is None
-            )
-            cp = setup.checkpointer
-            holding = cp.deferred_hold if defer else cp.hold
-            with holding(setup.thread_id) as hold:
-                driving = _Driving(self, hold)
-                try:
-                    yield from driving.drive()
-                finally:
-                    driving.let_go()
+            # Every statement the run sends on the reader's thread belongs to its span.
+            yield from tracing.within(telemetry.span, self._held())
         except IlmekError as error:
             if error.run_id is None:
                 error.run_id = setup.run_id
@@ -142,6 +128,28 @@ class Run:
         except BaseException as error:
             telemetry.raised(error)
             raise
+
+
+    def _held(self) -> Generator[Event, None, None]:
+        """The run under its thread's hold, given back however it ends."""
+        setup = self.setup
+        # A run that begins by committing its input, or a resume by
+        # recording its answers, takes the hold in that write's
+        # transaction (one durable write fewer); the others take it
+        # before reading anything.
+        defer = (
+            (isinstance(self.mode, Resume) or self.input_writes is not None)
+            and setup.options.checkpoint_id is None
+            and self.only_if is None
+        )
+        cp = setup.checkpointer
+        holding = cp.deferred_hold if defer else cp.hold
+        with holding(setup.thread_id) as hold:
+            driving = _Driving(self, hold)
+            try:
+                yield from driving.drive()
+            finally:
+                driving.let_go()
 
 
 @attrs.define(eq=False)

@@ -235,6 +235,72 @@ def test_ilmeks_statements_show_under_the_applications_psycopg2_instrumentation(
     assert any(parent_of(s) in supersteps for s in statements)
 
 
+def ilmek_ancestor(span: ReadableSpan, by_id: dict[int, ReadableSpan]) -> str | None:
+    """The name of the nearest ``ilmek.*`` span above ``span``, or None."""
+    parent = parent_of(span)
+    while parent is not None and parent in by_id:
+        above = by_id[parent]
+        if above.name.startswith("ilmek."):
+            return above.name
+        parent = parent_of(above)
+    return None
+
+
+def approval_graph() -> Any:
+    """A step, a pause, a step after the answer: statements on the reader's thread and on workers."""
+
+    def approve(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        quote = ctx.step("quote", lambda: 12.5)
+        answer = ctx.interrupt({"question": f"Pay {quote}?"})
+        return {"log": [ctx.step("pay", lambda: f"paid {quote} ({answer})")]}
+
+    return (
+        graph("approval", {"log": channel.append()})
+        .node("approve", approve)
+        .edge(START, "approve")
+        .edge("approve", END)
+        .compile()
+    )
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("client", ["pool", "connection"])
+def test_every_statement_ilmek_sends_belongs_to_an_ilmek_span(
+    postgres_dsn: str, spans: InMemorySpanExporter, client: str
+) -> None:
+    """The input commit, the pause's commit, the answers' record and giving the hold back: each of ilmek's
+    statements, on a pool or a single connection, has an ilmek span above it, never only the request's."""
+    Psycopg2Instrumentor().instrument(skip_dep_check=True)
+    try:
+        pool = psycopg2.pool.ThreadedConnectionPool(1, 4, postgres_dsn)
+        connection = pool.getconn() if client == "connection" else None
+        try:
+            checkpointer = PostgresCheckpointer(connection if connection is not None else pool)
+            checkpointer.migrate()
+            spans.clear()
+            with APP.start_as_current_span("app.request"):
+                paused = run(approval_graph(), {"log": ["asked"]}, thread_id="t", checkpointer=checkpointer)
+            with APP.start_as_current_span("app.request"):
+                done = resume(approval_graph(), "yes", thread_id="t", checkpointer=checkpointer)
+        finally:
+            if connection is not None:
+                pool.putconn(connection)
+            pool.closeall()
+    finally:
+        Psycopg2Instrumentor().uninstrument()
+    assert ("interrupted", "done") == (paused.status, done.status)
+    finished = spans.get_finished_spans()
+    by_id = {span_id(s): s for s in finished}
+    statements = [s for s in finished if "ilmek_" in str((s.attributes or {}).get("db.statement", ""))]
+    assert len(statements) >= 4, [s.name for s in finished]
+    orphans = [
+        str((s.attributes or {}).get("db.statement", ""))[:80]
+        for s in statements
+        if ilmek_ancestor(s, by_id) is None
+    ]
+    assert [] == orphans
+
+
 @pytest.mark.parametrize("api", ["absent", "without-a-provider"])
 def test_without_the_api_or_a_provider_a_run_makes_no_span(api: str) -> None:
     """With ``opentelemetry`` not importable, runs (a step, a pause, a resume) work and never import it;

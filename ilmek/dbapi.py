@@ -26,7 +26,6 @@ from __future__ import annotations
 import abc
 import contextlib
 import itertools
-import logging
 import operator
 import random
 import re
@@ -37,6 +36,7 @@ from typing import Any, Literal, TypeVar
 
 from . import forks
 from .errors import IlmekError, InvalidArgumentError, StorageError, TransientStorageError
+from .logs import logger
 from .redact import mask_secrets
 
 __all__ = [
@@ -51,7 +51,7 @@ __all__ = [
     "render",
 ]
 
-_LOG = logging.getLogger("ilmek.storage")
+_LOG = logger("ilmek.storage")
 
 T = TypeVar("T")
 ErrorKind = Literal["transient", "permanent"]

@@ -520,9 +520,10 @@ class Adapter(abc.ABC):
                 tail = f" {advice}" if advice else ""
                 said = describe_error(error, self.secrets)
                 if kind == "transient":
+                    failing = f"kept failing after {attempt} tries" if attempt > 1 else "failed"
                     raise TransientStorageError(
-                        f"could not {what}{where}: the database kept failing after {attempt} "
-                        f"tries ({said}); nothing was written. Try again later.{tail}",
+                        f"could not {what}{where}: the database {failing} ({said}); nothing was written. "
+                        f"Try again later.{tail}",
                         thread_id=thread_id,
                         checkpoint_id=checkpoint_id,
                     ) from error

@@ -253,8 +253,10 @@ class NodeContext(PlanContext):
         """A logger carrying thread, run and node (``ilmek.node``), made on first use."""
         import logging
 
+        from .logs import logger
+
         context = {"thread_id": self.thread_id, "run_id": self.run_id, "node": self.node}
-        return logging.LoggerAdapter(logging.getLogger("ilmek.node"), context)
+        return logging.LoggerAdapter(logger("ilmek.node"), context)
 
     def _begin_attempt(self) -> None:
         """The engine is about to call the node's body on this thread."""

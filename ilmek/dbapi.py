@@ -26,17 +26,17 @@ from __future__ import annotations
 import abc
 import contextlib
 import itertools
-import logging
 import operator
 import random
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 from . import forks
 from .errors import IlmekError, InvalidArgumentError, StorageError, TransientStorageError
+from .logs import logger
 from .redact import mask_secrets
 
 __all__ = [
@@ -51,7 +51,7 @@ __all__ = [
     "render",
 ]
 
-_LOG = logging.getLogger("ilmek.storage")
+_LOG = logger("ilmek.storage")
 
 T = TypeVar("T")
 ErrorKind = Literal["transient", "permanent"]
@@ -221,10 +221,14 @@ def sqlstate(error: BaseException) -> str | None:
     return None
 
 
-def describe_error(error: BaseException) -> str:
-    """A one-line description of a driver error with anything like a password removed."""
+def describe_error(error: BaseException, secrets: Iterable[str] = ()) -> str:
+    """A one-line description of a driver error with anything like a password removed.
+
+    ``secrets``: the passwords the driver was given (:func:`ilmek.redact.dsn_secrets`),
+    which its message may quote in pieces.
+    """
     lines = str(error).strip().splitlines()
-    first = mask_secrets(lines[0]) if lines else ""
+    first = mask_secrets(lines[0], secrets) if lines else ""
     code = getattr(error, "pgcode", None) or getattr(error, "sqlstate", None)
     if code is None and getattr(error, "sqlite_errorname", None):
         code = error.sqlite_errorname  # type: ignore[attr-defined]
@@ -290,6 +294,7 @@ class Adapter(abc.ABC):
     retry_backoff: float = 0.02
     retry_max_backoff: float = 1.0
     retry_for: float | None = None
+    secrets: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         self._savepoints = itertools.count(1)
@@ -503,7 +508,7 @@ class Adapter(abc.ABC):
                 if retry and self.worth_retrying(error):
                     _LOG.info(
                         "retrying after a transient database error (%s), attempt %d",
-                        describe_error(error),
+                        describe_error(error, self.secrets),
                         attempt,
                         extra={"thread_id": thread_id, "checkpoint_id": checkpoint_id},
                     )
@@ -513,15 +518,17 @@ class Adapter(abc.ABC):
                     continue
                 advice = self.advice(error)
                 tail = f" {advice}" if advice else ""
+                said = describe_error(error, self.secrets)
                 if kind == "transient":
+                    failing = f"kept failing after {attempt} tries" if attempt > 1 else "failed"
                     raise TransientStorageError(
-                        f"could not {what}{where}: the database kept failing after {attempt} "
-                        f"tries ({describe_error(error)}); nothing was written. Try again later.{tail}",
+                        f"could not {what}{where}: the database {failing} ({said}); nothing was written. "
+                        f"Try again later.{tail}",
                         thread_id=thread_id,
                         checkpoint_id=checkpoint_id,
                     ) from error
                 raise StorageError(
-                    f"could not {what}{where}: {describe_error(error)}; nothing was written.{tail}",
+                    f"could not {what}{where}: {said}; nothing was written.{tail}",
                     thread_id=thread_id,
                     checkpoint_id=checkpoint_id,
                 ) from error

@@ -16,13 +16,22 @@ four characters. Nothing here touches a database or the terminal itself.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import unicodedata
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Final
 
-__all__ = ["MASK", "dsn_secrets", "mask_dsn", "mask_secrets", "printable", "printable_json"]
+__all__ = [
+    "MASK",
+    "connection_secrets",
+    "dsn_secrets",
+    "mask_dsn",
+    "mask_secrets",
+    "printable",
+    "printable_json",
+]
 
 MASK: Final = "***"
 """What a password is replaced by."""
@@ -85,6 +94,8 @@ _MAPPING_ENTRY: Final = re.compile(
 # parse: `missing "=" after "secret"`, `invalid integer value "pa" ...`.
 _QUOTED_FRAGMENT: Final = re.compile(r"\"([^\"\n]+)\"|'([^'\n]+)'")
 _BACKSLASH_ESCAPE: Final = re.compile(r"\\(.)")
+# White space as libpq's isspace() sees it in the C locale.
+_LIBPQ_SPACE: Final = " \t\n\r\f\v"
 # Shorter known secrets are masked only where quoted: masking every "ab" in a
 # message would hide ordinary words and still say little an attacker lacks.
 _MIN_BARE_SECRET: Final = 4
@@ -181,29 +192,117 @@ def mask_dsn(dsn: str) -> str:
 
 
 def dsn_secrets(dsn: str) -> tuple[str, ...]:
-    """The secrets a connection string carries, as typed and percent-decoded.
+    """The secrets a connection string carries, in every form a driver may quote back.
 
     Pass them to :func:`mask_secrets` when showing a message from a driver
     that was given ``dsn``: drivers quote back fragments of a string they
-    could not parse, which no pattern can recognise as a password.
+    could not parse (a port, a key, a word after a space), which no pattern
+    can recognise as a password.
+
+    A URL's password is read three ways, since readers disagree on where it
+    ends (libpq at the first ``@``, :func:`urllib.parse.urlsplit` at the last
+    one before the path, a person at the last one on the line); its query's
+    ``password=`` too. A keyword string is read as libpq reads it (single
+    quotes, backslash escapes) and as a person meant it (an unquoted
+    password running over the words after it that are not ``key=``). Each
+    value comes as typed, unescaped and percent-decoded.
+    """
+    found = _url_passwords(dsn) if _URL_START.match(dsn.lstrip()) else _keyword_passwords(dsn)
+    decoded = [urllib.parse.unquote(value) for value in found]
+    return tuple(dict.fromkeys(secret for secret in [*found, *decoded] if secret and secret != MASK))
+
+
+def connection_secrets(dsn: object = None, options: Mapping[str, object] | None = None) -> tuple[str, ...]:
+    """The secrets of a connection a driver makes from ``dsn`` and keyword ``options``.
+
+    For a pool of the caller's, which ilmek did not open but whose errors it
+    reports: the pool keeps what it connects with (``password=`` among the
+    keywords, or a DSN).
+
+    Args:
+        dsn: The pool's connection string, if it has one (anything else is ignored).
+        options: Its keyword arguments; the text values of secret keys
+            (``password``, ``sslpassword``...) are secrets, and a ``dsn`` or
+            ``conninfo`` among them is read as a connection string.
     """
     found: list[str] = []
-    if _URL_START.match(dsn.lstrip()):
-        found.extend(dsn[start:end] for start, end in _userinfo(dsn, _DSN_SPAN))
-        for match in _DSN_QUERY_PARAM.finditer(dsn):
-            if _is_secret_key(match.group(1)[1:-1]):
-                found.append(match.group(2))
-    else:
-        for match in _DSN_KEYWORD.finditer(dsn):
-            value = match.group(0)[len(match.group(1)) :]
+    for key, value in [("dsn", dsn), *(options or {}).items()]:
+        if not isinstance(value, str):
+            continue
+        if key in {"dsn", "conninfo"}:
+            found.extend(dsn_secrets(value))
+        elif _SECRET_KEY_RE.match(key):
             found.append(value)
-            if value[:1] in {"'", '"'}:
-                value = value[1:-1] if len(value) > 1 and value[-1] == value[0] else value[1:]
-                found.append(value)
-            # What libpq makes of it: backslash escapes the next character.
-            found.append(_BACKSLASH_ESCAPE.sub(r"\1", value))
-    decoded = [urllib.parse.unquote(value) for value in found]
-    return tuple(dict.fromkeys(secret for secret in [*found, *decoded] if secret))
+    return tuple(dict.fromkeys(secret for secret in found if secret))
+
+
+def _url_passwords(dsn: str) -> list[str]:
+    found = [dsn[start:end] for start, end in _userinfo(dsn, _DSN_SPAN)]
+    with contextlib.suppress(ValueError):  # a malformed IPv6 host: the widest reading stands
+        password = urllib.parse.urlsplit(dsn.strip()).password
+        if password:
+            found.append(password)
+    for match in _DSN_QUERY_PARAM.finditer(dsn):
+        if _is_secret_key(match.group(1)[1:-1]):
+            found.append(match.group(2))
+    return found
+
+
+def _keyword_passwords(dsn: str) -> list[str]:
+    found: list[str] = []
+    for key, typed, value in _libpq_pairs(dsn):
+        if _SECRET_KEY_RE.match(key):
+            found += [typed, value]
+    for match in _DSN_KEYWORD.finditer(dsn):
+        value = match.group(0)[len(match.group(1)) :]
+        found.append(value)
+        if value[:1] in {"'", '"'}:
+            value = value[1:-1] if len(value) > 1 and value[-1] == value[0] else value[1:]
+            found.append(value)
+        found.append(_BACKSLASH_ESCAPE.sub(r"\1", value))
+    return found
+
+
+def _libpq_pairs(dsn: str) -> list[tuple[str, str, str]]:
+    """``key=value`` pairs as libpq's ``conninfo_parse`` reads them: (key, value as typed, value).
+
+    A value is single-quoted (to the next unescaped quote, or the end) or
+    runs to white space; in both a backslash takes the next character as it
+    is. Reading stops where libpq would give up (a key without ``=``).
+    """
+    pairs: list[tuple[str, str, str]] = []
+    position, end = 0, len(dsn)
+    while True:
+        position = _skip_space(dsn, position)
+        key_end = position
+        while key_end < end and dsn[key_end] != "=" and dsn[key_end] not in _LIBPQ_SPACE:
+            key_end += 1
+        equals = _skip_space(dsn, key_end)
+        if key_end == position or equals >= end or dsn[equals] != "=":
+            return pairs
+        start = _skip_space(dsn, equals + 1)
+        quoted = dsn.startswith("'", start)
+        cursor = start + 1 if quoted else start
+        value: list[str] = []
+        while cursor < end:
+            char = dsn[cursor]
+            if char == "\\":
+                value.append(dsn[cursor + 1 : cursor + 2])
+                cursor += 2
+                continue
+            if (quoted and char == "'") or (not quoted and char in _LIBPQ_SPACE):
+                cursor += 1 if quoted else 0
+                break
+            value.append(char)
+            cursor += 1
+        pairs.append((dsn[position:key_end], dsn[start:cursor], "".join(value)))
+        position = cursor
+
+
+def _skip_space(text: str, position: int) -> int:
+    while position < len(text) and text[position] in _LIBPQ_SPACE:
+        position += 1
+    return position
 
 
 def mask_secrets(text: str, secrets: Iterable[str] = ()) -> str:
@@ -211,9 +310,11 @@ def mask_secrets(text: str, secrets: Iterable[str] = ()) -> str:
 
     Masks URLs with a password anywhere in the text, ``password=...``-style
     pairs (libpq keywords, URL query parameters, ``'password': ...`` in a
-    mapping's repr or JSON), and, when given, known secret values: each
-    occurrence of one (at least four characters long), and each quoted
-    fragment that is part of one.
+    mapping's repr or JSON), and, when given, known secret values: every
+    run of text holding four or more characters in a row of one (so a
+    password cut anywhere by a driver's message is hidden too; ordinary
+    words that happen to share four characters with it are hidden with
+    it), and each quoted fragment, however short, that is part of one.
 
     Args:
         text: The text to show.
@@ -224,16 +325,14 @@ def mask_secrets(text: str, secrets: Iterable[str] = ()) -> str:
         The text, safe to print as far as passwords go (see :func:`printable`
         for control characters).
     """
-    masked = _mask_userinfo(text, _TEXT_SPAN)
+    known = sorted({secret for secret in secrets if secret and secret != MASK}, key=len, reverse=True)
+    masked = _mask_fragments(text, known)
+    masked = _mask_userinfo(masked, _TEXT_SPAN)
     masked = _TEXT_QUERY_PARAM.sub(_mask_query_param, masked)
     masked = _TEXT_KEYWORD.sub(rf"\1{MASK}", masked)
     masked = _MAPPING_ENTRY.sub(rf"\1{MASK}", masked)
-    known = sorted({secret for secret in secrets if secret and secret != MASK}, key=len, reverse=True)
     if not known:
         return masked
-    for secret in known:
-        if len(secret) >= _MIN_BARE_SECRET:
-            masked = masked.replace(secret, MASK)
 
     def fragment(match: re.Match[str]) -> str:
         quote = match.group(0)[0]
@@ -243,6 +342,32 @@ def mask_secrets(text: str, secrets: Iterable[str] = ()) -> str:
         return match.group(0)
 
     return _QUOTED_FRAGMENT.sub(fragment, masked)
+
+
+def _mask_fragments(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every run of characters that holds a piece of a secret replaced by ``***``.
+
+    A piece is any :data:`_MIN_BARE_SECRET` characters in a row of a secret:
+    a driver may quote a password cut anywhere (at an ``@``, a ``:``, a
+    space), so masking whole secrets only would let the rest through.
+    """
+    size = _MIN_BARE_SECRET
+    pieces = {secret[i : i + size] for secret in secrets for i in range(len(secret) - size + 1)}
+    if not pieces:
+        return text
+    hidden = [False] * len(text)
+    for start in range(len(text) - size + 1):
+        if text[start : start + size] in pieces:
+            hidden[start : start + size] = [True] * size
+    if not any(hidden):
+        return text
+    shown = []
+    for position, char in enumerate(text):
+        if not hidden[position]:
+            shown.append(char)
+        elif position == 0 or not hidden[position - 1]:
+            shown.append(MASK)
+    return "".join(shown)
 
 
 def _userinfo(text: str, span: re.Pattern[str]) -> list[tuple[int, int]]:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.resources
-import logging
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
@@ -37,6 +36,7 @@ from .. import serde
 from ..checkpoint.base import Checkpointer
 from ..errors import CorruptCheckpointError, InvalidArgumentError
 from ..graph import CompiledGraph
+from ..logs import logger
 from ..redact import mask_secrets, printable
 from .access import Login, basic_user, host_allowed, split_host
 from .actions import ACTIONS, Outcome
@@ -51,7 +51,7 @@ from .value_page import read_value, value_page
 
 __all__ = ["Console", "app"]
 
-_LOG = logging.getLogger("ilmek.web")
+_LOG = logger("ilmek.web")
 
 SECURITY_HEADERS: Final = (
     (

@@ -384,6 +384,16 @@ def test_a_failed_commit_is_rolled_back_and_surfaced(
     assert ["next"] == names_seen_by_another_connection(database)
 
 
+def test_a_transient_error_not_retried_does_not_claim_tries(ours: sqlite3.Connection) -> None:
+    """A transient failure tried once (no retries left) says it failed, not "kept failing after 1 tries"."""
+    adapter = FailingCommit(ours)
+    adapter.retry_attempts = 1
+    with pytest.raises(TransientStorageError) as failed:
+        adapter.run(lambda session: session.execute(INSERT, name="lost"), what="insert", thread_id="t")
+    assert "tries" not in str(failed.value)
+    assert "could not insert for thread 't': the database failed (OperationalError" in str(failed.value)
+
+
 # --- Adapter.run: retries and errors ----------------------------------------------------------
 
 

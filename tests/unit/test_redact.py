@@ -9,7 +9,7 @@ import urllib.parse
 
 import pytest
 
-from ilmek.redact import MASK, dsn_secrets, mask_dsn, mask_secrets, printable
+from ilmek.redact import MASK, connection_secrets, dsn_secrets, mask_dsn, mask_secrets, printable
 
 UNSAFE_CATEGORIES = {"Cc", "Cf", "Cs", "Zl", "Zp", "Cn"}
 
@@ -271,3 +271,42 @@ def test_masking_takes_time_linear_in_the_text() -> None:
         mask_secrets(text, dsn_secrets(text))
         mask_dsn(text)
         assert time.perf_counter() - started < 5.0, text[:20]
+
+
+@pytest.mark.parametrize(
+    ("dsn", "message", "secret"),
+    [
+        (r"host=h password=x\ more", "could not connect at 'host=h password=x\\ more'", "x more"),
+        ("postgresql://u:pw%zzsecret@h/db", 'invalid percent-encoded token: "pw%zzsecret"', "zzsecret"),
+        ("postgresql://u:se@cret:pwTAIL@h:1/db", 'invalid integer value "pwTAIL@h:1" for "port"', "pwTAIL"),
+        ("postgresql://u:hunter2@h:hunter2/db", 'invalid integer value "hunter2" for "port"', "hunter2"),
+        ("host=h password=x topsecret", 'missing "=" after "topsecret" in connection info', "topsecret"),
+        ("host=h password='it''s' port=1", "value 'it' then \"s\"", "it"),
+    ],
+)
+def test_driver_messages_keep_no_piece_of_the_password(dsn: str, message: str, secret: str) -> None:
+    """What libpq quotes back from a DSN it could not use (cut at @, :, space or a quote) is masked."""
+    masked = mask_secrets(message, dsn_secrets(dsn))
+    assert secret not in masked
+    assert MASK in masked
+
+
+def test_keyword_passwords_are_read_as_libpq_reads_them() -> None:
+    """Quoted with escapes, unquoted with escapes, spaced around `=`: the value libpq uses is a secret."""
+    assert "it's me" in dsn_secrets(r"host=h password = 'it\'s me' port=1")
+    assert "a b" in dsn_secrets(r"password=a\ b host=h")
+    assert "open ended" in dsn_secrets("host=h sslpassword='open ended")
+
+
+def test_a_pool_s_options_give_its_secrets() -> None:
+    """A pool's DSN and its password= keywords are both secrets; other values are not."""
+    secrets = connection_secrets("host=h password=one1", {"password": "two2", "host": "db", "port": 5432})
+    assert {"one1", "two2"} <= set(secrets)
+    assert "db" not in secrets
+    assert "three3" in connection_secrets(None, {"conninfo": "postgresql://u:three3@h/db"})
+
+
+def test_every_run_of_four_characters_of_a_secret_is_masked() -> None:
+    """A secret cut anywhere is hidden; text sharing fewer than four characters in a row is kept."""
+    assert "at *** and *** ok" == mask_secrets("at cret:pw and TAIL ok", ["se@cret:pwTAIL"])
+    assert "at cre and AIL" == mask_secrets("at cre and AIL", ["se@cret:pwTAIL"])

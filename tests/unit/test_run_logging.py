@@ -133,3 +133,64 @@ def test_a_failed_results_repr_leads_with_the_node_and_its_error() -> None:
     with pytest.raises(ValueError, match="card declined") as raised:
         failed.raise_for_status()
     assert any("node 'charge'" in note for note in getattr(raised.value, "__notes__", ()))
+
+
+HOSTILE_ERROR = "\x1b[31mred\x1b[0m \x1b]8;;https://evil.example\x1b\\link\x1b]8;;\x1b\\ \rforged\x07bell"
+"""ESC[31m colour, an OSC 8 hyperlink, a carriage return and BEL: what a node's error may carry."""
+
+
+def formatted(caplog: pytest.LogCaptureFixture) -> str:
+    """The ilmek records as a real handler writes them: messages and tracebacks."""
+    formatter = logging.Formatter("%(name)s %(levelname)s %(message)s")
+    return "\n".join(formatter.format(record) for record in records(caplog))
+
+
+def assert_no_control_characters(text: str) -> None:
+    """Only the line breaks between records and traceback lines; no ESC, BEL or CR."""
+    assert [] == [char for char in text if not char.isprintable() and char != "\n"], text
+
+
+def test_the_failure_warning_escapes_the_node_s_error_text(caplog: pytest.LogCaptureFixture) -> None:
+    """A node's error holding ESC/OSC sequences, CR and BEL: the WARNING and its traceback show escapes."""
+    caplog.set_level(logging.DEBUG, logger="ilmek")
+
+    def hostile(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        raise ValueError(HOSTILE_ERROR)
+
+    assert "error" == run(one_node("charge", hostile), {}, thread_id="t-esc").status
+    text = formatted(caplog)
+    assert_no_control_characters(text)
+    assert "ValueError: \\x1b[31mred\\x1b[0m" in text
+    assert "\\rforged\\x07bell" in text
+    assert 2 == text.count("\\x1b[31mred"), "the message and the traceback's last line"
+
+
+def test_a_node_s_own_log_and_every_ilmek_logger_escape(caplog: pytest.LogCaptureFixture) -> None:
+    """ctx.log and each of ilmek's loggers escape control characters in messages and arguments alike."""
+    caplog.set_level(logging.DEBUG, logger="ilmek")
+
+    def chatty(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        ctx.log.warning("card said %s", HOSTILE_ERROR)
+        return {}
+
+    assert "done" == run(one_node("charge", chatty), {}, thread_id="t-log").status
+    from ilmek.logs import logger
+
+    for name in ("ilmek.run", "ilmek.node", "ilmek.holds", "ilmek.storage", "ilmek.operations", "ilmek.web"):
+        logger(name).warning(HOSTILE_ERROR)
+    text = formatted(caplog)
+    assert_no_control_characters(text)
+    assert 7 == text.count("\\x1b]8;;https://evil.example"), text
+
+
+def test_no_module_takes_a_logger_around_the_escaping_one() -> None:
+    """Every logger ilmek writes to comes from ilmek.logs.logger, which escapes; none from getLogger."""
+    import pathlib
+
+    package = pathlib.Path(__file__).resolve().parents[2] / "ilmek"
+    direct = [
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if path.name != "logs.py" and "getLogger(" in path.read_text(encoding="utf-8")
+    ]
+    assert [] == direct

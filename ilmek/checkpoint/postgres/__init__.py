@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 from ... import serde
 from ...dbapi import Adapter, Session, Statement, describe_error
 from ...errors import InvalidArgumentError, StorageError
-from ...redact import mask_secrets
+from ...redact import dsn_secrets, mask_dsn, mask_secrets
 from ..django import DjangoAdapter, is_django_connection
 from ..sql import LONG_WAY_SQLSTATE, Migration, SqlCheckpointer, copy_v1_journals, validate_prefix
 from . import generic, psycopg, psycopg2, sqlalchemy
@@ -368,13 +368,17 @@ class PostgresCheckpointer(SqlCheckpointer):
             import psycopg2 as driver
         except ImportError:
             import psycopg as driver
+        # The driver's messages may quote any piece of the DSN it could not parse.
+        secrets = dsn_secrets(str(dsn))
         try:
             connection = driver.connect(dsn)
         except Exception as error:
+            shown = mask_secrets(mask_dsn(str(dsn)), secrets)
             raise StorageError(
-                f"could not connect to Postgres at {mask_secrets(str(dsn))!r}: {describe_error(error)}"
+                f"could not connect to Postgres at {shown!r}: {describe_error(error, secrets)}"
             ) from error
         adapter = adapter_for(connection)
+        adapter.secrets = secrets
         if isinstance(adapter, SingleConnectionAdapter):
             adapter.owned = True
         return cls(adapter, table_prefix=table_prefix, **options)

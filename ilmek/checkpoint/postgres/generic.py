@@ -39,6 +39,7 @@ class GenericAdapter(PostgresAdapter):
         self.paramstyle = getattr(client, "paramstyle", "pyformat")
         self.joins = joins
         self._lock = forks.ForkSafeLock(threading.RLock)
+        self._closed_error: BaseException | None = None
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[Any]:
@@ -80,7 +81,31 @@ class GenericAdapter(PostgresAdapter):
         return [tuple(row) for row in rows] if rows else []
 
     def classify(self, error: BaseException) -> ErrorKind | None:
-        return super().classify(error)
+        kind = super().classify(error)
+        if kind == "transient" and sqlstate(error) is None and not self._session_alive():
+            # One session that ilmek cannot reopen: if it no longer answers, retrying
+            # cannot help (a client that reconnects by itself answers, and is retried).
+            self._closed_error = error
+            return "permanent"
+        return kind
+
+    def _session_alive(self) -> bool:
+        """Whether the client still reaches its database: ``SELECT 1`` answered, or refused by the server."""
+        try:
+            with self._locked() as client:
+                self.execute(client, "SELECT 1", None)
+        except Exception as error:
+            # A refusal with a SQLSTATE (a failed transaction of yours) comes from a live session.
+            return sqlstate(error) is not None
+        return True
+
+    def advice(self, error: BaseException) -> str:
+        if error is self._closed_error:
+            return (
+                "The client given to PostgresCheckpointer has lost its connection for good (closed) and "
+                "ilmek cannot reopen it: pass a client whose connection is open."
+            )
+        return super().advice(error)
 
 
 def adapt(client: Any, *, join_transaction: bool) -> PostgresAdapter | None:

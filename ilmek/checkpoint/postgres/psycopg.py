@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from ...errors import InvalidArgumentError
+from ...redact import connection_secrets
 from .common import PoolAdapter, PostgresAdapter, SingleConnectionAdapter, refuse_join
 
 __all__ = ["adapt"]
@@ -48,6 +49,7 @@ class PsycopgPool(_PsycopgCursors, PoolAdapter):
     def __init__(self, pool: Any) -> None:
         super().__init__()
         self._pool = pool
+        self.secrets = connection_secrets(getattr(pool, "conninfo", None), getattr(pool, "kwargs", None))
 
     def borrow(self) -> Any:
         return self._pool.getconn()

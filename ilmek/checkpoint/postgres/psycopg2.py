@@ -15,6 +15,7 @@ import contextlib
 import sys
 from typing import Any
 
+from ...redact import connection_secrets
 from .common import PoolAdapter, PostgresAdapter, SingleConnectionAdapter, refuse_join
 
 __all__ = ["adapt"]
@@ -59,6 +60,9 @@ class Psycopg2Pool(_Psycopg2Cursors, PoolAdapter):
     def __init__(self, pool: Any) -> None:
         super().__init__()
         self._pool = pool
+        # What the pool passes to psycopg2.connect(): a DSN first, keywords after.
+        args = getattr(pool, "_args", ())
+        self.secrets = connection_secrets(args[0] if args else None, getattr(pool, "_kwargs", None))
 
     def borrow(self) -> Any:
         return self._pool.getconn()

@@ -1,5 +1,5 @@
 """SQLAlchemy: an ``Engine`` (ilmek's own transactions on raw pooled connections),
-or a ``Connection`` / ``Session`` (ilmek writes inside your transaction).
+or a ``Connection`` / ``Session`` / ``scoped_session`` (ilmek writes inside your transaction).
 
 With an ``Engine``, a run keeps one of its pooled connections and commits its
 own work. With a ``Connection`` or a ``Session`` — what Flask and FastAPI
@@ -64,6 +64,7 @@ class EngineAdapter(PoolAdapter):
         super().__init__()
         self._engine = engine
         self.paramstyle = engine.dialect.paramstyle
+        self.dialect: str = engine.dialect.name
 
     def borrow(self) -> Any:
         return _EngineConnection(self._engine.raw_connection())
@@ -101,6 +102,7 @@ class _JoinedAdapter(PostgresAdapter):
         self._client = client
         bind = self._bind()
         self.paramstyle = bind.dialect.paramstyle
+        self.dialect: str = bind.dialect.name
 
     def _bind(self) -> Any:
         raise NotImplementedError
@@ -161,7 +163,7 @@ class ConnectionAdapter(_JoinedAdapter):
 
 
 class SessionAdapter(_JoinedAdapter):
-    """A SQLAlchemy ORM ``Session``."""
+    """A SQLAlchemy ORM ``Session``, or a ``scoped_session`` standing for the one of the current scope."""
 
     def _bind(self) -> Any:
         return self._client.get_bind()
@@ -190,9 +192,11 @@ OFFLINE_ADVICE = (
 
 
 def adapt(client: Any, *, join_transaction: bool) -> Adapter | None:
-    """The adapter for a SQLAlchemy Engine, Connection or Session, or ``None``.
+    """The adapter for a SQLAlchemy Engine, Connection, Session or scoped_session, or ``None``.
 
     Raises:
+        InvalidArgumentError: a client bound to another database than
+            PostgreSQL (SQLite, say), naming it.
         InvalidArgumentError: ``join_transaction`` with an Engine (it lends
             connections of its own: there is no transaction of yours to join);
             or a mock connection (``create_mock_engine``, and Alembic's
@@ -204,19 +208,40 @@ def adapt(client: Any, *, join_transaction: bool) -> Adapter | None:
     mock = sys.modules.get("sqlalchemy.engine.mock")
     if mock is not None and isinstance(client, mock.MockConnection):
         raise InvalidArgumentError(OFFLINE_ADVICE)
+    adapter: _JoinedAdapter | EngineAdapter
     engine = sys.modules.get("sqlalchemy.engine")
-    if engine is not None:
-        if isinstance(client, engine.Engine):
-            if join_transaction:
-                raise InvalidArgumentError(
-                    "join_transaction needs a connection of yours to join: an Engine lends connections of "
-                    "its own. Pass a SQLAlchemy Connection or Session (they always write inside your "
-                    "transaction), or drop join_transaction"
-                )
-            return EngineAdapter(client)
-        if isinstance(client, engine.Connection):
-            return ConnectionAdapter(client)
     orm = sys.modules.get("sqlalchemy.orm")
-    if orm is not None and isinstance(client, orm.Session):
-        return SessionAdapter(client)
-    return None
+    if engine is not None and isinstance(client, engine.Engine):
+        if join_transaction:
+            raise InvalidArgumentError(
+                "join_transaction needs a connection of yours to join: an Engine lends connections of "
+                "its own. Pass a SQLAlchemy Connection or Session (they always write inside your "
+                "transaction), or drop join_transaction"
+            )
+        adapter = EngineAdapter(client)
+    elif engine is not None and isinstance(client, engine.Connection):
+        adapter = ConnectionAdapter(client)
+    elif orm is not None and isinstance(client, (orm.Session, orm.scoped_session)):
+        # A scoped_session (Flask-SQLAlchemy's db.session) passes every call on to
+        # the Session of the current scope, so each use writes in that scope's transaction.
+        adapter = SessionAdapter(client)
+    else:
+        return None
+    _refuse_another_database(client, adapter.dialect)
+    return adapter
+
+
+def _refuse_another_database(client: Any, dialect: str) -> None:
+    """Refuse a SQLAlchemy client bound to a database other than PostgreSQL, naming it."""
+    if dialect == "postgresql":
+        return
+    advice = (
+        " (for SQLite, SqliteCheckpointer(path) with the file the engine opens)"
+        if dialect == "sqlite"
+        else ""
+    )
+    raise InvalidArgumentError(
+        f"PostgresCheckpointer was given a SQLAlchemy {type(client).__name__} on {dialect!r}: it "
+        f"stores checkpoints in PostgreSQL only. Bind it to a PostgreSQL database, or use the "
+        f"checkpointer of that database{advice}: SqliteCheckpointer, InMemoryCheckpointer"
+    )

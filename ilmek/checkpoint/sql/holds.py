@@ -10,13 +10,13 @@ transaction; a first write that takes a deferred hold calls
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ... import checks, forks
 from ...dbapi import Adapter, Pin, Session
+from ...logs import logger
 from ..holds import KEEPER, RECORD_MARGIN, Hold, busy_error, new_token
 from .statements import Statements
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["HOLD_GONE", "HoldRows", "SqlHold", "release_quietly"]
 
-_LOG = logging.getLogger("ilmek.storage")
+_LOG = logger("ilmek.storage")
 
 HOLD_GONE = "its hold row is gone: the thread was deleted, or its lease lapsed and another run took it"
 """Why a run's hold is lost when a fenced write or a check finds its row no longer the run's."""

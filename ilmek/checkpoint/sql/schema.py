@@ -12,7 +12,6 @@ Python, not SQL (:func:`copy_v1_journals`), lives here too.
 from __future__ import annotations
 
 import builtins
-import logging
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING
 from ... import forks
 from ...dbapi import Adapter, Session, Statement
 from ...errors import InvalidArgumentError, SchemaVersionError
+from ...logs import logger
 from .. import _records
 from .journals import task_scope
 from .statements import Statements, format_sql, validate_prefix
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Migration", "Schema", "copy_v1_journals", "drop_sql", "schema_sql", "upgrade_sql"]
 
-_LOG = logging.getLogger("ilmek.storage")
+_LOG = logger("ilmek.storage")
 
 Migration = str | Callable[[Session, "SqlCheckpointer"], None]
 """One upgrade step: DDL in template form, or a function of the session and the checkpointer."""

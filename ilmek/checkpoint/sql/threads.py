@@ -9,13 +9,13 @@ for the delete to commit.
 from __future__ import annotations
 
 import builtins
-import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ... import checks
 from ...dbapi import Session
+from ...logs import logger
 from ...types import ThreadInfo
 from .. import _records
 from .._delta import blob_ids, manifest_from_plain
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Threads"]
 
-_LOG = logging.getLogger("ilmek.storage")
+_LOG = logger("ilmek.storage")
 
 
 class Threads:

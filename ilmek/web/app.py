@@ -243,7 +243,7 @@ class Console:
             # (nor in the browser's history).
             path = _wsgi_text(str(environ.get("PATH_INFO") or "")) or "/"
             rest = {name: values for name, values in query.items() if name != "token"}
-            location = links.to(urllib.parse.quote(path, safe="/"), rest)
+            location = links.page(path, rest)
             return _Response(
                 303,
                 b"",

@@ -292,8 +292,9 @@ class Console:
             raise _Refused(404, "Not found", "The console has no such page.")
         if method not in ("GET", "HEAD"):
             raise _Refused(405, "Method not allowed", "This page is only read.", (("Allow", "GET, HEAD"),))
-        # Pages only show stored values: a class this process never registered shows as stored.
-        with serde.showing_unregistered():
+        # Pages only show stored values: a class this process never registered shows as stored,
+        # a tag that cannot be decoded as damaged.
+        with serde.showing_unregistered(), serde.showing_damaged():
             return handler(request)
 
     # --- responses --------------------------------------------------------------------------

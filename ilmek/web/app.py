@@ -40,6 +40,7 @@ from ..graph import CompiledGraph
 from ..redact import mask_secrets, printable
 from .access import Login, basic_user, host_allowed, split_host
 from .actions import ACTIONS, Outcome
+from .answers import malformed_field
 from .csrf import Guard, same_origin
 from .html import Markup, tag
 from .inbox import threads_page
@@ -491,6 +492,9 @@ class Console:
                 "The form has expired or did not come from this console; nothing was done. "
                 "Reload the page and try again.",
             )
+        malformed = malformed_field(form)
+        if malformed is not None:
+            raise _Refused(400, "Bad request", malformed)
         outcome = ACTIONS[name](
             self.checkpointer,
             self.graphs,

@@ -136,10 +136,10 @@ def _one(form: Mapping[str, str], index: int, pause: Pending) -> tuple[bool, Any
     shape = shape_of(pause.payload)
     option = form.get(f"option.{index}")
     if option is not None:
-        chosen = _option_index(option)
-        if chosen is None or chosen >= len(shape.options):
+        offered = _option_index(option)
+        if offered is None or offered >= len(shape.options):
             return f"The form chose an option pause {pause.id} does not offer; nothing was answered."
-        return True, shape.options[chosen]
+        return True, shape.options[offered]
     if f"accept.{index}" in form:
         if shape.draft is None:
             return f"Pause {pause.id} has no draft to accept; nothing was answered."

@@ -10,6 +10,7 @@ console.
 from __future__ import annotations
 
 import pathlib
+import socket
 import urllib.parse
 from collections.abc import Iterator
 
@@ -113,3 +114,46 @@ def test_the_login_redirect_of_a_mounted_console_stays_under_its_mount(store: Sq
         reply = client.get(f"{target}?token={TOKEN}")
         assert 303 == reply.status
         assert_on_the_console(reply.location, "http://127.0.0.1:8765/", "/ops/")
+
+
+# A query parameter named for a secret, spelled every way a client may: each logs in or not, none is logged.
+SECRET_QUERIES = [
+    pytest.param("token={}", True, id="plain"),
+    pytest.param("%74oken={}", True, id="first-letter-encoded"),
+    pytest.param("tok%65n={}", True, id="inner-letter-encoded"),
+    pytest.param("%74%6F%6B%65%6E={}", True, id="all-encoded"),
+    pytest.param("%74%6f%6b%65%6e={}", True, id="all-encoded-lower"),
+    pytest.param("status=all&tok%65n={}&q=x", True, id="among-others"),
+    pytest.param("token={}&token={}", True, id="twice"),
+    pytest.param("%2574oken={}", False, id="double-encoded-name"),
+    pytest.param("TOKEN={}", False, id="upper-case"),
+    pytest.param("q=x;token={}", False, id="semicolon"),
+    pytest.param("answer_token={}", False, id="answer-link-token"),
+    pytest.param("secret={}", False, id="secret"),
+    pytest.param("password={}", False, id="password"),
+    pytest.param("q=%26token%3D{}", False, id="encoded-separators"),
+]
+
+
+@pytest.mark.parametrize(("query", "logs_in"), SECRET_QUERIES)
+def test_no_spelling_of_a_secret_in_the_query_reaches_the_request_log(
+    server: ConsoleServer,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    query: str,
+    logs_in: bool,
+) -> None:
+    """?%74oken=T, ?tok%65n=T...: the request log keeps the path and hides T, for every secret-ish name."""
+    server.quiet = False
+    port = server.server_port
+    target = "/thread?id=order-1&" + query.replace("{}", TOKEN)
+    status, _, _ = send("127.0.0.1", port, "GET", target, {"Host": f"127.0.0.1:{port}"})
+    assert (303 if logs_in else 401) == status
+    # A malformed request line carrying it too: the server's own error line must hide it as well.
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        connection.sendall(f"GET {target} HTTP/1.1 extra\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        assert b"Error code: 400" in connection.recv(4096)
+    logged = capsys.readouterr().err + caplog.text
+    assert "GET /thread?id=order-1&" in logged
+    assert TOKEN not in logged
+    assert TOKEN[:12] not in logged

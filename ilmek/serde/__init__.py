@@ -111,7 +111,9 @@ names a type this process has not registered, or carries an unknown tag, raises
 :class:`~ilmek.errors.SerializationError`; so does any malformed tag payload. Tools
 that only show stored data (the CLI, the console) decode inside
 :func:`showing_unregistered`, where a value of an unregistered class becomes an
-:class:`Unregistered` placeholder holding its stored payload, never the class.
+:class:`Unregistered` placeholder holding its stored payload, never the class;
+the console's pages also decode inside :func:`showing_damaged`, where a tag that
+cannot be decoded becomes a :class:`Damaged` placeholder.
 """
 
 from __future__ import annotations
@@ -119,7 +121,14 @@ from __future__ import annotations
 from .decoding import decode, from_jsonable
 from .encoding import dump_json as dump_json
 from .encoding import encode, to_jsonable
-from .placeholders import Unregistered, showing_unregistered, shows_unregistered
+from .placeholders import (
+    Damaged,
+    Unregistered,
+    showing_damaged,
+    showing_unregistered,
+    shows_damaged,
+    shows_unregistered,
+)
 from .registry import is_registered, register
 
 # ``import ilmek`` imports none of base64, dataclasses, decimal, uuid and
@@ -128,13 +137,16 @@ from .registry import is_registered, register
 # instead of importing it to ask; decoding such a value imports it then.
 
 __all__ = [
+    "Damaged",
     "Unregistered",
     "decode",
     "encode",
     "from_jsonable",
     "is_registered",
     "register",
+    "showing_damaged",
     "showing_unregistered",
+    "shows_damaged",
     "shows_unregistered",
     "to_jsonable",
 ]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from ilmek.errors import SerializationError
 
-from .placeholders import Unregistered, shows_unregistered
+from .placeholders import Damaged, Unregistered, shows_damaged, shows_unregistered
 from .registry import _ClassSpec, _specs_by_name
 from .tags import _TAG, _ZONE_KEY, _short_repr, _type_name
 
@@ -153,6 +153,15 @@ class _Malformed(Exception):
 
 
 def _revive_tagged(obj: dict[str, Any]) -> Any:
+    try:
+        return _revive_tag(obj)
+    except SerializationError as error:
+        if not shows_damaged():
+            raise
+        return Damaged(stored=obj, reason=str(error))
+
+
+def _revive_tag(obj: dict[str, Any]) -> Any:
     tag = obj[_TAG]
     entry = _REVIVERS.get(tag) if type(tag) is str else None
     if entry is None:

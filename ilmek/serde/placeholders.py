@@ -11,6 +11,12 @@ payload (decoded by the same rules). Outside it, decoding refuses as always.
 A placeholder encodes back to exactly the tag it was read from, so a value
 written back by such a tool keeps the class for the application to read.
 Reads made while showing are never kept in a checkpointer's value cache.
+
+Inside :func:`showing_damaged` as well (the console's pages), a tag that
+cannot be decoded at all (forged, or damaged on disk) becomes a
+:class:`Damaged` placeholder, so one bad value shows as damaged instead of
+failing the page that holds it. Nothing else ever sees one: it cannot be
+encoded, and code that acts on values decodes outside the block.
 """
 
 from __future__ import annotations
@@ -22,10 +28,20 @@ from typing import Any, Final, Literal
 
 import attrs
 
-__all__ = ["Unregistered", "showing_unregistered", "shows_unregistered"]
+__all__ = [
+    "Damaged",
+    "Unregistered",
+    "showing_damaged",
+    "showing_unregistered",
+    "shows_damaged",
+    "shows_unregistered",
+]
 
 _SHOWING: Final[contextvars.ContextVar[bool]] = contextvars.ContextVar(
     "ilmek_showing_unregistered", default=False
+)
+_SHOWING_DAMAGED: Final[contextvars.ContextVar[bool]] = contextvars.ContextVar(
+    "ilmek_showing_damaged", default=False
 )
 
 
@@ -70,3 +86,39 @@ def showing_unregistered() -> Iterator[None]:
 def shows_unregistered() -> bool:
     """Whether decoding in this context makes placeholders (see :func:`showing_unregistered`)."""
     return _SHOWING.get()
+
+
+# eq=False: hashed by identity, so a damaged dict key or set item is still a key.
+@attrs.frozen(eq=False)
+class Damaged:
+    """A stored tag that cannot be decoded, as a display shows it (see :func:`showing_damaged`).
+
+    Attributes:
+        stored: The tag as stored (parsed JSON, its inner values not decoded).
+        reason: Why it cannot be decoded.
+    """
+
+    stored: Any
+    reason: str
+
+    def __repr__(self) -> str:
+        return f"<damaged value ({self.reason})>"
+
+
+@contextlib.contextmanager
+def showing_damaged() -> Iterator[None]:
+    """Within the block, a tag that cannot be decoded becomes a :class:`Damaged` placeholder.
+
+    For pages that show stored data and must show the rest of it when one
+    value is forged or damaged (the web console's).
+    """
+    token = _SHOWING_DAMAGED.set(True)
+    try:
+        yield
+    finally:
+        _SHOWING_DAMAGED.reset(token)
+
+
+def shows_damaged() -> bool:
+    """Whether decoding in this context makes damaged placeholders (see :func:`showing_damaged`)."""
+    return _SHOWING_DAMAGED.get()

@@ -27,12 +27,14 @@ import attrs
 from ..types import Pending
 from . import json_input
 
-__all__ = ["AnswerShape", "answers_from_form", "shape_of"]
+__all__ = ["MAX_OPTION_DIGITS", "AnswerShape", "answers_from_form", "malformed_field", "shape_of"]
 
 # Pairs read as a yes/no question: the first of each is the "yes".
 _YES: Final = frozenset({"yes", "y", "approve", "approved", "accept", "ok", "allow", "confirm", "true"})
 _NO: Final = frozenset({"no", "n", "reject", "rejected", "deny", "decline", "cancel", "false"})
 _DRAFT_FIELDS: Final = ("draft", "text")
+MAX_OPTION_DIGITS: Final = 6
+"""The most digits of an ``option.N`` field: an option's index, as the console's buttons write it."""
 
 
 @attrs.frozen(kw_only=True)
@@ -103,14 +105,41 @@ def shape_of(payload: Any) -> AnswerShape:
     )
 
 
+def _option_index(text: str) -> int | None:
+    """The index an ``option.N`` field names: ASCII digits, at most :data:`MAX_OPTION_DIGITS`; else ``None``.
+
+    ``str.isdigit`` would pass ``²`` and ``①`` (which ``int`` refuses) and
+    ``int`` reads Arabic-Indic digits and 5,000-digit text (slowly, then refusing).
+    """
+    if 0 < len(text) <= MAX_OPTION_DIGITS and text.isascii() and text.isdecimal():
+        return int(text)
+    return None
+
+
+def malformed_field(form: Mapping[str, str]) -> str | None:
+    """What is wrong with a field no console page writes (an option that is not an index), or ``None``.
+
+    A form with one is refused whole, before any pause is read.
+    """
+    for name, value in form.items():
+        if name.startswith("option.") and _option_index(value) is None:
+            shown = value if len(value) <= 20 else value[:20] + "…"
+            return (
+                f"The form field {name} must be an option's index in ASCII digits (0-9, at most "
+                f"{MAX_OPTION_DIGITS}), not {shown!r}; nothing was answered."
+            )
+    return None
+
+
 def _one(form: Mapping[str, str], index: int, pause: Pending) -> tuple[bool, Any] | str:
     """``(True, answer)``, ``(False, None)`` when the form gives none, or what is wrong."""
     shape = shape_of(pause.payload)
     option = form.get(f"option.{index}")
     if option is not None:
-        if not option.isdigit() or int(option) >= len(shape.options):
+        offered = _option_index(option)
+        if offered is None or offered >= len(shape.options):
             return f"The form chose an option pause {pause.id} does not offer; nothing was answered."
-        return True, shape.options[int(option)]
+        return True, shape.options[offered]
     if f"accept.{index}" in form:
         if shape.draft is None:
             return f"Pause {pause.id} has no draft to accept; nothing was answered."

@@ -40,6 +40,7 @@ from ..logs import logger
 from ..redact import mask_secrets, printable
 from .access import Login, basic_user, host_allowed, split_host
 from .actions import ACTIONS, Outcome
+from .answers import malformed_field
 from .csrf import Guard, same_origin
 from .html import Markup, tag
 from .inbox import threads_page
@@ -243,7 +244,7 @@ class Console:
             # (nor in the browser's history).
             path = _wsgi_text(str(environ.get("PATH_INFO") or "")) or "/"
             rest = {name: values for name, values in query.items() if name != "token"}
-            location = links.to(urllib.parse.quote(path, safe="/"), rest)
+            location = links.page(path, rest)
             return _Response(
                 303,
                 b"",
@@ -292,8 +293,9 @@ class Console:
             raise _Refused(404, "Not found", "The console has no such page.")
         if method not in ("GET", "HEAD"):
             raise _Refused(405, "Method not allowed", "This page is only read.", (("Allow", "GET, HEAD"),))
-        # Pages only show stored values: a class this process never registered shows as stored.
-        with serde.showing_unregistered():
+        # Pages only show stored values: a class this process never registered shows as stored,
+        # a tag that cannot be decoded as damaged.
+        with serde.showing_unregistered(), serde.showing_damaged():
             return handler(request)
 
     # --- responses --------------------------------------------------------------------------
@@ -490,6 +492,9 @@ class Console:
                 "The form has expired or did not come from this console; nothing was done. "
                 "Reload the page and try again.",
             )
+        malformed = malformed_field(form)
+        if malformed is not None:
+            raise _Refused(400, "Bad request", malformed)
         outcome = ACTIONS[name](
             self.checkpointer,
             self.graphs,

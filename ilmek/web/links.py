@@ -3,6 +3,11 @@
 Thread and checkpoint ids travel in the query string, percent-encoded,
 never in the path: a WSGI server decodes ``PATH_INFO`` (so an id holding
 ``/`` would change the route) but hands the query string over untouched.
+
+Every URL is a path of the console: the mount point and the path each start
+with exactly one ``/``, so no link or redirect reads as ``//other.host/``
+(a browser's scheme-relative URL, an open redirect); :meth:`Links.page`
+makes a path a client sent safe to send back.
 """
 
 from __future__ import annotations
@@ -40,12 +45,25 @@ class Links:
 
     def __init__(self, script_name: str) -> None:
         # SCRIPT_NAME arrives decoded; encode it again, keeping its slashes.
-        self.base = urllib.parse.quote(script_name.rstrip("/"), safe="/")
+        mount = urllib.parse.quote(script_name.strip("/"), safe="/")
+        self.base = f"/{mount}" if mount else ""
 
     def to(self, path: str, params: Params | None = None) -> Url:
         """``path`` (starting with ``/``) under the mount point, with a query string."""
         query = _query(params or {})
+        # One leading slash, however many it came with: "//host" would leave the console.
+        path = "/" + path.lstrip("/")
         return Url(f"{self.base}{path}" + (f"?{query}" if query else ""))
+
+    def page(self, path: str, params: Params | None = None) -> Url:
+        """A path a request named (decoded, as in ``PATH_INFO``), as a URL of the console.
+
+        Every character but letters, digits, ``/`` and ``_.-~`` is
+        percent-encoded, so a backslash, a tab or a ``%`` reaches the
+        browser as text of the path, never as a separator it would drop or
+        turn into ``/``.
+        """
+        return self.to(urllib.parse.quote(path, safe="/", errors="backslashreplace"), params)
 
     def threads(self, params: Params | None = None) -> Url:
         """The threads page (the inbox)."""

@@ -84,6 +84,9 @@ def _cut_items(items: list[Any], budget: _Budget, depth: int) -> list[Any]:
 
 def _cut_tagged(value: dict[str, Any], budget: _Budget, depth: int) -> Any:
     tag, payload = value.get(_TAG), value.get("v")
+    if type(tag) is not str:
+        # A forged tag (a list, an object): left whole for decoding to refuse, or to show as damaged.
+        return value
     if tag in _LISTED and type(payload) is list:
         return {**value, "v": _cut_items(payload, budget, depth)}
     if tag == "dict" and type(payload) is list:

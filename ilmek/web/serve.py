@@ -9,14 +9,13 @@ thread. 127.0.0.1 unless told otherwise. On every binding the console
 answers only to the host names it was started with (no DNS trick reaches
 it), and one that listens beyond this machine with its actions on asks for
 the login token it prints at start (:mod:`ilmek.web.access`). The request
-log escapes what clients send (:func:`ilmek.redact.printable`) and never
-shows a token.
+log escapes what clients send and never shows a token, however it is spelled
+(:mod:`ilmek.web.request_log`).
 """
 
 from __future__ import annotations
 
 import io
-import re
 import socket
 import socketserver
 import sys
@@ -31,6 +30,7 @@ from ..graph import CompiledGraph
 from ..redact import printable
 from .access import Login, is_loopback, served_names
 from .app import Console
+from .request_log import log_line
 
 __all__ = ["MAX_CONNECTIONS", "REQUEST_TIMEOUT", "ConsoleServer", "make_server", "serve"]
 
@@ -38,8 +38,6 @@ REQUEST_TIMEOUT: Final = 10.0
 """Seconds a client has to send its whole request (line, headers and form), and for each write to it."""
 MAX_CONNECTIONS: Final = 32
 """Connections served at once; more wait for one to end."""
-
-_TOKEN_IN_URL: Final = re.compile(r"(?i)([?&;]token=)[^&;\s]*")
 
 
 class _Deadline(io.RawIOBase):
@@ -90,8 +88,7 @@ class _Handler(WSGIRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
         if self.server.quiet:
             return
-        line = _TOKEN_IN_URL.sub(r"\1…", f"{self.address_string()} - {format % args}")
-        sys.stderr.write(printable(line) + "\n")
+        sys.stderr.write(log_line(f"{self.address_string()} - {format % args}") + "\n")
 
 
 class ConsoleServer(socketserver.ThreadingMixIn, WSGIServer):

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import attrs
 
-from ..serde import Unregistered
+from ..serde import Damaged, Unregistered
 
 __all__ = ["Rendered", "as_json_text", "label", "preview", "question_of", "render"]
 
@@ -31,6 +31,8 @@ LIMIT: Final = 20_000
 """The most characters one value is rendered to."""
 _MAX_DEPTH: Final = 40
 _MAX_DIGITS: Final = 60
+_DAMAGED_SHOWN: Final = 300
+"""The most characters of a damaged value's stored JSON a page writes."""
 
 
 class _Full(Exception):
@@ -63,6 +65,13 @@ def _int_text(value: int) -> str:
     return str(value)
 
 
+def _damaged_text(value: Damaged) -> str:
+    """A tag that could not be decoded: said so, with why and (the start of) what is stored."""
+    stored = json.dumps(value.stored, ensure_ascii=False, default=repr)
+    stored = stored if len(stored) <= _DAMAGED_SHOWN else stored[:_DAMAGED_SHOWN] + "…"
+    return f"damaged value ({value.reason}) stored as {stored}"
+
+
 def _scalar(value: Any) -> str | None:
     """The text of a value that is not a container, or ``None`` for a container."""
     if value is None:
@@ -88,6 +97,8 @@ def _scalar(value: Any) -> str | None:
         return value.isoformat()
     if isinstance(value, (decimal.Decimal, uuid.UUID)):
         return str(value)
+    if isinstance(value, Damaged):
+        return _damaged_text(value)
     if isinstance(value, Unregistered):
         if value.kind == "obj" and isinstance(value.stored, Mapping):
             return None

@@ -11,7 +11,9 @@ one with ``wsgiref`` on a free port of 127.0.0.1 in a background thread;
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import http.client
 import io
 import os
 import pathlib
@@ -554,6 +556,36 @@ def fetch(url: str, host: str | None = None) -> tuple[int, str]:
             return response.status, response.read().decode("utf-8")
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode("utf-8")
+
+
+def send(
+    address: str,
+    port: int,
+    method: str,
+    target: str,
+    headers: Mapping[str, str],
+    body: str | None = None,
+) -> tuple[int, dict[str, str], str]:
+    """One request to ``address`` with exactly these headers (``Host`` included); status, headers, body."""
+    connection = http.client.HTTPConnection(address, port, timeout=10)
+    try:
+        connection.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
+        sent = dict(headers)
+        if body is not None:
+            sent.setdefault("Content-Type", "application/x-www-form-urlencoded")
+            sent["Content-Length"] = str(len(body.encode()))
+        for name, value in sent.items():
+            connection.putheader(name, value)
+        connection.endheaders(body.encode() if body is not None else None)
+        response = connection.getresponse()
+        return response.status, dict(response.getheaders()), response.read().decode("utf-8", "replace")
+    finally:
+        connection.close()
+
+
+def basic(user: str, password: str) -> str:
+    """An HTTP Basic Authorization header value."""
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -284,3 +284,35 @@ def test_validator_failure_on_decode_is_chained() -> None:
         serde.decode(text)
     assert isinstance(caught.value.__cause__, ValueError)
     assert f"{Point.__module__}.Item" == caught.value.type_name
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        {"__ilmek__": ["list"]},
+        {"__ilmek__": {"dict": 1}},
+        {"__ilmek__": "no-such-tag", "v": 1},
+        {"__ilmek__": "set", "v": [[1]]},
+        {"__ilmek__": "dict", "v": [[{"__ilmek__": ["key"]}, 1]]},
+    ],
+)
+def test_a_tag_that_cannot_be_decoded_is_a_damaged_placeholder_only_while_showing_damage(
+    forged: dict[str, Any],
+) -> None:
+    """showing_damaged(): a forged tag reads as Damaged beside its valid siblings; elsewhere it is refused."""
+    stored = {"ok": [1, 2], "bad": forged}
+    with pytest.raises(SerializationError):
+        serde.from_jsonable(stored)
+    with pytest.raises(SerializationError), serde.showing_unregistered():
+        serde.decode(json.dumps(stored))
+    with serde.showing_damaged():
+        for decoded in (serde.from_jsonable(stored), serde.decode(json.dumps(stored))):
+            assert [1, 2] == decoded["ok"]
+            bad = decoded["bad"]
+            # A damaged dict key is a key like another: the dict around it stays a dict.
+            damaged = next(iter(bad)) if isinstance(bad, dict) else bad
+            assert isinstance(damaged, serde.Damaged)
+            assert (forged if damaged is bad else {"__ilmek__": ["key"]}) == damaged.stored
+            assert "stored data" in damaged.reason
+    with pytest.raises(SerializationError):
+        serde.decode(json.dumps(stored))

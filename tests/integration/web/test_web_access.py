@@ -8,22 +8,30 @@ own DNS name to this machine would send them.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import http.client
 import pathlib
 import re
 import socket
 import subprocess
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from ilmek import SqliteCheckpointer
 from ilmek.web.serve import ConsoleServer, make_server
-from tests.support.web_support import THREADS, graphs, populate, port_of, serving, start_web, stop_web
+from tests.support.web_support import (
+    THREADS,
+    basic,
+    graphs,
+    populate,
+    port_of,
+    send,
+    serving,
+    start_web,
+    stop_web,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -59,36 +67,6 @@ def web_beyond_loopback(tmp_path: pathlib.Path, *options: str) -> tuple[subproce
     return start_web(
         "--db", str(tmp_path / "shop.db"), "--host", "0.0.0.0", "--port", "0", *options, home=tmp_path
     )
-
-
-def send(
-    address: str,
-    port: int,
-    method: str,
-    target: str,
-    headers: Mapping[str, str],
-    body: str | None = None,
-) -> tuple[int, dict[str, str], str]:
-    """One request to ``address`` with exactly these headers (``Host`` included); status, headers, body."""
-    connection = http.client.HTTPConnection(address, port, timeout=10)
-    try:
-        connection.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
-        sent = dict(headers)
-        if body is not None:
-            sent.setdefault("Content-Type", "application/x-www-form-urlencoded")
-            sent["Content-Length"] = str(len(body.encode()))
-        for name, value in sent.items():
-            connection.putheader(name, value)
-        connection.endheaders(body.encode() if body is not None else None)
-        response = connection.getresponse()
-        return response.status, dict(response.getheaders()), response.read().decode("utf-8", "replace")
-    finally:
-        connection.close()
-
-
-def basic(user: str, password: str) -> str:
-    """An HTTP Basic Authorization header value."""
-    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
 def thread_path(thread_id: str) -> str:

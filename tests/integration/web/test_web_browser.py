@@ -28,6 +28,7 @@ import pytest
 
 import ilmek
 from ilmek import Checkpointer, SqliteCheckpointer, run
+from ilmek.web.access import Login
 from tests.support.conftest_postgres import unavailable
 from tests.support.web_browser_support import browser, find_browser, full_page_screenshot
 from tests.support.web_support import (
@@ -293,3 +294,21 @@ def test_hostile_values_stay_text_in_the_browser(
     assert XSS_SCRIPT in seen
     assert XSS_IMG in seen
     assert re.search(r"bell\\x07 esc\\x1b\[31m", seen)
+
+
+@pytest.mark.parametrize("escape", ["%2F", "%2F%2F", "%5C", "%2F%5C"])
+def test_the_login_redirect_leaves_the_browser_on_the_console(
+    driver: Any, tmp_path: pathlib.Path, escape: str
+) -> None:
+    """Chromium opening /<escape>evil.example/?token=: it follows the 303 and stays on the console."""
+    store = SqliteCheckpointer(tmp_path / "console.db")
+    try:
+        with serving(store, allow_actions=True, login=Login("browser-login-token")) as server:
+            console = server.url.rstrip("/")
+            driver.get(f"{console}/{escape}evil.example/?token=browser-login-token")
+            wait_for(driver, lambda d: "token=" not in d.current_url)
+            landed = urllib.parse.urlsplit(driver.current_url)
+            assert urllib.parse.urlsplit(console).netloc == landed.netloc, driver.current_url
+            assert "http" == landed.scheme
+    finally:
+        store.close()

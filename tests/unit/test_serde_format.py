@@ -200,15 +200,15 @@ def test_class_registered_under_another_name_raises_value_error() -> None:
 @pytest.mark.parametrize(
     ("target", "message"),
     [
-        (Unregistered, "accepts attrs classes, dataclasses and enum.Enum subclasses"),
-        (dict, "accepts attrs classes, dataclasses and enum.Enum subclasses"),
+        (Unregistered, "accepts attrs classes, dataclasses, enum.Enum subclasses and pydantic models"),
+        (dict, "accepts attrs classes, dataclasses, enum.Enum subclasses and pydantic models"),
         (Point(1, 2), "takes a class"),
         (len, "takes a class"),
     ],
     ids=["plain class", "builtin class", "instance", "function"],
 )
 def test_register_refuses_what_it_cannot_rebuild(target: Any, message: str) -> None:
-    """register raises TypeError for anything but attrs classes, dataclasses and Enums."""
+    """register raises TypeError for anything but attrs classes, dataclasses, Enums and pydantic models."""
     with pytest.raises(TypeError, match=message):
         serde.register(target)
 

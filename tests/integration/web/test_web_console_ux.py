@@ -125,13 +125,34 @@ def button(driver: Any, text: str, within: Any = None) -> Any:
     return (within or driver).find_element(By.XPATH, f".//button[normalize-space()='{text}']")
 
 
+def replaced(page: Any) -> Callable[[Any], bool]:
+    """A wait condition: ``page`` (an element of the old document) no longer belongs to the one shown.
+
+    Chromium says so with a stale-element error, or, when the look lands while
+    the new document is being attached, with "does not belong to the document"
+    (an inspector error, seen on a loaded machine): both mean replaced.
+    """
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    def gone(driver: Any) -> bool:
+        try:
+            page.is_enabled()
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as error:
+            if "does not belong to the document" in str(error.msg):
+                return True
+            raise
+        return False
+
+    return gone
+
+
 def press(driver: Any, element: Any) -> None:
     """Click a button that sends a form, and wait until the page it leads to has replaced this one."""
-    from selenium.webdriver.support import expected_conditions
-
     page = driver.find_element("tag name", "html")
     element.click()
-    wait_for(driver, expected_conditions.staleness_of(page))
+    wait_for(driver, replaced(page))
 
 
 def note(driver: Any) -> str:

@@ -225,7 +225,7 @@ def test_ids_that_all_share_one_hash_cost_no_more_than_ordinary_ids() -> None:
 
 
 def test_ids_of_different_types_are_different_ids() -> None:
-    """1, 1.0, True and "1" name four messages (as stored, they differ): the index keys ids by type and value."""
+    """1, 1.0, True and "1" name four messages (stored, they differ): ids are keyed by type and value."""
     kind = ilmek.channel.messages()
     folded = kind.fold(
         UNSET, [{"id": 1}, {"id": 1.0}, {"id": True}, {"id": "1"}, {"id": (1, "a")}, {"id": 1, "v": 2}]

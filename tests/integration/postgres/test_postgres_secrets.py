@@ -16,13 +16,15 @@ import contextlib
 import io
 import logging
 import pathlib
+import sys
 import uuid
 from collections.abc import Iterator
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import psycopg2
 import psycopg2.pool
 import pytest
+import sqlalchemy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg2.extensions import parse_dsn
@@ -118,6 +120,19 @@ def test_connect_errors_show_no_piece_of_the_password(refusing: dict[str, str], 
             assert_hidden(password, str(caught.value), *(record.getMessage() for record in records))
 
 
+@pytest.mark.parametrize("password", HOSTILE)
+def test_connect_through_psycopg_3_shows_no_piece_of_the_password(
+    refusing: dict[str, str], password: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without psycopg2, connect() uses psycopg 3, whose parser words its errors otherwise: still hidden."""
+    monkeypatch.setitem(sys.modules, "psycopg2", None)  # `import psycopg2` raises ImportError
+    for where in targets(refusing):
+        for dsn in dsn_forms(password, **where):
+            with ilmek_logs() as records, pytest.raises(StorageError) as caught:
+                PostgresCheckpointer.connect(dsn)
+            assert_hidden(password, str(caught.value), *(record.getMessage() for record in records))
+
+
 @settings(
     max_examples=15, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -164,3 +179,26 @@ def test_the_command_as_a_process_shows_no_piece_of_the_password(
     assert 1 == done.returncode
     assert "***" in done.stderr
     assert_hidden(password, done.stdout, done.stderr)
+
+
+@pytest.mark.parametrize("password", HOSTILE)
+def test_a_sqlalchemy_engine_s_errors_show_no_piece_of_the_password(
+    refusing: dict[str, str], password: str
+) -> None:
+    """An Engine whose URL holds the password, a refused role or a closed port: nothing of it in the error."""
+    for where in targets(refusing):
+        url = sqlalchemy.URL.create(
+            "postgresql+psycopg2",
+            username=where["user"],
+            password=password,
+            host=unquote(where["host"]),
+            port=int(where["port"]),
+            database=where["dbname"],
+        )
+        engine = sqlalchemy.create_engine(url)
+        try:
+            with ilmek_logs() as records, pytest.raises(StorageError) as caught:
+                PostgresCheckpointer(engine).get("t")
+        finally:
+            engine.dispose()
+        assert_hidden(password, str(caught.value), *(record.getMessage() for record in records))

@@ -104,6 +104,13 @@ def assert_connect_hides(password: str, where: dict[str, str]) -> None:
         assert_hidden(password, str(caught.value), *(record.getMessage() for record in records))
 
 
+def assert_reading_hides(password: str, client: object) -> None:
+    """A read through a checkpointer on the caller's ``client`` fails with no piece of ``password`` shown."""
+    with ilmek_logs() as records, pytest.raises(StorageError) as caught:
+        PostgresCheckpointer(client).get("t")
+    assert_hidden(password, str(caught.value), *(record.getMessage() for record in records))
+
+
 EXAMPLES = settings(deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 """Hypothesis settings of the tests below: a real server answers, so no deadline; a module fixture."""
 
@@ -164,11 +171,9 @@ def test_a_pool_s_errors_show_no_piece_of_the_password(refusing: dict[str, str],
         except psycopg2.Error:
             continue  # the driver refused the DSN itself: ilmek never saw it
         try:
-            with ilmek_logs() as records, pytest.raises(StorageError) as caught:
-                PostgresCheckpointer(pool).get("t")
+            assert_reading_hides(password, pool)
         finally:
             pool.closeall()
-        assert_hidden(password, str(caught.value), *(record.getMessage() for record in records))
 
 
 @pytest.mark.parametrize(("password", "form"), [(HOSTILE[0], 0), (HOSTILE[1], 2), (HOSTILE[2], 3)])
@@ -199,8 +204,6 @@ def test_a_sqlalchemy_engine_s_errors_show_no_piece_of_the_password(
         )
         engine = sqlalchemy.create_engine(url)
         try:
-            with ilmek_logs() as records, pytest.raises(StorageError) as caught:
-                PostgresCheckpointer(engine).get("t")
+            assert_reading_hides(password, engine)
         finally:
             engine.dispose()
-        assert_hidden(password, str(caught.value), *(record.getMessage() for record in records))

@@ -108,12 +108,37 @@ def _is_removal(item: Any) -> bool:
 _GONE: Final = object()
 
 
-def _ids(items: list[Any]) -> set[Any]:
-    """The ids of stored messages (each has one: it was given one when written)."""
+def _index_key(item_id: Hashable) -> Hashable:
+    """What the fold's index keys a message id by: a key no choice of ids can make collide.
+
+    A str hashes with a secret of the process, so a string is its own key. An
+    int hashes to itself modulo ``2**61 - 1``: ids forged to share one hash
+    (``k * (2**61 - 1)``) would make every insert compare with each id before
+    it, so 20,000 of them cost seconds per write. Every id that is not a str
+    is keyed by its type and a text form (an int in hex, linear in its
+    length), strings whose hashes are salted; ``1``, ``1.0`` and ``True``, which
+    are stored as different values, are different ids.
+    """
+    if type(item_id) is int:
+        return ("int", format(item_id, "x"))
     try:
-        return {item["id"] for item in items}  # dicts, the common case: the fast way
+        return (type(item_id).__qualname__, repr(item_id))
+    except ValueError:  # a repr Python refuses (a tuple holding a huge int): the id itself
+        return (type(item_id).__qualname__, item_id)
+
+
+def _ids(items: list[Any]) -> set[Hashable]:
+    """The index keys of stored messages' ids (each has one: it was given one when written)."""
+    try:
+        # Dicts with str ids, the common case: the fast way.
+        return {item_id if type(item_id := item["id"]) is str else _index_key(item_id) for item in items}
     except (TypeError, KeyError):
-        return {_message_id(item) for item in items}
+        return {_key_of(item) for item in items}
+
+
+def _key_of(item: Any) -> Hashable:
+    item_id = _message_id(item)
+    return item_id if type(item_id) is str else _index_key(item_id)
 
 
 def _fold_messages(current: Any, incoming: Any) -> tuple[list[Any], tuple[Any, ...] | None]:
@@ -136,21 +161,22 @@ def _fold_messages(current: Any, incoming: Any) -> tuple[list[Any], tuple[Any, .
         item_id = _message_id(item)
         if not isinstance(item_id, Hashable):
             raise TypeError(f"a message id must be a string (or another hashable value), got {item_id!r}")
-        if removal or item_id in known:
+        key = item_id if type(item_id) is str else _index_key(item_id)
+        if removal or key in known:
             if positions is None:
-                positions = {_message_id(old): at for at, old in enumerate(result) if old is not _GONE}
-            if item_id not in positions:
+                positions = {_key_of(old): at for at, old in enumerate(result) if old is not _GONE}
+            if key not in positions:
                 raise ValueError(f"there is no message with id {item_id!r} to remove")
             appended = None
             if removal:
-                result[positions.pop(item_id)] = _GONE
-                known.discard(item_id)
+                result[positions.pop(key)] = _GONE
+                known.discard(key)
             else:
-                result[positions[item_id]] = item
+                result[positions[key]] = item
             continue
-        known.add(item_id)
+        known.add(key)
         if positions is not None:
-            positions[item_id] = len(result)
+            positions[key] = len(result)
         result.append(item)
         if appended is not None:
             appended.append(item)

@@ -43,7 +43,10 @@ def escape_record(record: logging.LogRecord) -> bool:
     A traceback is formatted here, escaped except for its own line breaks, and
     left in ``exc_text``, which formatters print instead of formatting it again.
     """
-    message = record.getMessage()
+    try:
+        message = record.getMessage()
+    except Exception:  # arguments that do not fit the message: the handler reports it, as without us
+        return True
     if not message.isprintable():
         record.msg, record.args = printable(message), None
     if record.exc_info and record.exc_info[0] is not None and not record.exc_text:

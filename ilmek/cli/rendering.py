@@ -26,11 +26,27 @@ _LINE_WIDTH = 100
 # Python refuses str() of an int longer than this (sys.int_max_str_digits).
 _MAX_INT_DIGITS = 4300
 
+MAX_PRINTED_INT_DIGITS = 20_000
+"""The longest int ``show --full`` prints in decimal digits.
+
+Writing an int in decimal takes time quadratic in its length (20,000 digits
+take a few milliseconds, a million over a minute, during which Ctrl-C waits),
+so a longer one stored in a checkpoint shows as ``<int of about N digits, too
+long to print>``; ``--json`` gives it whole, in hex, as it is stored.
+"""
+
+_LOG10_2 = 0.30102999566398120
+_MAX_PRINTED_BITS = int(MAX_PRINTED_INT_DIGITS / _LOG10_2) + 1
+
 
 def _int_digits(value: int) -> int:
-    """How many decimal digits ``value`` has, without str() (which refuses long ones)."""
+    """How many decimal digits ``value`` has, without str() (which refuses long ones).
+
+    Only for ints of at most :data:`_MAX_PRINTED_BITS` bits: the powers of ten
+    it compares with cost time quadratic in their length too.
+    """
     magnitude = abs(value)
-    digits = max(1, int(magnitude.bit_length() * 0.30102999566398120))
+    digits = max(1, int(magnitude.bit_length() * _LOG10_2))
     while digits > 1 and 10 ** (digits - 1) > magnitude:
         digits -= 1
     while 10**digits <= magnitude:
@@ -38,16 +54,32 @@ def _int_digits(value: int) -> int:
     return digits
 
 
+def _displayable_int(value: int, full: bool) -> int | str:
+    """An int as ``show`` prints it: whole (``full``), or its length when long; never costing seconds."""
+    bits = abs(value).bit_length()
+    if bits > _MAX_PRINTED_BITS:
+        return f"<int of about {int(bits * _LOG10_2) + 1:,} digits, too long to print>"
+    digits = _int_digits(value)
+    if not full and digits > _MAX_TEXT:
+        return f"<int of {digits} digits>"
+    # Python will not print more digits than this with str(); Decimal will.
+    return value if digits <= _MAX_INT_DIGITS else str(decimal.Decimal(value))
+
+
+def _sort_key(item: Any) -> str:
+    """A set's item as it is ordered for display: by repr, or by its type where repr refuses (a long int)."""
+    try:
+        return repr(item)
+    except ValueError:
+        return f"<{type(item).__name__}>"
+
+
 def _displayable(value: Any, full: bool, depth: int = 0) -> Any:
     """``value`` as JSON types, shortened unless ``full``; what JSON lacks becomes text."""
     if value is None or isinstance(value, bool | float):
         return value
     if isinstance(value, int):
-        digits = _int_digits(value)
-        if not full and digits > _MAX_TEXT:
-            return f"<int of {digits} digits>"
-        # Python will not print more digits than this with str(); Decimal will.
-        return value if digits <= _MAX_INT_DIGITS else str(decimal.Decimal(value))
+        return _displayable_int(value, full)
     if isinstance(value, str):
         if full or len(value) <= _MAX_TEXT:
             return value
@@ -62,7 +94,7 @@ def _displayable(value: Any, full: bool, depth: int = 0) -> Any:
             result["…"] = f"{len(items) - len(shown)} more keys"
         return result
     if isinstance(value, list | tuple | set | frozenset):
-        items = sorted(value, key=repr) if isinstance(value, set | frozenset) else list(value)
+        items = sorted(value, key=_sort_key) if isinstance(value, set | frozenset) else list(value)
         if full or len(items) <= _HEAD_ITEMS + _TAIL_ITEMS:
             return [_displayable(item, full, depth + 1) for item in items]
         hidden = len(items) - _HEAD_ITEMS - _TAIL_ITEMS
@@ -94,7 +126,8 @@ def render_value(value: Any, *, full: bool = False, indent: str = "") -> str:
     Every character that could steer a terminal is escaped; the only line
     breaks are the layout's own (a stored newline prints as ``\\n``). An
     integer too long to print shows its length (``<int of 5001 digits>``)
-    unless ``full``.
+    unless ``full``; one of more than :data:`MAX_PRINTED_INT_DIGITS` digits
+    always does.
 
     Args:
         value: Any value a checkpoint holds.

@@ -30,3 +30,13 @@ def reply_chat(name: str) -> CompiledGraph:
         .edge("reply", END)
         .compile()
     )
+
+
+def one_node_graph() -> CompiledGraph:
+    """``n`` (last write, 0) and one node that sets it to 1: the smallest run that writes a checkpoint."""
+    return (
+        graph("one", {"n": channel.last_write(0)})
+        .node("n", lambda state: {"n": 1})
+        .edge(START, "n")
+        .compile()
+    )

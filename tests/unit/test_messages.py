@@ -199,3 +199,35 @@ def test_a_spec_with_a_messages_channel_round_trips_and_runs() -> None:
     assert spec == to_spec(g)
     assert "messages" == g.channels["messages"].kind
     assert [msg("a", "replaced")] == run(g, {"messages": [msg("a", "first")]}).state["messages"]
+
+
+def fold_seconds(ids: list[Any]) -> float:
+    """The time of one write (a new message, then a replace) onto a channel holding messages of ``ids``."""
+    import time
+
+    kind = ilmek.channel.messages()
+    current = [{"id": item_id, "text": "x"} for item_id in ids]
+    began = time.perf_counter()
+    appended = kind.fold(current, {"id": "new", "text": "y"})
+    kind.fold(appended, {"id": ids[-1], "text": "changed"})
+    return time.perf_counter() - began
+
+
+def test_ids_that_all_share_one_hash_cost_no_more_than_ordinary_ids() -> None:
+    """20,000 int ids forged to share a hash (k * (2**61 - 1)): a write costs about what ordinary ids cost."""
+    count = 20_000
+    colliding = [k * (2**61 - 1) for k in range(1, count + 1)]
+    assert 1 == len({hash(item_id) for item_id in colliding})
+    ordinary = list(range(1, count + 1))
+    baseline = min(fold_seconds(ordinary) for _ in range(3))
+    forged = min(fold_seconds(colliding) for _ in range(2))
+    assert forged < 5 * baseline + 0.05, (forged, baseline)
+
+
+def test_ids_of_different_types_are_different_ids() -> None:
+    """1, 1.0, True and "1" name four messages (stored, they differ): ids are keyed by type and value."""
+    kind = ilmek.channel.messages()
+    folded = kind.fold(
+        UNSET, [{"id": 1}, {"id": 1.0}, {"id": True}, {"id": "1"}, {"id": (1, "a")}, {"id": 1, "v": 2}]
+    )
+    assert [{"id": 1, "v": 2}, {"id": 1.0}, {"id": True}, {"id": "1"}, {"id": (1, "a")}] == folded

@@ -194,3 +194,23 @@ def test_no_module_takes_a_logger_around_the_escaping_one() -> None:
         if path.name != "logs.py" and "getLogger(" in path.read_text(encoding="utf-8")
     ]
     assert [] == direct
+
+
+def test_a_message_whose_arguments_do_not_fit_still_reaches_the_handler() -> None:
+    """The escaping filter never raises at the call site: a bad %-format is the handler's to report."""
+    import logging
+
+    from ilmek.logs import logger
+
+    seen: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = seen.append  # type: ignore[method-assign]
+    log = logger("ilmek.node")
+    log.addHandler(handler)
+    log.propagate = False  # pytest's own capture handler would raise on the bad format
+    try:
+        log.warning("%d items", "many")
+    finally:
+        log.propagate = True
+        log.removeHandler(handler)
+    assert ["%d items"] == [record.msg for record in seen]

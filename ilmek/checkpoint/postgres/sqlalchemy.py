@@ -19,6 +19,7 @@ from typing import Any
 
 from ...dbapi import Adapter, ConnectionClosed, Session, sqlstate
 from ...errors import InvalidArgumentError
+from ...redact import connection_secrets
 from .common import PoolAdapter, PostgresAdapter
 from .psycopg import PsycopgConnection
 from .psycopg2 import Psycopg2Connection
@@ -65,6 +66,7 @@ class EngineAdapter(PoolAdapter):
         self._engine = engine
         self.paramstyle = engine.dialect.paramstyle
         self.dialect: str = engine.dialect.name
+        self.secrets = connection_secrets(None, {"password": engine.url.password})
 
     def borrow(self) -> Any:
         return _EngineConnection(self._engine.raw_connection())

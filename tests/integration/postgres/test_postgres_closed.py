@@ -1,10 +1,12 @@
-"""A closed connection or pool is permanent and says "closed"; a pool that timed out waiting is not waited
-out six more times. Against the real server the suite starts, with real psycopg2 and psycopg 3 clients.
+"""A closed connection, pool or generic client is permanent and says "closed"; a pool that timed out waiting
+is not waited out six more times; a generic client that reconnects by itself is retried. Against the real
+server the suite starts, with real psycopg2 and psycopg 3 clients.
 """
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import psycopg
 import psycopg2
@@ -13,20 +15,15 @@ import psycopg_pool
 import pytest
 
 from ilmek import (
-    START,
     PostgresCheckpointer,
     StorageError,
     TransientStorageError,
-    channel,
-    graph,
     run,
 )
+from tests.support.backends import ExecuteClient
+from tests.support.helpers import one_node_graph
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
-
-
-def one_node() -> object:
-    return graph("one", {"n": channel.last_write(0)}).node("n", lambda s: {"n": 1}).edge(START, "n").compile()
 
 
 @pytest.mark.parametrize("connect", [psycopg2.connect, psycopg.connect], ids=["psycopg2", "psycopg"])
@@ -40,7 +37,7 @@ def test_a_closed_connection_is_a_storage_error_that_says_closed_at_once(
     connection.close()
     began = time.monotonic()
     with pytest.raises(StorageError) as failed:
-        run(one_node(), {}, thread_id="closed", checkpointer=checkpointer)  # type: ignore[arg-type]
+        run(one_node_graph(), {}, thread_id="closed", checkpointer=checkpointer)
     assert not isinstance(failed.value, TransientStorageError)
     assert "closed" in str(failed.value)
     assert "Try again later" not in str(failed.value)
@@ -64,7 +61,7 @@ def test_a_closed_pool_says_it_is_closed_not_that_it_lent_every_connection(
         checkpointer = PostgresCheckpointer(pool)
         pool.close()  # type: ignore[attr-defined]
     with pytest.raises(StorageError) as failed:
-        run(one_node(), {}, thread_id="pool-closed", checkpointer=checkpointer)  # type: ignore[arg-type]
+        run(one_node_graph(), {}, thread_id="pool-closed", checkpointer=checkpointer)
     assert not isinstance(failed.value, TransientStorageError)
     assert "pool" in str(failed.value)
     assert "closed" in str(failed.value)
@@ -80,8 +77,59 @@ def test_a_pool_timeout_is_waited_once_not_once_per_try(postgres_dsn: str) -> No
         with pool.connection():  # the application holds the only connection
             began = time.monotonic()
             with pytest.raises(TransientStorageError, match="size the pool"):
-                run(one_node(), {}, thread_id="starved", checkpointer=checkpointer)  # type: ignore[arg-type]
+                run(one_node_graph(), {}, thread_id="starved", checkpointer=checkpointer)
             waited = time.monotonic() - began
     finally:
         pool.close()
     assert waited < 1.5, waited
+
+
+@pytest.mark.parametrize("join_transaction", [False, True], ids=["own", "joined"])
+def test_a_generic_client_whose_connection_is_closed_says_closed_at_once(
+    postgres_dsn: str, join_transaction: bool
+) -> None:
+    """Closed under ilmek: one permanent StorageError saying closed, no retries, no "after 1 tries"."""
+    client = ExecuteClient(postgres_dsn)
+    checkpointer = PostgresCheckpointer(client, join_transaction=join_transaction)
+    client.close()
+    began = time.monotonic()
+    with pytest.raises(StorageError) as failed:
+        run(one_node_graph(), {}, thread_id="closed", checkpointer=checkpointer)
+    message = str(failed.value)
+    assert not isinstance(failed.value, TransientStorageError), message
+    assert "closed" in message
+    assert "tries" not in message
+    assert "Try again later" not in message
+    assert time.monotonic() - began < 0.5
+
+
+class FlakyClient(ExecuteClient):
+    """A generic client that loses its session once and reconnects by itself, as some wrappers do."""
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(dsn)
+        self.dsn = dsn
+        self.calls = 0
+        self.dropped = False
+
+    def execute(self, sql: str, params: Any) -> list[tuple[Any, ...]]:
+        self.calls += 1
+        if self.calls == 5:  # in the middle of the run's first transactions
+            self.dropped = True
+            self.connection.close()
+            raise psycopg2.OperationalError("server closed the connection unexpectedly")
+        if self.connection.closed:
+            self.connection = psycopg2.connect(self.dsn)
+            self.connection.autocommit = True
+        return super().execute(sql, params)
+
+
+def test_a_generic_client_that_reconnects_by_itself_is_retried(postgres_dsn: str) -> None:
+    """A lost session that the client itself restores is transient: ilmek retries and the run ends done."""
+    client = FlakyClient(postgres_dsn)
+    try:
+        result = run(one_node_graph(), {}, thread_id="flaky", checkpointer=PostgresCheckpointer(client))
+    finally:
+        client.close()
+    assert client.dropped
+    assert "done" == result.status

@@ -16,13 +16,15 @@ import contextlib
 import io
 import logging
 import pathlib
+import sys
 import uuid
 from collections.abc import Iterator
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import psycopg2
 import psycopg2.pool
 import pytest
+import sqlalchemy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg2.extensions import parse_dsn
@@ -84,7 +86,33 @@ def refusing(postgres_server: PostgresServer) -> Iterator[dict[str, str]]:
 
 
 def targets(where: dict[str, str]) -> list[dict[str, str]]:
+    """The refusing server, and a closed port of this machine."""
     return [where, {**where, "host": "127.0.0.1", "port": "1"}]
+
+
+def every_dsn(password: str, where: dict[str, str]) -> list[str]:
+    """``password`` in every DSN form, for each of the :func:`targets`."""
+    return [dsn for target in targets(where) for dsn in dsn_forms(password, **target)]
+
+
+def assert_connect_hides(password: str, where: dict[str, str]) -> None:
+    """connect() on every DSN of ``password`` fails with no piece of it in the error or a log record."""
+    for dsn in every_dsn(password, where):
+        with ilmek_logs() as records, pytest.raises(StorageError) as caught:
+            PostgresCheckpointer.connect(dsn)
+        assert "could not connect to Postgres" in str(caught.value)
+        assert_hidden(password, str(caught.value), *(record.getMessage() for record in records))
+
+
+def assert_reading_hides(password: str, client: object) -> None:
+    """A read through a checkpointer on the caller's ``client`` fails with no piece of ``password`` shown."""
+    with ilmek_logs() as records, pytest.raises(StorageError) as caught:
+        PostgresCheckpointer(client).get("t")
+    assert_hidden(password, str(caught.value), *(record.getMessage() for record in records))
+
+
+EXAMPLES = settings(deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+"""Hypothesis settings of the tests below: a real server answers, so no deadline; a module fixture."""
 
 
 @contextlib.contextmanager
@@ -104,54 +132,48 @@ def ilmek_logs() -> Iterator[list[logging.LogRecord]]:
         logger.setLevel(level)
 
 
-@settings(
-    max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(EXAMPLES, max_examples=40)
 @given(password=PASSWORDS)
 def test_connect_errors_show_no_piece_of_the_password(refusing: dict[str, str], password: str) -> None:
     """connect() with a refused role or a closed port: no piece of the password in the error or the logs."""
-    for where in targets(refusing):
-        for dsn in dsn_forms(password, **where):
-            with ilmek_logs() as records, pytest.raises(StorageError) as caught:
-                PostgresCheckpointer.connect(dsn)
-            assert "could not connect to Postgres" in str(caught.value)
-            assert_hidden(password, str(caught.value), *(record.getMessage() for record in records))
+    assert_connect_hides(password, refusing)
 
 
-@settings(
-    max_examples=15, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@pytest.mark.parametrize("password", HOSTILE)
+def test_connect_through_psycopg_3_shows_no_piece_of_the_password(
+    refusing: dict[str, str], password: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without psycopg2, connect() uses psycopg 3, whose parser words its errors otherwise: still hidden."""
+    monkeypatch.setitem(sys.modules, "psycopg2", None)  # `import psycopg2` raises ImportError
+    assert_connect_hides(password, refusing)
+
+
+@settings(EXAMPLES, max_examples=15)
 @given(password=PASSWORDS)
 def test_command_line_errors_show_no_piece_of_the_password(refusing: dict[str, str], password: str) -> None:
     """`ilmek threads --db DSN`, in-process: stdout and stderr hold no piece of the password."""
-    for where in targets(refusing):
-        for dsn in dsn_forms(password, **where):
-            out, err = io.StringIO(), io.StringIO()
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                status = main(["threads", "--db", dsn])
-            assert 1 == status
-            assert err.getvalue().startswith("ilmek: ")
-            assert_hidden(password, out.getvalue(), err.getvalue())
+    for dsn in every_dsn(password, refusing):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = main(["threads", "--db", dsn])
+        assert 1 == status
+        assert err.getvalue().startswith("ilmek: ")
+        assert_hidden(password, out.getvalue(), err.getvalue())
 
 
-@settings(
-    max_examples=20, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(EXAMPLES, max_examples=20)
 @given(password=PASSWORDS)
 def test_a_pool_s_errors_show_no_piece_of_the_password(refusing: dict[str, str], password: str) -> None:
     """A psycopg2 pool of the caller's that cannot log in: ilmek's StorageError hides its password."""
-    for where in targets(refusing):
-        for dsn in dsn_forms(password, **where):
-            try:
-                pool = psycopg2.pool.ThreadedConnectionPool(0, 1, dsn)
-            except psycopg2.Error:
-                continue  # the driver refused the DSN itself: ilmek never saw it
-            try:
-                with ilmek_logs() as records, pytest.raises(StorageError) as caught:
-                    PostgresCheckpointer(pool).get("t")
-            finally:
-                pool.closeall()
-            assert_hidden(password, str(caught.value), *(record.getMessage() for record in records))
+    for dsn in every_dsn(password, refusing):
+        try:
+            pool = psycopg2.pool.ThreadedConnectionPool(0, 1, dsn)
+        except psycopg2.Error:
+            continue  # the driver refused the DSN itself: ilmek never saw it
+        try:
+            assert_reading_hides(password, pool)
+        finally:
+            pool.closeall()
 
 
 @pytest.mark.parametrize(("password", "form"), [(HOSTILE[0], 0), (HOSTILE[1], 2), (HOSTILE[2], 3)])
@@ -164,3 +186,24 @@ def test_the_command_as_a_process_shows_no_piece_of_the_password(
     assert 1 == done.returncode
     assert "***" in done.stderr
     assert_hidden(password, done.stdout, done.stderr)
+
+
+@pytest.mark.parametrize("password", HOSTILE)
+def test_a_sqlalchemy_engine_s_errors_show_no_piece_of_the_password(
+    refusing: dict[str, str], password: str
+) -> None:
+    """An Engine whose URL holds the password, a refused role or a closed port: nothing of it in the error."""
+    for where in targets(refusing):
+        url = sqlalchemy.URL.create(
+            "postgresql+psycopg2",
+            username=where["user"],
+            password=password,
+            host=unquote(where["host"]),
+            port=int(where["port"]),
+            database=where["dbname"],
+        )
+        engine = sqlalchemy.create_engine(url)
+        try:
+            assert_reading_hides(password, engine)
+        finally:
+            engine.dispose()

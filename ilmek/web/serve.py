@@ -30,22 +30,29 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from typing import IO, Any, Final, cast
+from typing import IO, TYPE_CHECKING, Any, Final, cast
 from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer
 
 from ..checkpoint.base import Checkpointer
+from ..errors import InvalidArgumentError
 from ..graph import CompiledGraph
 from ..redact import printable
 from .access import Login, is_loopback, served_names
 from .app import Console
 from .request_log import log_line
 
+if TYPE_CHECKING:
+    from .waitress_server import WaitressConsole
+
 __all__ = [
     "HEAD_TIMEOUT",
     "MAX_CONNECTIONS",
     "MAX_WAITING",
     "REQUEST_TIMEOUT",
+    "SERVERS",
     "ConsoleServer",
+    "console_for",
+    "console_url",
     "make_server",
     "serve",
 ]
@@ -218,9 +225,12 @@ class ConsoleServer(socketserver.ThreadingMixIn, WSGIServer):
     @property
     def url(self) -> str:
         """The console's address, e.g. ``http://127.0.0.1:8765/``."""
-        host = str(self.server_address[0])
-        shown = f"[{host}]" if ":" in host else host
-        return f"http://{shown}:{self.server_port}/"
+        return console_url(self.bound_host, self.server_port)
+
+    @property
+    def bound_host(self) -> str:
+        """The address the server's socket is bound to."""
+        return str(self.server_address[0])
 
     def _wait_for(self, slots: threading.BoundedSemaphore) -> bool:
         """Take one of ``slots`` once one is free; ``False`` if the server stops first."""
@@ -271,6 +281,42 @@ class ConsoleServer(socketserver.ThreadingMixIn, WSGIServer):
 
 class _ConsoleServer6(ConsoleServer):
     address_family = socket.AF_INET6
+
+
+def console_url(host: str, port: int) -> str:
+    """The address of a console listening on ``host`` (an IPv6 address in brackets) and ``port``."""
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}/"
+
+
+def console_for(
+    checkpointer: Checkpointer,
+    graphs: CompiledGraph | Mapping[str, CompiledGraph] | None,
+    *,
+    host: str,
+    bound: str,
+    allow_actions: bool,
+    secret: bytes | str | None = None,
+    allowed_hosts: Iterable[str] = (),
+    login: Login | None = None,
+    insecure_no_login: bool = False,
+) -> Console:
+    """The console a server bound to ``bound`` (asked for ``host``) serves, whichever server it is.
+
+    It answers to the host names of :func:`ilmek.web.access.served_names`,
+    and asks for a login (a random one unless ``login`` is given) when it
+    listens beyond this machine with its actions on, unless
+    ``insecure_no_login``.
+
+    Raises:
+        ValueError: a name in ``allowed_hosts`` is not a host name.
+    """
+    names = served_names(host, bound, allowed_hosts)
+    if login is None and allow_actions and not insecure_no_login and not is_loopback(bound):
+        login = Login()
+    return Console(
+        checkpointer, graphs, allow_actions=allow_actions, secret=secret, allowed_hosts=names, login=login
+    )
 
 
 def make_server(
@@ -329,24 +375,27 @@ def make_server(
         max_waiting=max_waiting,
     )
     try:
-        bound = str(server.server_address[0])
-        names = served_names(host, bound, allowed_hosts)
-        if login is None and allow_actions and not insecure_no_login and not is_loopback(bound):
-            login = Login()
         server.quiet = quiet
-        server.console = Console(
+        server.console = console_for(
             checkpointer,
             graphs,
+            host=host,
+            bound=server.bound_host,
             allow_actions=allow_actions,
             secret=secret,
-            allowed_hosts=names,
+            allowed_hosts=allowed_hosts,
             login=login,
+            insecure_no_login=insecure_no_login,
         )
     except BaseException:
         server.server_close()
         raise
     server.set_app(server.console)
     return server
+
+
+SERVERS: Final = ("wsgiref", "waitress")
+"""The servers ``ilmek web --server`` offers: the standard library's (the default), or waitress."""
 
 
 def serve(
@@ -359,48 +408,65 @@ def serve(
     allowed_hosts: Iterable[str] = (),
     insecure_no_login: bool = False,
     out: IO[str] | None = None,
+    server: str = "wsgiref",
 ) -> int:
     """Serve the console until Ctrl-C; print its URL (and its login, if it needs one) first. Returns 0.
+
+    ``server``: ``"wsgiref"`` (:func:`make_server`) or ``"waitress"``
+    (:func:`ilmek.web.waitress_server.make_waitress_server`, the ``web`` extra).
 
     Raises:
         OSError: the address cannot be bound.
         ValueError: a name in ``allowed_hosts`` is not a host name.
+        InvalidArgumentError: ``server`` is unknown, or waitress is not installed.
     """
     out = out or sys.stdout
-    server = make_server(
-        checkpointer,
-        graphs,
-        host=host,
-        port=port,
-        allow_actions=allow_actions,
-        allowed_hosts=allowed_hosts,
-        insecure_no_login=insecure_no_login,
-    )
-    mode = "actions on" if allow_actions else "read-only"
-    names = ", ".join(sorted(server.console.graphs)) or "none"
-    login = server.console.login
-    exposed = not is_loopback(str(server.server_address[0]))
+    options: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "allow_actions": allow_actions,
+        "allowed_hosts": allowed_hosts,
+        "insecure_no_login": insecure_no_login,
+    }
+    running: ConsoleServer | WaitressConsole
+    if server == "waitress":
+        # Imported here: only this server needs the extra.
+        from .waitress_server import make_waitress_server
+
+        running = make_waitress_server(checkpointer, graphs, **options)
+    elif server == "wsgiref":
+        running = make_server(checkpointer, graphs, **options)
+    else:
+        raise InvalidArgumentError(f"server must be one of {', '.join(SERVERS)}, got {server!r}")
     # Ctrl-C may come at any moment from here on: even mid-print it stops cleanly.
     try:
-        print(printable(f"ilmek web console on {server.url} ({mode}; graphs: {names})"), file=out)
-        if login is not None:
-            # Printed here once, and nowhere else: the request log hides it too.
-            print(
-                f"login: open {server.url}?token={login.token} once (the browser keeps a cookie), "
-                f"or sign in with any user name and the password {login.token}",
-                file=out,
-            )
-        elif exposed:
-            print(
-                "warning: listening beyond this machine, with no login: anyone who can reach "
-                "it can read every thread"
-                + (" and act on it (--insecure-no-login)" if allow_actions else ""),
-                file=out,
-            )
-        print("press Ctrl-C to stop", file=out, flush=True)
-        server.serve_forever()
+        _announce(running.console, running.url, running.bound_host, server, out)
+        running.serve_forever()
     except KeyboardInterrupt:
         print("stopped", file=out, flush=True)
     finally:
-        server.server_close()
+        running.server_close()
     return 0
+
+
+def _announce(console: Console, url: str, bound: str, server: str, out: IO[str]) -> None:
+    """Print where the console listens, its login (once, nowhere else) or a warning if it has none."""
+    mode = "actions on" if console.allow_actions else "read-only"
+    names = ", ".join(sorted(console.graphs)) or "none"
+    print(printable(f"ilmek web console on {url} ({mode}; graphs: {names}; server: {server})"), file=out)
+    login = console.login
+    if login is not None:
+        # The request log hides it too.
+        print(
+            f"login: open {url}?token={login.token} once (the browser keeps a cookie), "
+            f"or sign in with any user name and the password {login.token}",
+            file=out,
+        )
+    elif not is_loopback(bound):
+        print(
+            "warning: listening beyond this machine, with no login: anyone who can reach "
+            "it can read every thread"
+            + (" and act on it (--insecure-no-login)" if console.allow_actions else ""),
+            file=out,
+        )
+    print("press Ctrl-C to stop", file=out, flush=True)

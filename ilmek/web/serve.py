@@ -453,7 +453,8 @@ def _announce(console: Console, url: str, bound: str, server: str, out: IO[str])
     """Print where the console listens, its login (once, nowhere else) or a warning if it has none."""
     mode = "actions on" if console.allow_actions else "read-only"
     names = ", ".join(sorted(console.graphs)) or "none"
-    print(printable(f"ilmek web console on {url} ({mode}; graphs: {names}; server: {server})"), file=out)
+    under = "" if server == "wsgiref" else f"; server: {server}"
+    print(printable(f"ilmek web console on {url} ({mode}; graphs: {names}{under})"), file=out)
     login = console.login
     if login is not None:
         # The request log hides it too.

@@ -13,6 +13,7 @@ from .stores import _opened
 def _cmd_web(args: argparse.Namespace) -> int:
     """Serve the web console until Ctrl-C (``ilmek web``)."""
     # Imported here: the other commands never load the console or the user's graphs.
+    from ..errors import InvalidArgumentError
     from ..loading import load_graphs
     from ..web.serve import MAX_CONNECTIONS, serve
 
@@ -31,7 +32,10 @@ def _cmd_web(args: argparse.Namespace) -> int:
                 allow_actions=args.allow_actions,
                 allowed_hosts=args.allowed_host,
                 insecure_no_login=args.insecure_no_login,
+                server=args.server,
             )
+        except InvalidArgumentError as error:
+            raise _CommandFailed(str(error)) from error
         except OSError as error:
             raise _CommandFailed(
                 f"cannot listen on {_q(args.host)} port {args.port}: {error.strerror or error}"
@@ -82,6 +86,13 @@ def add_web_parser(commands: Subcommands) -> None:
         metavar="NAME",
         help="another host name the console answers to (repeatable), e.g. console.example.com; it "
         "answers to --host, its other spellings and localhost, and refuses any other Host (DNS rebinding)",
+    )
+    web.add_argument(
+        "--server",
+        choices=("wsgiref", "waitress"),
+        default="wsgiref",
+        help="the WSGI server: the standard library's (default), or waitress, for many users at once "
+        "(pip install 'ilmek[web]')",
     )
     web.add_argument(
         "--insecure-no-login",

@@ -15,6 +15,15 @@ password of HTTP Basic authentication (any user name) or once as
 cookie and sends the browser on to the same page without it
 (:class:`Login`). Tokens are compared in constant time, and the token never
 appears in a link the console writes or in its log.
+
+**The cookie's lifetime.** The cookie holds the time it was issued and an
+HMAC of that time under the token, never the token: it is refused
+:data:`COOKIE_LIFETIME` (12 hours) after it was issued, or if it claims a
+time to come, and the browser drops it then too (``Max-Age``). It is not
+renewed while used: after 12 hours the person opens the ``?token=`` address
+again (or signs in with Basic). Every login issues a new one, and a console
+started again draws a new token (unless given one, ``Login(token)``), which
+every cookie of the old one fails.
 """
 
 from __future__ import annotations
@@ -28,11 +37,13 @@ import ipaddress
 import re
 import secrets
 import socket
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 __all__ = [
     "COOKIE",
+    "COOKIE_LIFETIME",
     "Login",
     "basic_user",
     "host_allowed",
@@ -44,6 +55,10 @@ __all__ = [
 
 COOKIE: Final = "ilmek_console_login"
 """The cookie a ``?token=`` login sets."""
+COOKIE_LIFETIME: Final = 12 * 3600
+"""Seconds a login cookie is accepted after it was issued."""
+_CLOCK_SKEW: Final = 60
+_ISSUED: Final = re.compile(r"[0-9]{1,12}\Z")
 
 _NAME: Final = re.compile(r"[a-z0-9_](?:[a-z0-9_.-]*[a-z0-9_])?\Z")
 _HOST: Final = re.compile(r"(\[[0-9a-f:.]+\]|[^\[\]:/@\s]+)(?::([0-9]{1,5}))?\Z")
@@ -182,15 +197,19 @@ class Login:
 
     Args:
         token: The secret; random (32 bytes, URL-safe) when not given.
+        clock: Seconds since the epoch (for tests).
     """
 
-    def __init__(self, token: str | None = None) -> None:
+    def __init__(self, token: str | None = None, *, clock: Callable[[], float] = time.time) -> None:
         self.token = token if token is not None else secrets.token_urlsafe(32)
         if not self.token or not self.token.isascii():
             raise ValueError("a login token is non-empty ASCII text")
         self._token = self.token.encode("ascii")
-        # The cookie holds a value derived from the token, not the token itself.
-        self.cookie_value = hmac.new(self._token, b"ilmek console cookie", hashlib.sha256).hexdigest()
+        self._clock = clock
+
+    def _cookie_mac(self, issued: str) -> str:
+        # Derived from the token, never the token itself.
+        return hmac.new(self._token, b"ilmek console cookie\0" + issued.encode(), hashlib.sha256).hexdigest()
 
     def matches(self, offered: str | None) -> bool:
         """Whether ``offered`` is the token (in constant time)."""
@@ -198,17 +217,27 @@ class Login:
             return False
         return hmac.compare_digest(offered.encode("ascii"), self._token)
 
+    def _cookie_valid(self, value: str) -> bool:
+        issued, _, mac = value.partition(".")
+        if not _ISSUED.match(issued) or not mac.isascii():
+            return False
+        age = self._clock() - int(issued)
+        fresh = -_CLOCK_SKEW <= age <= COOKIE_LIFETIME
+        return hmac.compare_digest(mac, self._cookie_mac(issued)) and fresh
+
     def authorized(self, environ: Mapping[str, Any]) -> bool:
-        """Whether a request carries the token: HTTP Basic (any user name), or the login cookie."""
+        """Whether a request carries the token: HTTP Basic (any user name), or a login cookie still fresh."""
         basic = _basic(environ)
         if basic is not None and self.matches(basic[1]):
             return True
         for part in str(environ.get("HTTP_COOKIE") or "").split(";"):
             name, _, value = part.strip().partition("=")
-            if name == COOKIE and value.isascii() and hmac.compare_digest(value, self.cookie_value):
+            if name == COOKIE and self._cookie_valid(value):
                 return True
         return False
 
     def set_cookie(self, path: str) -> str:
-        """The ``Set-Cookie`` value a ``?token=`` login answers with (for the console's ``path``)."""
-        return f"{COOKIE}={self.cookie_value}; Path={path or '/'}; HttpOnly; SameSite=Strict"
+        """The ``Set-Cookie`` a ``?token=`` login answers with: a new cookie, for the console's ``path``."""
+        issued = str(int(self._clock()))
+        value = f"{issued}.{self._cookie_mac(issued)}"
+        return f"{COOKIE}={value}; Path={path or '/'}; Max-Age={COOKIE_LIFETIME}; HttpOnly; SameSite=Strict"

@@ -225,6 +225,16 @@ class Console:
         start_response(f"{response.status} {_STATUS_TEXT.get(response.status, '')}".strip(), headers)
         return [b"" if method == "HEAD" else response.body]
 
+    def answers_from_headers(self, environ: Mapping[str, Any]) -> bool:
+        """Whether the console answers this request from its headers alone, reading nothing stored.
+
+        A host name it does not answer to, a request without the login, and
+        the login's redirect: a server may answer these without giving them
+        one of its places (:meth:`ilmek.web.serve.ConsoleServer.place`).
+        """
+        links = Links(_wsgi_text(str(environ.get("SCRIPT_NAME") or "")))
+        return self._gate(environ, links) is not None
+
     def _gate(self, environ: Mapping[str, Any], links: Links) -> _Response | None:
         """The plain refusal of a request to a host name not allowed, or without the login; else ``None``."""
         host = str(environ.get("HTTP_HOST") or "")

@@ -5,8 +5,10 @@ The console keeps no sessions, so a token is an HMAC of what the form does
 the console holds: a page from another site cannot compute it, and a token
 for "answer thread A" does not delete thread B. A token is good for the
 hour it was made in and the next. POSTs must also come from the page's own
-origin when the browser says where they come from (``Origin``, else
-``Referer``).
+origin, its scheme and host, when the browser says where they come from
+(``Origin``, else ``Referer``). The note the console shows after an action
+is signed the same way, and for the same two hours: an old link shows its
+page without it.
 
 This protects a person who is allowed in from being tricked by another
 site. Who is allowed in at all is decided before: by the host names and
@@ -73,40 +75,52 @@ class Guard:
         return any(matches)
 
     def sign(self, text: str) -> str:
-        """A signature for a note the console shows after a redirect."""
-        return self._mac("note", text)
+        """A signature for a note the console shows after a redirect, good this hour and the next."""
+        return self._mac("note", text, str(self._window()))
 
     def signed(self, text: str, signature: str | None) -> bool:
-        """Whether ``signature`` is the console's for ``text`` (a link cannot put words in its mouth)."""
+        """Whether ``signature`` is the console's for ``text``, made this hour or the last.
+
+        A link cannot put words in the console's mouth, and an old link
+        shows its page without the note.
+        """
         if not signature or not signature.isascii():
             return False
-        return hmac.compare_digest(signature, self.sign(text))
+        window = self._window()
+        matches = [
+            hmac.compare_digest(signature, self._mac("note", text, str(w))) for w in (window, window - 1)
+        ]
+        return any(matches)
 
 
-def _netloc(url: str) -> str | None:
+def _origin(url: str) -> tuple[str, str] | None:
+    """A URL's scheme and host (with its port), lower case; ``None`` when it has no host."""
     try:
         parts = urllib.parse.urlsplit(url)
     except ValueError:
         return None
-    return parts.netloc.lower() or None
+    return (parts.scheme.lower(), parts.netloc.lower()) if parts.netloc else None
 
 
 def same_origin(environ: Mapping[str, Any], trusted: Iterable[str] = ()) -> bool:
-    """Whether a request's ``Origin`` (else ``Referer``) names the host it was sent to.
+    """Whether a request's ``Origin`` (else ``Referer``) names the scheme and host it was sent to.
 
-    A request that carries neither passes (old browsers, command-line
-    clients); the token still guards it. ``trusted`` adds origins
-    (``https://admin.example.com``) for a console behind a proxy that
-    rewrites ``Host``.
+    The scheme is the request's own (``wsgi.url_scheme``): a page served
+    over plain ``http://`` posting to an ``https://`` console is another
+    origin. A request that carries neither header passes (old browsers,
+    command-line clients); the token still guards it. ``trusted`` adds
+    origins (``https://admin.example.com``) for a console behind a proxy
+    that rewrites ``Host`` or ends TLS without telling the application.
     """
     host = str(environ.get("HTTP_HOST") or "").lower()
-    allowed = {host} if host else set()
-    allowed.update(filter(None, (_netloc(origin) for origin in trusted)))
+    scheme = str(environ.get("wsgi.url_scheme") or "http").lower()
+    allowed = {(scheme, host)} if host else set()
+    allowed.update(filter(None, (_origin(origin) for origin in trusted)))
     origin = environ.get("HTTP_ORIGIN")
     if origin:
         # "null": a sandboxed frame, a file:// page or a redirect chain; never ours.
-        return _netloc(str(origin)) in allowed
+        return _origin(str(origin)) in allowed
     referer = environ.get("HTTP_REFERER")
     if referer:
-        return _netloc(str(referer)) in allowed
+        return _origin(str(referer)) in allowed
     return True

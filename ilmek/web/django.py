@@ -42,6 +42,8 @@ def django_view(wsgi_app: WsgiApp) -> Callable[..., Any]:
         full = request.path_info
         prefix = full[: len(full) - len(rest)] if rest and full.endswith(rest) else full.rstrip("/")
         environ = dict(request.META)
+        # Django's scheme, which follows SECURE_PROXY_SSL_HEADER behind a proxy that ends TLS.
+        environ["wsgi.url_scheme"] = request.scheme
         environ["SCRIPT_NAME"] = str(request.META.get("SCRIPT_NAME") or "").rstrip("/") + _wsgi_string(prefix)
         environ["PATH_INFO"] = _wsgi_string(rest or "/")
         try:

@@ -593,7 +593,9 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 def start_web(*argv: str, home: pathlib.Path) -> tuple[subprocess.Popen[str], str]:
     """``python -m ilmek web ...`` in a new process; the process and its first line (the URL)."""
-    environment = {**os.environ, "HOME": str(home), "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
+    # This checkout first; what the caller's path adds (a package installed aside) after it.
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    environment = {**os.environ, "HOME": str(home), "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
     environment.pop("ILMEK_DB", None)
     process = subprocess.Popen(
         [sys.executable, "-m", "ilmek", "web", *argv],

@@ -327,7 +327,7 @@ def test_a_login_takes_basic_auth_with_any_user_or_its_cookie_and_nothing_else()
     assert "s3cret-token" not in cookie
     assert login.authorized({"HTTP_COOKIE": f"other=1; {cookie}"})
     assert not login.authorized({"HTTP_COOKIE": cookie[:-1]})
-    assert "Path=/ops; HttpOnly; SameSite=Strict" in login.set_cookie("/ops")
+    assert "Path=/ops; Max-Age=43200; HttpOnly; SameSite=Strict" in login.set_cookie("/ops")
 
 
 # --- the checkpoint tree ------------------------------------------------------------------------
@@ -473,3 +473,28 @@ def test_node_names_are_escaped_in_the_drawing() -> None:
     svg = draw_graph(built)
     assert "<script>" not in svg
     assert "&lt;script&gt;" in svg
+
+
+def test_a_note_signature_lasts_its_hour_and_the_next() -> None:
+    """A note signed now is shown for up to two token windows, then refused; another text never."""
+    now = [1_000_000.0]
+    guard = Guard(b"k", clock=lambda: now[0])
+    signature = guard.sign("ok\0Answered.")
+    assert not guard.signed("ok\0Deleted.", signature)
+    now[0] += WINDOW_SECONDS
+    assert guard.signed("ok\0Answered.", signature)
+    now[0] += WINDOW_SECONDS
+    assert not guard.signed("ok\0Answered.", signature)
+
+
+def test_same_origin_compares_the_scheme_too() -> None:
+    """An https:// origin posting to an http:// request is another origin; trusted origins keep theirs."""
+    host = {"HTTP_HOST": "console.example", "wsgi.url_scheme": "https"}
+    assert same_origin({**host, "HTTP_ORIGIN": "https://console.example"})
+    assert not same_origin({**host, "HTTP_ORIGIN": "http://console.example"})
+    assert not same_origin({**host, "HTTP_REFERER": "http://console.example/thread?id=x"})
+    plain = {"HTTP_HOST": "127.0.0.1:8765"}
+    assert not same_origin({**plain, "HTTP_ORIGIN": "https://127.0.0.1:8765"})
+    trusted = ["https://admin.example"]
+    assert same_origin({**plain, "HTTP_ORIGIN": "https://admin.example"}, trusted)
+    assert not same_origin({**plain, "HTTP_ORIGIN": "http://admin.example"}, trusted)

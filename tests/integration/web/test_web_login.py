@@ -1,5 +1,7 @@
 """The console's login over real sockets: where its redirect may go, what its log keeps, how long it lasts.
 
+Also the origin check of its forms, which compares the scheme as well as the host.
+
 A console served by ``make_server`` in a background thread with a login;
 requests go to 127.0.0.1 with exactly the request target an attacker
 would write (percent-encoded slashes and backslashes, tabs, double
@@ -17,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from ilmek import SqliteCheckpointer
-from ilmek.web.access import Login
+from ilmek.web.access import COOKIE_LIFETIME, Login
 from ilmek.web.app import Console
 from ilmek.web.serve import ConsoleServer
 from tests.support.web_support import Client, basic, send, serving
@@ -157,3 +159,38 @@ def test_no_spelling_of_a_secret_in_the_query_reaches_the_request_log(
     assert "GET /thread?id=order-1&" in logged
     assert TOKEN not in logged
     assert TOKEN[:12] not in logged
+
+
+def test_a_login_cookie_is_refused_twelve_hours_after_it_was_issued(store: SqliteCheckpointer) -> None:
+    """The cookie works until 12 h after its login, then is a 401; a forged issue time is refused at once."""
+    now = [2_000_000_000.0]
+    with serving(store, allow_actions=True, login=Login(TOKEN, clock=lambda: now[0])) as running:
+        port = running.server_port
+        host = {"Host": f"127.0.0.1:{port}"}
+        status, headers, _ = send("127.0.0.1", port, "GET", f"/?token={TOKEN}", host)
+        assert 303 == status
+        assert f"Max-Age={COOKIE_LIFETIME}" in headers["Set-Cookie"]
+        cookie = cookie_of(headers)
+        now[0] += COOKIE_LIFETIME - 1
+        assert 200 == send("127.0.0.1", port, "GET", "/", {**host, "Cookie": cookie})[0]
+        # The issue time moved on by hand, the signature kept: not the console's cookie.
+        name, _, value = cookie.partition("=")
+        issued, _, mac = value.partition(".")
+        forged = f"{name}={int(issued) + 3600}.{mac}"
+        assert 401 == send("127.0.0.1", port, "GET", "/", {**host, "Cookie": forged})[0]
+        now[0] += 2
+        assert 401 == send("127.0.0.1", port, "GET", "/", {**host, "Cookie": cookie})[0]
+        # Logging in again gives a cookie for the next 12 hours.
+        _, headers, _ = send("127.0.0.1", port, "GET", f"/?token={TOKEN}", host)
+        assert 200 == send("127.0.0.1", port, "GET", "/", {**host, "Cookie": cookie_of(headers)})[0]
+
+
+def test_a_form_posted_from_the_https_origin_of_the_same_host_is_refused(server: ConsoleServer) -> None:
+    """The console on http://127.0.0.1:PORT: a POST whose Origin is https://127.0.0.1:PORT is a 403."""
+    port = server.server_port
+    host = {"Host": f"127.0.0.1:{port}", "Authorization": basic("ops", TOKEN)}
+    form = f"token={server.console.guard.token('delete', 'order-1')}&confirm=yes"
+    target = "/action/delete?id=order-1"
+    for origin, expected in ((f"https://127.0.0.1:{port}", 403), (f"http://127.0.0.1:{port}", 303)):
+        status, _, page = send("127.0.0.1", port, "POST", target, {**host, "Origin": origin}, form)
+        assert expected == status, page[-500:]

@@ -24,6 +24,7 @@ from . import checks
 from .checkpoint.base import Checkpointer
 from .errors import CheckpointNotFoundError, InvalidArgumentError
 from .graph import CompiledGraph
+from .journals import inherited_journals
 from .types import Checkpoint, Pending, StateT, new_checkpoint_id, task_id_for
 
 __all__ = ["history", "pending_interrupts", "thread_state", "update_state"]
@@ -219,7 +220,9 @@ def update_state(
     The new checkpoint keeps what was scheduled and any open pause, so the
     thread carries on from where it was. Steps its planned tasks already
     recorded still replay (as when a crashed run is continued with new
-    input); a pause still open is answered afresh.
+    input), and so does an answer a resume recorded before it failed: the
+    pause takes only that same answer, and the steps after it that ran do
+    not run again. To answer differently, fork from an earlier checkpoint.
 
     Args:
         graph: The thread's graph (its channels fold the update).
@@ -257,12 +260,11 @@ def update_state(
         values, changes = schema.fold(latest.channels, [(None, writes)], thread_id=thread_id)
         checkpoint_id = new_checkpoint_id(after=latest.id)
         pending = tuple(
-            attrs.evolve(p, task_id=task_id_for(thread_id, checkpoint_id, p.id[: -len(p.key) - 1]))
-            for p in latest.pending
+            attrs.evolve(p, task_id=task_id_for(thread_id, checkpoint_id, p.task_key)) for p in latest.pending
         )
-        # A paused checkpoint's own journal holds the answers of resumes that
-        # did not finish: an edit starts the answering afresh.
-        chain = latest.journal_chain if latest.pending else (*latest.journal_chain, latest.id)
+        # The same branch goes on: a pause answered by a resume that did not
+        # finish keeps that answer and the steps it paid for after it.
+        inherited = inherited_journals(latest)
         checkpoint = Checkpoint(
             id=checkpoint_id,
             thread_id=thread_id,
@@ -271,8 +273,8 @@ def update_state(
             channels=values,
             next=latest.next,
             pending=pending,
-            task_journals=latest.task_journals,
-            journal_chain=chain,
+            task_journals=inherited.task_journals,
+            journal_chain=inherited.journal_chain,
             step=latest.step,
             metadata={"source": "update", "graph": graph.name},
         )

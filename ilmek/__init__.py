@@ -43,6 +43,7 @@ from .errors import (
     ResumeError,
     SchemaVersionError,
     SerializationError,
+    StepResultNotStoredError,
     StorageError,
     ThreadBusyError,
     TransientStorageError,
@@ -65,7 +66,7 @@ from .events import (
     stream_modes,
 )
 from .graph import END, START, CompiledGraph, GraphBuilder, graph
-from .host import history, pending_interrupts, thread_state, update_state
+from .host import forget_unstored_steps, history, pending_interrupts, thread_state, update_state
 from .operations import recover, request_cancel
 from .spec import from_spec, to_spec
 from .types import (
@@ -141,6 +142,7 @@ __all__ = [
     "SerializationError",
     "SqliteCheckpointer",
     "StateEvent",
+    "StepResultNotStoredError",
     "StepStart",
     "StorageError",
     "StreamPart",
@@ -153,6 +155,7 @@ __all__ = [
     "append_field",
     "channel",
     "command",
+    "forget_unstored_steps",
     "from_spec",
     "graph",
     "history",

@@ -27,7 +27,7 @@ from .graph import CompiledGraph
 from .journals import inherited_journals
 from .types import Checkpoint, Pending, StateT, new_checkpoint_id, task_id_for
 
-__all__ = ["history", "pending_interrupts", "thread_state", "update_state"]
+__all__ = ["forget_unstored_steps", "history", "pending_interrupts", "thread_state", "update_state"]
 
 _MISSING: Final = object()
 
@@ -280,3 +280,51 @@ def update_state(
         )
         checkpointer.commit(thread_id, checkpoint, changes=changes, expect_latest=latest.id, hold=hold)
         return checkpoint
+
+
+def forget_unstored_steps(
+    graph: CompiledGraph[Any], checkpointer: Checkpointer | None = None, *, thread_id: str
+) -> tuple[str, ...]:
+    """Let the steps whose results could not be stored run again, on the thread's next run.
+
+    A step whose function ran but whose result could not be stored is
+    recorded as run (:class:`~ilmek.errors.StepResultNotStoredError`): no
+    retry and no later run calls its function again. Once the step returns
+    something storable (plain data, or a class registered with
+    :func:`ilmek.serde.register`), this is how you say that it may: the
+    thread's next run (``run(g, None, ...)``) calls each such function once
+    more, so its effect happens again (give it an idempotency key).
+
+    Args:
+        graph: The thread's graph (for its bound checkpointer).
+        checkpointer: Use this one instead of the graph's bound checkpointer.
+        thread_id: The thread.
+
+    Returns:
+        The steps forgotten, as ``"<task key>:<step key>"`` (``"pay:charge#0"``);
+        empty when there were none.
+
+    Raises:
+        InvalidArgumentError: no thread, or no checkpointer given or bound.
+        ThreadBusyError: a run holds the thread.
+    """
+    graph = _graph("forget_unstored_steps", graph)
+    given = _given("forget_unstored_steps", checkpointer)
+    thread_id = _thread("forget_unstored_steps", thread_id)
+    checkpointer = _checkpointer("forget_unstored_steps", graph, given, thread_id)
+    forgotten: list[str] = []
+    with checkpointer.hold(thread_id) as hold:
+        latest = checkpointer.load(thread_id, hold=hold)
+        if latest is None:
+            return ()
+        # The journals the thread's planned tasks replay from.
+        sources = inherited_journals(latest).journal_chain
+        for task in latest.next:
+            for source in sources:
+                task_id = task_id_for(thread_id, source, task.task_key)
+                entries = checkpointer.get_journal(task_id)
+                unstored = [entry.key for entry in entries if entry.kind == "unstored"]
+                if unstored:
+                    checkpointer.put_journal(task_id, [e for e in entries if e.kind != "unstored"])
+                    forgotten.extend(f"{task.task_key}:{key}" for key in unstored)
+    return tuple(forgotten)

@@ -16,8 +16,13 @@ from ilmek import (
     START,
     Checkpointer,
     CompiledGraph,
+    NodeRetry,
     ResumeError,
+    RetryPolicy,
+    SerializationError,
+    StepResultNotStoredError,
     channel,
+    forget_unstored_steps,
     graph,
     resume,
     run,
@@ -95,3 +100,107 @@ def test_an_edit_of_a_pause_nobody_answered_leaves_it_open_to_any_answer(checkpo
 
     assert ["no: None"] == done.state["log"]
     assert 1 == calls["charge"]
+
+
+# --- item 4: a step whose result cannot be stored ----------------------------------------------------------
+
+
+class SdkResponse:
+    """What an SDK returns: a class nobody registered with ``ilmek.serde``, so it cannot be stored."""
+
+    def __init__(self, charge_id: str) -> None:
+        self.charge_id = charge_id
+
+
+def charge_returning_an_sdk_object(
+    calls: Calls, retry: RetryPolicy | None = None, *, fixed: list[bool] | None = None
+) -> CompiledGraph:
+    """One node whose ``charge`` step returns an SDK object (plain data once ``fixed[0]`` is set)."""
+
+    def pay(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        def charge() -> Any:
+            calls.hit("charge")
+            return {"charge_id": "ch_1"} if fixed and fixed[0] else SdkResponse("ch_1")
+
+        receipt = ctx.step("charge", charge)
+        return {"log": [receipt["charge_id"]]}
+
+    return (
+        graph("sdk", {"log": channel.append()})
+        .node("pay", pay, retry=retry)
+        .edge(START, "pay")
+        .edge("pay", END)
+        .compile()
+    )
+
+
+def test_a_result_that_cannot_be_stored_charges_once_across_retries_and_runs(
+    checkpointer: Checkpointer,
+) -> None:
+    """The retry policy's attempts and a later ``run(g, None)`` meet the record that ``charge`` ran."""
+    calls = Calls()
+    g = charge_returning_an_sdk_object(calls, RetryPolicy(max_attempts=3, backoff=0.0))
+    opts: dict[str, Any] = {"thread_id": "sdk", "checkpointer": checkpointer}
+
+    first = run(g, {}, **opts)
+    later = run(g, None, **opts)
+
+    assert 1 == calls["charge"]
+    for result in (first, later):
+        assert "error" == result.status
+        [(node, error)] = result.errors
+        assert "pay" == node
+        assert isinstance(error, StepResultNotStoredError)
+        assert isinstance(error, SerializationError)
+        assert ("charge#0", "pay", "sdk") == (error.key, error.node, error.thread_id)
+        assert "SdkResponse" in str(error)
+        assert "ilmek.serde.register" in str(error)
+        assert "forget_unstored_steps" in str(error)
+    assert "error" == checkpointer.get_thread("sdk").status
+    assert [] == [event for event in first.events if isinstance(event, NodeRetry)]
+
+
+def test_a_retry_of_a_node_that_hides_the_error_meets_the_record_and_charges_once(
+    checkpointer: Checkpointer,
+) -> None:
+    """A node that turns the error into one its policy retries: each attempt finds ``charge`` ran."""
+    calls = Calls()
+
+    def pay(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        try:
+            ctx.step("charge", lambda: calls.hit("charge") or SdkResponse("ch_1"))
+        except StepResultNotStoredError as error:
+            raise ConnectionError("the gateway said something odd") from error
+        return {}
+
+    g = (
+        graph("hides", {"log": channel.append()})
+        .node("pay", pay, retry=RetryPolicy(max_attempts=3, backoff=0.0))
+        .edge(START, "pay")
+        .edge("pay", END)
+        .compile()
+    )
+    failed = run(g, {}, thread_id="hides", checkpointer=checkpointer)
+
+    assert "error" == failed.status
+    assert 2 == len([event for event in failed.events if isinstance(event, NodeRetry)])
+    assert 1 == calls["charge"]
+
+
+def test_forgetting_an_unstored_step_runs_it_again_once_the_code_is_fixed(checkpointer: Checkpointer) -> None:
+    """``forget_unstored_steps`` is the user's say-so: the next run calls the (fixed) step once more."""
+    calls, fixed = Calls(), [False]
+    g = charge_returning_an_sdk_object(calls, fixed=fixed)
+    opts: dict[str, Any] = {"thread_id": "fixed", "checkpointer": checkpointer}
+    assert "error" == run(g, {}, **opts).status
+
+    fixed[0] = True
+    assert "error" == run(g, None, **opts).status
+    forgotten = forget_unstored_steps(g, checkpointer, thread_id="fixed")
+    done = run(g, {}, **opts)
+
+    assert ("pay:charge#0",) == forgotten
+    assert "done" == done.status
+    assert ["ch_1"] == done.state["log"]
+    assert 2 == calls["charge"]
+    assert () == forget_unstored_steps(g, checkpointer, thread_id="fixed")

@@ -1,5 +1,6 @@
 """The port suite, a step once paid for is not paid again: after an operator's ``update_state`` on a
-paused thread, after a result that could not be stored, on a fork. Every backend, each step counted.
+paused thread, after a result that could not be stored, on a fork from a pause; and what a fork from
+another checkpoint runs again, as docs/promises.rst says. Every backend, each step counted.
 
 The journals a new checkpoint inherits are decided by one rule (``ilmek.journals``) whichever path
 makes the checkpoint: a pause, a run's input, a fork, a human edit.
@@ -204,3 +205,98 @@ def test_forgetting_an_unstored_step_runs_it_again_once_the_code_is_fixed(checkp
     assert ["ch_1"] == done.state["log"]
     assert 2 == calls["charge"]
     assert () == forget_unstored_steps(g, checkpointer, thread_id="fixed")
+
+
+# --- item 6: forks ---------------------------------------------------------------------------------------
+
+
+def order_then_charge(calls: Calls, fail: list[bool]) -> CompiledGraph:
+    """``order`` records a step, then ``charge`` records one and fails while ``fail[0]`` is set."""
+
+    def order(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        ctx.step("create", calls.hit, "create")
+        return {"log": ["ordered"]}
+
+    def charge(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        ctx.step("charge", calls.hit, "charge")
+        if fail[0]:
+            raise RuntimeError("the receipt printer is jammed")
+        return {"log": ["charged"]}
+
+    return (
+        graph("shop", {"note": channel.last_write(""), "log": channel.append()})
+        .node("order", order)
+        .node("charge", charge)
+        .edge(START, "order")
+        .edge("order", "charge")
+        .edge("charge", END)
+        .compile()
+    )
+
+
+def planning(checkpointer: Checkpointer, thread_id: str, node: str) -> str:
+    """The id of the thread's oldest checkpoint that plans ``node``."""
+    return next(c.id for c in reversed(checkpointer.list(thread_id)) if [t.node for t in c.next] == [node])
+
+
+def test_a_fork_from_a_pause_replays_the_steps_before_it(checkpointer: Checkpointer) -> None:
+    """Answering an old pause differently: ``charge`` before the pause ran once for both branches."""
+    calls = Calls()
+
+    def pay(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        ctx.step("charge", calls.hit, "charge")
+        answer = ctx.interrupt({"question": "ship it?"})
+        ctx.step("ship", calls.hit, f"ship {answer}")
+        return {"log": [answer]}
+
+    g = (
+        graph("ship", {"log": channel.append()})
+        .node("pay", pay)
+        .edge(START, "pay")
+        .edge("pay", END)
+        .compile()
+    )
+    opts: dict[str, Any] = {"thread_id": "pause-fork", "checkpointer": checkpointer}
+    paused = run(g, {}, **opts)
+    assert ["yes"] == resume(g, "yes", **opts).state["log"]
+
+    forked = resume(g, "no", checkpoint_id=paused.checkpoint_id, **opts)
+
+    assert ["no"] == forked.state["log"]
+    assert {"charge": 1, "ship yes": 1, "ship no": 1} == dict(calls)
+
+
+def test_a_fork_from_a_checkpoint_whose_superstep_committed_runs_its_tasks_again(
+    checkpointer: Checkpointer,
+) -> None:
+    """A committed superstep spent its journals (as in ilmek/1): a fork from its checkpoint charges again."""
+    calls = Calls()
+    g = order_then_charge(calls, [False])
+    opts: dict[str, Any] = {"thread_id": "committed-fork", "checkpointer": checkpointer}
+    assert "done" == run(g, {}, **opts).status
+
+    forked = run(
+        g, {"note": "again"}, checkpoint_id=planning(checkpointer, "committed-fork", "charge"), **opts
+    )
+
+    assert ["ordered", "charged"] == forked.state["log"]
+    assert {"create": 1, "charge": 2} == dict(calls)
+
+
+def test_a_fork_from_a_checkpoint_whose_superstep_failed_replays_what_it_recorded(
+    checkpointer: Checkpointer,
+) -> None:
+    """The superstep that failed there never committed: a fork from its checkpoint replays ``charge``."""
+    calls, fail = Calls(), [True]
+    g = order_then_charge(calls, fail)
+    opts: dict[str, Any] = {"thread_id": "failed-fork", "checkpointer": checkpointer}
+    assert "error" == run(g, {}, **opts).status
+    failed_at = planning(checkpointer, "failed-fork", "charge")
+    update_state(g, checkpointer, "failed-fork", {"note": "the thread moved on"})
+    fail[0] = False
+
+    forked = run(g, {"note": "fixed"}, checkpoint_id=failed_at, **opts)
+
+    assert "done" == forked.status
+    assert ["ordered", "charged"] == forked.state["log"]
+    assert {"create": 1, "charge": 1} == dict(calls)

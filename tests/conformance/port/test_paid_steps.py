@@ -15,6 +15,7 @@ import pytest
 from ilmek import (
     END,
     START,
+    Checkpoint,
     Checkpointer,
     CompiledGraph,
     NodeRetry,
@@ -29,6 +30,7 @@ from ilmek import (
     run,
     update_state,
 )
+from ilmek.types import JournalEntry, Pending, ScheduledTask, new_checkpoint_id, task_id_for
 from tests.support.helpers import Calls
 
 pytestmark = pytest.mark.timeout(60)
@@ -101,6 +103,52 @@ def test_an_edit_of_a_pause_nobody_answered_leaves_it_open_to_any_answer(checkpo
 
     assert ["no: None"] == done.state["log"]
     assert 1 == calls["charge"]
+
+
+def test_a_pause_written_by_ilmek_0_1_keeps_its_steps_when_its_task_pauses_again(
+    checkpointer: Checkpointer,
+) -> None:
+    """A 0.1 pause carries its journal inside itself; the pause after it inherits that too: no re-order."""
+    calls = Calls()
+
+    def ask(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        order = ctx.step("order", calls.hit, "order")
+        size = ctx.interrupt({"q": "size?"}, key="size")
+        colour = ctx.interrupt({"q": "colour?"}, key="colour")
+        return {"log": [f"{order} {size} {colour}"]}
+
+    g = graph("old", {"log": channel.append()}).node("ask", ask).edge(START, "ask").edge("ask", END).compile()
+    pause_id = new_checkpoint_id()
+    checkpointer.put(
+        "old",
+        Checkpoint(
+            id=pause_id,
+            thread_id="old",
+            next=(ScheduledTask(node="ask", task_key="ask"),),
+            pending=(
+                Pending(
+                    id="ask:size#0",
+                    task_id=task_id_for("old", pause_id, "ask"),
+                    node="ask",
+                    key="size#0",
+                    payload={"q": "size?"},
+                ),
+            ),
+            task_journals={
+                "ask": (
+                    JournalEntry(key="order#0", value="order 1042"),
+                    JournalEntry(key="size#0", kind="interrupt", payload={"q": "size?"}),
+                )
+            },
+        ),
+    )
+    opts: dict[str, Any] = {"thread_id": "old", "checkpointer": checkpointer}
+
+    assert "interrupted" == resume(g, "large", **opts).status
+    done = resume(g, "red", **opts)
+
+    assert ["order 1042 large red"] == done.state["log"]
+    assert 0 == calls["order"]
 
 
 # --- item 4: a step whose result cannot be stored ----------------------------------------------------------

@@ -91,6 +91,27 @@ def test_a_different_answer_is_still_refused_after_an_operator_repair(checkpoint
     assert 1 == calls["charge"]
 
 
+def test_to_answer_differently_after_a_repair_fork_from_the_pause_not_from_the_edit(
+    checkpointer: Checkpointer,
+) -> None:
+    """The edit comes after the failed resume's answer, so a fork from it keeps that answer; a fork from
+    the pause itself answers afresh and runs what follows the pause again, ``charge`` included."""
+    calls = Calls()
+    g = charge_after_approval(calls)
+    opts: dict[str, Any] = {"thread_id": "forks", "checkpointer": checkpointer}
+    paused = run(g, {}, **opts)
+    assert "error" == resume(g, "yes", **opts).status
+    edited = update_state(g, checkpointer, "forks", {"address_ok": True})
+
+    with pytest.raises(ResumeError, match="already answered with 'yes'"):
+        resume(g, "no", checkpoint_id=edited.id, **opts)
+    assert 1 == calls["charge"]
+    forked = resume(g, "no", checkpoint_id=paused.checkpoint_id, **opts)
+
+    assert "error" == forked.status  # that branch's address was never fixed
+    assert 2 == calls["charge"]
+
+
 def test_an_edit_of_a_pause_nobody_answered_leaves_it_open_to_any_answer(checkpointer: Checkpointer) -> None:
     """With no resume before the edit, the pause takes whatever answer comes, and the charge runs once."""
     calls = Calls()

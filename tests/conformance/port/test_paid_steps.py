@@ -276,6 +276,41 @@ def test_forgetting_an_unstored_step_runs_it_again_once_the_code_is_fixed(checkp
     assert () == forget_unstored_steps(g, checkpointer, thread_id="fixed")
 
 
+def test_an_unstored_result_after_an_answer_is_not_charged_again_by_the_next_resume(
+    checkpointer: Checkpointer,
+) -> None:
+    """After a pause: resuming again with the same answer meets the record; forgetting it lets it run."""
+    calls, fixed = Calls(), [False]
+
+    def pay(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        def charge() -> Any:
+            calls.hit("charge")
+            return {"charge_id": "ch_1"} if fixed[0] else SdkResponse("ch_1")
+
+        answer = ctx.interrupt({"question": "charge?"})
+        return {"log": [answer, ctx.step("charge", charge)["charge_id"]]}
+
+    g = (
+        graph("asks", {"log": channel.append()})
+        .node("pay", pay)
+        .edge(START, "pay")
+        .edge("pay", END)
+        .compile()
+    )
+    opts: dict[str, Any] = {"thread_id": "asks", "checkpointer": checkpointer}
+    run(g, {}, **opts)
+    assert "error" == resume(g, "yes", **opts).status
+    assert "error" == resume(g, "yes", **opts).status
+    assert 1 == calls["charge"]
+
+    fixed[0] = True
+    assert ("pay:charge#0",) == forget_unstored_steps(g, checkpointer, thread_id="asks")
+    done = resume(g, "yes", **opts)
+
+    assert ["yes", "ch_1"] == done.state["log"]
+    assert 2 == calls["charge"]
+
+
 # --- item 6: forks ---------------------------------------------------------------------------------------
 
 

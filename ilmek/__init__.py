@@ -44,6 +44,7 @@ from .errors import (
     ResumeError,
     SchemaVersionError,
     SerializationError,
+    StepResultNotStoredError,
     StorageError,
     ThreadBusyError,
     TransientStorageError,
@@ -66,7 +67,7 @@ from .events import (
     stream_modes,
 )
 from .graph import END, START, CompiledGraph, GraphBuilder, graph
-from .host import history, pending_interrupts, thread_state, update_state
+from .host import forget_unstored_steps, history, pending_interrupts, thread_state, update_state
 from .operations import recover, request_cancel
 from .spec import from_spec, to_spec
 from .types import (
@@ -142,6 +143,7 @@ __all__ = [
     "SerializationError",
     "SqliteCheckpointer",
     "StateEvent",
+    "StepResultNotStoredError",
     "StepStart",
     "StorageError",
     "StreamPart",
@@ -155,6 +157,7 @@ __all__ = [
     "channel",
     "command",
     "connect",
+    "forget_unstored_steps",
     "from_spec",
     "graph",
     "history",

@@ -17,7 +17,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from . import checks, tracing
-from .errors import GraphError, InterruptSignal, NondeterminismError, ResumeError
+from .errors import (
+    GraphError,
+    InterruptSignal,
+    NondeterminismError,
+    ResumeError,
+    SerializationError,
+    StepResultNotStoredError,
+)
 from .types import JournalEntry
 
 if TYPE_CHECKING:
@@ -276,14 +283,21 @@ class NodeContext(PlanContext):
         the data inside loops: a key used again in one pass is counted
         (``charge#0``, ``charge#1``...).
 
+        A result that cannot be stored (an SDK's response object, say) is
+        recorded as *run*: ``fn`` is not called again, by a retry or a later
+        run, until :func:`ilmek.forget_unstored_steps` says it may be.
+
         Raises:
             NondeterminismError: ``key`` names an interrupt in the journal.
-            SerializationError: the result cannot be stored.
+            StepResultNotStoredError: ``fn`` ran (now or before), but its
+                result cannot be stored (a :class:`SerializationError`).
             ThreadBusyError: the run lost its hold on the thread; ``fn`` did not run.
         """
         full = self._journal.claim(key)
         entry = self._journal.get(full)
         if entry is not None:
+            if entry.kind == "unstored":
+                raise self._not_stored(full, entry.payload, now=False)
             if entry.kind != "step":
                 raise NondeterminismError(
                     f"node {self.node!r} asked for step {full!r}, but the journal holds an "
@@ -310,7 +324,7 @@ class NodeContext(PlanContext):
                         value = fn(*args, **kwargs)
             finally:
                 self._journal.leave_step()
-            self._journal.record(JournalEntry(key=full, kind="step", value=value))
+            self._record_result(full, value)
         except BaseException as error:
             tracing.end(span, error)
             raise
@@ -319,6 +333,32 @@ class NodeContext(PlanContext):
                 gate.leave()
         tracing.end(span)
         return value
+
+    def _record_result(self, key: str, value: Any) -> None:
+        """Record what a step's function returned; if it cannot be stored, record that the step ran."""
+        try:
+            self._journal.record(JournalEntry(key=key, kind="step", value=value))
+        except SerializationError as error:
+            type_name = error.type_name or f"{type(value).__module__}.{type(value).__qualname__}"
+            # The effect happened. A marker that always stores says so, so no
+            # retry and no later run calls the function again unasked.
+            self._journal.record(JournalEntry(key=key, kind="unstored", payload=type_name))
+            raise self._not_stored(key, type_name, now=True) from error
+
+    def _not_stored(self, key: str, type_name: Any, *, now: bool) -> StepResultNotStoredError:
+        when, could = ("", "cannot") if now else (" on an earlier attempt or run", "could not")
+        return StepResultNotStoredError(
+            f"node {self.node!r} ran step {key!r}{when}, but its result (of type {type_name}) {could} be "
+            f"stored (thread {self.thread_id!r}). The step is recorded as run, so no retry or later run "
+            "calls its function again. Return plain data from the step (a dict, say) or register the "
+            "class with ilmek.serde.register, then either call ilmek.forget_unstored_steps(graph, "
+            f"thread_id={self.thread_id!r}) to let it run once more (its effect repeats: give it an "
+            "idempotency key) or catch this error in the node to go on without the result",
+            key=key,
+            node=self.node,
+            thread_id=self.thread_id,
+            type_name=type_name if isinstance(type_name, str) else None,
+        )
 
     def interrupt(self, payload: Any = None, key: str | None = None) -> Any:
         """Pause for a person and return their answer.

@@ -25,6 +25,7 @@ __all__ = [
     "ResumeError",
     "SchemaVersionError",
     "SerializationError",
+    "StepResultNotStoredError",
     "StorageError",
     "ThreadBusyError",
     "TransientStorageError",
@@ -148,6 +149,34 @@ class SerializationError(IlmekError, TypeError):
         super().__init__(message)
         self.where = where
         self.type_name = type_name
+
+
+class StepResultNotStoredError(SerializationError):
+    """A step's function ran, but its result could not be stored; it does not run again on its own.
+
+    The journal records that the effect happened, so no retry and no later
+    run calls the function again: each meets this error at the step's key
+    instead, until :func:`ilmek.forget_unstored_steps` lets it run once more.
+
+    Attributes:
+        key: The step's journal key (``charge#0``).
+        node: The node whose step it is.
+        type_name: The type the codec could not store.
+    """
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        key: str,
+        node: str | None = None,
+        thread_id: str | None = None,
+        type_name: str | None = None,
+    ) -> None:
+        super().__init__(message, where=f"step {key!r}", type_name=type_name)
+        self.key = key
+        self.node = node
+        self.thread_id = thread_id
 
 
 class CorruptCheckpointError(SerializationError):

@@ -24,9 +24,10 @@ from . import checks
 from .checkpoint.base import Checkpointer
 from .errors import CheckpointNotFoundError, InvalidArgumentError
 from .graph import CompiledGraph
+from .journals import inherited_journals
 from .types import Checkpoint, Pending, StateT, new_checkpoint_id, task_id_for
 
-__all__ = ["history", "pending_interrupts", "thread_state", "update_state"]
+__all__ = ["forget_unstored_steps", "history", "pending_interrupts", "thread_state", "update_state"]
 
 _MISSING: Final = object()
 
@@ -219,7 +220,9 @@ def update_state(
     The new checkpoint keeps what was scheduled and any open pause, so the
     thread carries on from where it was. Steps its planned tasks already
     recorded still replay (as when a crashed run is continued with new
-    input); a pause still open is answered afresh.
+    input), and so does an answer a resume recorded before it failed: the
+    pause takes only that same answer, and the steps after it that ran do
+    not run again. To answer differently, fork from an earlier checkpoint.
 
     Args:
         graph: The thread's graph (its channels fold the update).
@@ -257,12 +260,11 @@ def update_state(
         values, changes = schema.fold(latest.channels, [(None, writes)], thread_id=thread_id)
         checkpoint_id = new_checkpoint_id(after=latest.id)
         pending = tuple(
-            attrs.evolve(p, task_id=task_id_for(thread_id, checkpoint_id, p.id[: -len(p.key) - 1]))
-            for p in latest.pending
+            attrs.evolve(p, task_id=task_id_for(thread_id, checkpoint_id, p.task_key)) for p in latest.pending
         )
-        # A paused checkpoint's own journal holds the answers of resumes that
-        # did not finish: an edit starts the answering afresh.
-        chain = latest.journal_chain if latest.pending else (*latest.journal_chain, latest.id)
+        # The same branch goes on: a pause answered by a resume that did not
+        # finish keeps that answer and the steps it paid for after it.
+        inherited = inherited_journals(latest)
         checkpoint = Checkpoint(
             id=checkpoint_id,
             thread_id=thread_id,
@@ -271,10 +273,58 @@ def update_state(
             channels=values,
             next=latest.next,
             pending=pending,
-            task_journals=latest.task_journals,
-            journal_chain=chain,
+            task_journals=inherited.task_journals,
+            journal_chain=inherited.journal_chain,
             step=latest.step,
             metadata={"source": "update", "graph": graph.name},
         )
         checkpointer.commit(thread_id, checkpoint, changes=changes, expect_latest=latest.id, hold=hold)
         return checkpoint
+
+
+def forget_unstored_steps(
+    graph: CompiledGraph[Any], checkpointer: Checkpointer | None = None, *, thread_id: str
+) -> tuple[str, ...]:
+    """Let the steps whose results could not be stored run again, on the thread's next run.
+
+    A step whose function ran but whose result could not be stored is
+    recorded as run (:class:`~ilmek.errors.StepResultNotStoredError`): no
+    retry and no later run calls its function again. Once the step returns
+    something storable (plain data, or a class registered with
+    :func:`ilmek.serde.register`), this is how you say that it may: the
+    thread's next run (``run(g, None, ...)``) calls each such function once
+    more, so its effect happens again (give it an idempotency key).
+
+    Args:
+        graph: The thread's graph (for its bound checkpointer).
+        checkpointer: Use this one instead of the graph's bound checkpointer.
+        thread_id: The thread.
+
+    Returns:
+        The steps forgotten, as ``"<task key>:<step key>"`` (``"pay:charge#0"``);
+        empty when there were none.
+
+    Raises:
+        InvalidArgumentError: no thread, or no checkpointer given or bound.
+        ThreadBusyError: a run holds the thread.
+    """
+    graph = _graph("forget_unstored_steps", graph)
+    given = _given("forget_unstored_steps", checkpointer)
+    thread_id = _thread("forget_unstored_steps", thread_id)
+    checkpointer = _checkpointer("forget_unstored_steps", graph, given, thread_id)
+    forgotten: list[str] = []
+    with checkpointer.hold(thread_id) as hold:
+        latest = checkpointer.load(thread_id, hold=hold)
+        if latest is None:
+            return ()
+        # The journals the thread's planned tasks replay from.
+        sources = inherited_journals(latest).journal_chain
+        for task in latest.next:
+            for source in sources:
+                task_id = task_id_for(thread_id, source, task.task_key)
+                entries = checkpointer.get_journal(task_id)
+                unstored = [entry.key for entry in entries if entry.kind == "unstored"]
+                if unstored:
+                    checkpointer.put_journal(task_id, [e for e in entries if e.kind != "unstored"])
+                    forgotten.extend(f"{task.task_key}:{key}" for key in unstored)
+    return tuple(forgotten)

@@ -106,11 +106,13 @@ class JournalEntry:
 
     For a step, ``value`` is what the step's function returned. For an
     interrupt, ``payload`` is what was asked and, once ``answered``, ``value``
-    is the answer.
+    is the answer. An ``unstored`` entry records a step whose function ran
+    but whose result could not be stored: ``payload`` names the type that
+    could not be (see :class:`~ilmek.errors.StepResultNotStoredError`).
     """
 
     key: str
-    kind: Literal["step", "interrupt"] = "step"
+    kind: Literal["step", "interrupt", "unstored"] = "step"
     value: Any = None
     payload: Any = None
     answered: bool = False

@@ -170,6 +170,8 @@ def _entry_to_plain(entry: JournalEntry, where: str) -> dict[str, Any]:
     if entry.kind == "interrupt":
         record["payload"] = serde.to_jsonable(entry.payload, where=f"{where} interrupt {entry.key!r}")
         record["answered"] = entry.answered
+    elif entry.kind == "unstored":
+        record["payload"] = serde.to_jsonable(entry.payload, where=f"{where} step {entry.key!r}")
     return record
 
 
@@ -185,7 +187,7 @@ def _entry_from_plain(record: Any, *, thread_id: str | None, checkpoint_id: str 
     if not isinstance(key, str) or not key:
         raise bad("has no key")
     kind = record.get("kind")
-    if kind not in ("step", "interrupt"):
+    if kind not in ("step", "interrupt", "unstored"):
         raise bad(f"has an unknown kind {kind!r}")
     answered = record.get("answered", False)
     if not isinstance(answered, bool):

@@ -214,18 +214,24 @@ def _print_pause(report: _PauseReport, full: bool) -> None:
     elif report.resumed:
         _say("    answer: (not kept once its task finished)")
     others = [entry for entry in report.journal if entry.key != pause.key]
-    steps = [entry for entry in others if entry.kind == "step"]
+    steps = [entry for entry in others if entry.kind != "interrupt"]
     pauses = [entry for entry in others if entry.kind == "interrupt"]
     if steps:
         _say("    completed steps:")
         for entry in steps:
-            _say(f"      {printable(entry.key)}: {render_value(entry.value, full=full, indent='      ')}")
+            _say(f"      {printable(entry.key)}: {_step_result(entry, full)}")
     if pauses:
         _say("    answered pauses:")
         for entry in pauses:
             asked = render_value(entry.payload, full=full, indent="      ")
             answer = render_value(entry.value, full=full, indent="      ") if entry.answered else "(waiting)"
             _say(f"      {printable(entry.key)}: {asked} -> {answer}")
+
+
+def _step_result(entry: JournalEntry, full: bool) -> str:
+    if entry.kind == "unstored":
+        return printable(f"(ran; its result, of type {entry.payload}, could not be stored)")
+    return render_value(entry.value, full=full, indent="      ")
 
 
 def _journal_json(entry: JournalEntry) -> dict[str, Any]:

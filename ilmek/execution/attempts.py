@@ -16,7 +16,7 @@ from .. import serde, tracing
 from ..checkpoint.holds import HoldLostError
 from ..context import NodeContext
 from ..control import Command
-from ..errors import IlmekError, InterruptSignal, NondeterminismError, ReducerError
+from ..errors import IlmekError, InterruptSignal, NondeterminismError, ReducerError, StepResultNotStoredError
 from .messages import Message, Retry, RunClosed, StorageFailed, TaskRun
 from .setup import RunSetup
 
@@ -77,7 +77,14 @@ class Attempts:
                 task_run.outcome, task_run.error = "storage", failed.error
                 return
             except Exception as error:
-                if policy is not None and not cancel.is_set() and policy.should_retry(attempt, error):
+                # A step whose result could not be stored is recorded as run:
+                # every attempt would meet the same error at its key.
+                if (
+                    policy is not None
+                    and not cancel.is_set()
+                    and not isinstance(error, StepResultNotStoredError)
+                    and policy.should_retry(attempt, error)
+                ):
                     self._post(Retry(task_run, attempt + 1, error))
                     if cancel.wait(policy.delay(attempt)):
                         # Cancelled while waiting to retry: the node failed with its last error.

@@ -26,6 +26,7 @@ from ..errors import (
 )
 from ..events import CheckpointEvent, Event, RunEnd, RunStart, StateEvent
 from ..graph import START, CompiledGraph
+from ..journals import inherited_journals
 from ..types import Checkpoint, Pending, ScheduledTask, task_id_for
 from . import exiting
 from .answers import Resume, answers_by_id, record_answers
@@ -376,10 +377,10 @@ class _Driving:
         )
         step = base.step if base is not None else 0
         checkpoint_id = position.next_id()
+        inherited = inherited_journals(base, fork=fork)
         if base is not None and base.next:
             tasks: tuple[ScheduledTask, ...] = base.next
             plan_id = base.plan_id
-            chain: tuple[str, ...] = (*base.journal_chain, base.id)
         else:
             view = setup.schema.view(values)
             names, sends = setup.graph.targets(
@@ -387,7 +388,6 @@ class _Driving:
             )
             tasks = setup.graph.schedule(names, sends)
             plan_id = checkpoint_id
-            chain = ()
         checkpoint = Checkpoint(
             id=checkpoint_id,
             thread_id=setup.thread_id,
@@ -395,11 +395,12 @@ class _Driving:
             plan_id=plan_id,
             channels=values,
             next=tasks,
-            journal_chain=chain,
+            task_journals=inherited.task_journals,
+            journal_chain=inherited.journal_chain,
             step=step,
             metadata=position.metadata("fork" if fork and input_writes is None else "input"),
         )
-        position.commit(checkpoint, changes, fresh=not chain, last=not tasks)
+        position.commit(checkpoint, changes, fresh=inherited.empty, last=not tasks)
         return checkpoint
 
     def _fork(self, pause: Checkpoint) -> Checkpoint:
@@ -411,6 +412,7 @@ class _Driving:
         """
         setup, position = self.setup, self.position
         checkpoint_id = position.next_id()
+        inherited = inherited_journals(pause, fork=True)
         checkpoint = Checkpoint(
             id=checkpoint_id,
             thread_id=setup.thread_id,
@@ -422,8 +424,8 @@ class _Driving:
                 attrs.evolve(p, task_id=task_id_for(setup.thread_id, checkpoint_id, p.task_key))
                 for p in pause.pending
             ),
-            journal_chain=pause.journal_chain,
-            task_journals=pause.task_journals,
+            task_journals=inherited.task_journals,
+            journal_chain=inherited.journal_chain,
             step=pause.step,
             metadata=position.metadata("fork"),
         )

@@ -19,6 +19,7 @@ from ..checkpoint.holds import HoldLostError
 from ..context import NodeContext, PlanContext, TaskJournal
 from ..errors import ReducerError, ResumeError
 from ..events import CheckpointEvent, Event, InterruptEvent, NodeError, StateEvent, StepStart
+from ..journals import inherited_journals
 from ..types import ChannelChange, Checkpoint, JournalEntry, Pending, ScheduledTask, task_id_for
 from .keeping import HoldKeeper
 from .messages import TaskRun
@@ -279,6 +280,7 @@ class Superstep:
             r.task.task_key: [e for e in r.journal.entries() if e.kind == "interrupt" and not e.answered]
             for r in paused
         }
+        inherited = inherited_journals(base)
         checkpoint = Checkpoint(
             id=checkpoint_id,
             thread_id=setup.thread_id,
@@ -287,7 +289,8 @@ class Superstep:
             channels=values,
             next=base.next,
             pending=pending,
-            journal_chain=(*base.journal_chain, base.id),
+            task_journals=inherited.task_journals,
+            journal_chain=inherited.journal_chain,
             step=base.step,
             metadata=position.metadata("pause"),
         )

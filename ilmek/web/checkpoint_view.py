@@ -249,6 +249,9 @@ def _journal(entries: Sequence[JournalEntry], whole: Any) -> Markup:
                 else tag("span", {"class": "badge p-waiting"}, "no answer yet")
             )
             shown = join(tag("span", {"class": "label"}, "asked"), _asked(entry.payload), answered)
+        elif entry.kind == "unstored":
+            kind = tag("span", {"class": "badge k-step"}, "step")
+            shown = tag("p", {}, f"Ran, but its result (of type {entry.payload}) could not be stored.")
         else:
             kind = tag("span", {"class": "badge k-step"}, "step")
             shown = value_block(entry.value, whole=whole(entry.key))

@@ -24,7 +24,9 @@ from ilmek import (
     Result,
     ResumeError,
     SerializationError,
+    StepResultNotStoredError,
     channel,
+    forget_unstored_steps,
     graph,
     pending_interrupts,
     resume,
@@ -276,10 +278,11 @@ def test_every_unstorable_value_is_refused_by_serde(value: str) -> None:
 
 @pytest.mark.parametrize("how", ["run", "stream"])
 @pytest.mark.parametrize("value", sorted(UNSTORABLE))
-def test_a_step_returning_an_unstorable_value_fails_the_run_and_stores_nothing(
+def test_a_step_returning_an_unstorable_value_fails_the_run_and_records_that_it_ran(
     checkpointer: Checkpointer, value: str, how: str
 ) -> None:
-    """Status error naming node and step; no record of the step; the thread continues and runs it again."""
+    """Status error naming node and step; the step recorded as run (never its value), so a later run
+    meets the same error without calling it; once forgotten, the thread continues and runs it again."""
     calls = Calls()
     g = refusing_step_graph(calls, UNSTORABLE[value])
     failed = run_by(how, g, {}, "t", checkpointer)
@@ -287,11 +290,13 @@ def test_a_step_returning_an_unstorable_value_fails_the_run_and_stores_nothing(
     assert "error" == failed.status
     [(node, error)] = failed.errors
     assert "work" == node
-    assert isinstance(error, SerializationError)
-    assert "task 'work' step 'flaky#0'" in str(error)
-    assert [("work", SerializationError)] == node_errors(failed.events)
-    # The step that finished is stored; the refused one is not, and the channel saw nothing.
-    assert ["first#0"] == journal_keys(checkpointer, "t", "work")
+    assert isinstance(error, StepResultNotStoredError)
+    assert "node 'work' ran step 'flaky#0'" in str(error)
+    assert isinstance(error.__cause__, SerializationError)
+    assert "task 'work' step 'flaky#0'" in str(error.__cause__)
+    assert [("work", StepResultNotStoredError)] == node_errors(failed.events)
+    # The step that finished is stored; the refused one is recorded as run, and the channel saw nothing.
+    assert ["first#0", "flaky#0"] == journal_keys(checkpointer, "t", "work")
     assert failed.state is None  # the state of a failed run is the thread's
     assert {"log": []} == thread_state(g, checkpointer, "t")
     latest = checkpointer.get("t")
@@ -301,10 +306,15 @@ def test_a_step_returning_an_unstorable_value_fails_the_run_and_stores_nothing(
     assert info is not None
     assert ("error", "work") == (info.status, info.error.node if info.error else None)
 
+    again = run_by(how, g, None, "t", checkpointer)
+    assert [("work", StepResultNotStoredError)] == node_errors(again.events)
+    assert {"first": 1, "flaky": 1} == dict(calls)
+
+    assert ("work:flaky#0",) == forget_unstored_steps(g, checkpointer, thread_id="t")
     done = run_by(how, g, None, "t", checkpointer)
     assert "done" == done.status
     assert {"log": ["kept", "stored"]} == done.state
-    # The stored step replayed; the refused one ran again, as nothing recorded it.
+    # The stored step replayed; the forgotten one ran again, as the user said it may.
     assert {"first": 1, "flaky": 2} == dict(calls)
     info = checkpointer.get_thread("t")
     assert info is not None

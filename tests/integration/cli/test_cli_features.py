@@ -256,6 +256,30 @@ def test_show_of_an_answer_whose_resume_failed(
     assert ["interrupt#0", "after#0"] == [entry["key"] for entry in pause["journal"]]
 
 
+def test_show_of_a_step_whose_result_could_not_be_stored(
+    capsys: pytest.CaptureFixture[str], db: str, store: SqliteCheckpointer
+) -> None:
+    """A step after the answer that ran but could not store its result: shown as run, with the type."""
+
+    def charge(state: dict[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        ctx.interrupt("Charge?")
+        ctx.step("charge", object)
+        return {}
+
+    g = graph("sdk").channel("x", channel.last_write(None)).node("c", charge)
+    g = g.edge(START, "c").edge("c", END).compile()
+    run(g, {}, thread_id="t", checkpointer=store)
+    assert "error" == resume(g, "yes", thread_id="t", checkpointer=store).status
+
+    status, out, _ = cli(capsys, "--db", db, "show", "t")
+    assert 0 == status
+    lines = out.splitlines()
+    assert [
+        "    completed steps:",
+        "      charge#0: (ran; its result, of type object, could not be stored)",
+    ] == lines[lines.index("    completed steps:") : channels_line(lines)]
+
+
 def test_show_json_carries_the_checkpoint_its_pauses_and_their_journals(
     capsys: pytest.CaptureFixture[str], db: str, store: SqliteCheckpointer
 ) -> None:

@@ -441,3 +441,27 @@ def test_every_page_renders_on_postgres(postgres_dsn: str) -> None:
             assert 200 == client.get(f"/?status={status}").status
         for thread_id in THREADS.values():
             assert 200 == client.get(thread_url(thread_id)).status
+
+
+def test_a_step_whose_result_could_not_be_stored_shows_as_run_with_its_type_escaped(
+    store: Checkpointer,
+) -> None:
+    """The failed task's journal says the step ran and which type could not be stored, as text."""
+
+    class Hostile:
+        pass
+
+    Hostile.__qualname__ = "<b>Hostile</b>"
+
+    def pay(state: dict[str, object], ctx: ilmek.NodeContext) -> None:
+        ctx.step("charge", Hostile)
+
+    g = ilmek.graph("sdk", {"n": ilmek.last_write(0)}).node("pay", pay).edge(ilmek.START, "pay").compile()
+    assert "error" == ilmek.run(g, {}, thread_id="sdk", checkpointer=store).status
+
+    page = Client(ilmek.web.app(store, {"sdk": g})).get(thread_url("sdk")).text
+
+    assert "charge#0" in page
+    assert "Ran, but its result (of type" in page
+    assert "&lt;b&gt;Hostile&lt;/b&gt;) could not be stored." in page
+    assert "<b>Hostile</b>" not in page

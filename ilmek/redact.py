@@ -8,6 +8,9 @@ Two jobs, both about what reaches a person's screen or a log:
   value can never set a window title, move the cursor or clear the screen.
 * :func:`mask_dsn` and :func:`mask_secrets` replace passwords in connection
   strings, and in free text such as a driver's error message, with ``***``.
+  :func:`dsn_secrets` and :func:`connection_secrets` say which passwords a
+  DSN (or a pool's options) carries, so that every piece of one a driver
+  quotes back is masked too: the one path every DSN ilmek sees goes through.
 
 Escapes are for reading, not a reversible encoding: a backslash in the text
 is left as it is, so ``a\\x1bb`` may have been an escape character or those

@@ -81,6 +81,8 @@ class GenericAdapter(PostgresAdapter):
         return [tuple(row) for row in rows] if rows else []
 
     def classify(self, error: BaseException) -> ErrorKind | None:
+        if error is self._closed_error:
+            return "permanent"  # asked again about the same error (once to discard, once to retry)
         kind = super().classify(error)
         if kind == "transient" and sqlstate(error) is None and not self._session_alive():
             # One session that ilmek cannot reopen: if it no longer answers, retrying

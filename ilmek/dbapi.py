@@ -236,6 +236,26 @@ def describe_error(error: BaseException, secrets: Iterable[str] = ()) -> str:
     return f"{type(error).__name__}{suffix}: {first}"
 
 
+def scrubbed(error: BaseException, secrets: Iterable[str] = ()) -> BaseException:
+    """``error`` with its text, and that of the errors chained to it, masked in place.
+
+    ilmek's errors chain the driver's (``raise ... from error``), and a
+    traceback prints the driver's own message, which may quote pieces of
+    the connection string it was given: the message is masked as
+    :func:`describe_error` masks it, so the chained error keeps its type
+    and codes but never shows a password.
+    """
+    known = tuple(secrets)
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        with contextlib.suppress(Exception):  # an exception type whose args cannot be set keeps them
+            current.args = tuple(mask_secrets(a, known) if isinstance(a, str) else a for a in current.args)
+        current = current.__cause__ or current.__context__
+    return error
+
+
 class Pin(abc.ABC):
     """The connection one run keeps from its start to its end.
 
@@ -519,6 +539,7 @@ class Adapter(abc.ABC):
                 advice = self.advice(error)
                 tail = f" {advice}" if advice else ""
                 said = describe_error(error, self.secrets)
+                scrubbed(error, self.secrets)
                 if kind == "transient":
                     failing = f"kept failing after {attempt} tries" if attempt > 1 else "failed"
                     raise TransientStorageError(

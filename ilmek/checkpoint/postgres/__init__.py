@@ -20,7 +20,7 @@ import hashlib
 from typing import Any, ClassVar
 
 from ... import serde
-from ...dbapi import Adapter, Session, Statement, describe_error
+from ...dbapi import Adapter, Session, Statement, describe_error, scrubbed
 from ...errors import InvalidArgumentError, StorageError
 from ...redact import dsn_secrets, mask_dsn, mask_secrets
 from ..django import DjangoAdapter, is_django_connection
@@ -376,7 +376,7 @@ class PostgresCheckpointer(SqlCheckpointer):
             shown = mask_secrets(mask_dsn(str(dsn)), secrets)
             raise StorageError(
                 f"could not connect to Postgres at {shown!r}: {describe_error(error, secrets)}"
-            ) from error
+            ) from scrubbed(error, secrets)
         adapter = adapter_for(connection)
         adapter.secrets = secrets
         if isinstance(adapter, SingleConnectionAdapter):

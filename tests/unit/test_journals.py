@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ast
+import pathlib
+
+import ilmek
 from ilmek.journals import InheritedJournals, inherited_journals
 from ilmek.types import Checkpoint, JournalEntry, Pending, ScheduledTask
 
@@ -51,3 +55,31 @@ def test_a_fork_from_a_checkpoint_that_is_not_a_pause_inherits_it_whole() -> Non
     planned = Checkpoint(id="c5", thread_id="t", next=(TASK,), journal_chain=("c4",))
 
     assert ("c4", "c5") == inherited_journals(planned, fork=True).journal_chain
+
+
+def journal_fields_of_checkpoints_made_in(path: pathlib.Path) -> dict[str, dict[str, str]]:
+    """Each ``Checkpoint(...)`` call in ``path`` that sets a journal field: those fields, as source."""
+    found: dict[str, dict[str, str]] = {}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Checkpoint":
+            fields = {k.arg: ast.unparse(k.value) for k in node.keywords if k.arg in JOURNAL_FIELDS}
+            if fields:
+                found[f"{path.name}:{node.lineno}"] = fields
+    return found
+
+
+JOURNAL_FIELDS = ("journal_chain", "task_journals")
+
+
+def test_every_checkpoint_a_run_or_a_helper_makes_takes_its_journals_from_the_rule() -> None:
+    """Above storage (which rebuilds checkpoints from rows), the pause, the input, the fork and the edit
+    each take both journal fields from ``inherited_journals``: the rule cannot drift in one copy again."""
+    package = pathlib.Path(ilmek.__file__).parent
+    found: dict[str, dict[str, str]] = {}
+    for path in sorted(package.rglob("*.py")):
+        if "checkpoint" not in path.relative_to(package).parts:
+            found |= journal_fields_of_checkpoints_made_in(path)
+
+    assert 4 == len(found), found
+    from_the_rule = {field: f"inherited.{field}" for field in JOURNAL_FIELDS}
+    assert dict.fromkeys(found, from_the_rule) == found

@@ -35,6 +35,11 @@ from tests.support.helpers import Calls
 
 pytestmark = pytest.mark.timeout(60)
 
+on_three_stores = pytest.mark.parametrize(
+    "backend", ["memory", "sqlite-file", "postgres-pool"], indirect=True
+)
+"""For what does not depend on the client kind: memory, a SQLite file and a Postgres pool."""
+
 
 def charge_after_approval(calls: Calls) -> CompiledGraph:
     """Asks to approve, charges (a journaled step), then fails unless an operator fixed the address."""
@@ -91,6 +96,7 @@ def test_a_different_answer_is_still_refused_after_an_operator_repair(checkpoint
     assert 1 == calls["charge"]
 
 
+@on_three_stores
 def test_to_answer_differently_after_a_repair_fork_from_the_pause_not_from_the_edit(
     checkpointer: Checkpointer,
 ) -> None:
@@ -112,6 +118,7 @@ def test_to_answer_differently_after_a_repair_fork_from_the_pause_not_from_the_e
     assert 2 == calls["charge"]
 
 
+@on_three_stores
 def test_an_edit_of_a_pause_nobody_answered_leaves_it_open_to_any_answer(checkpointer: Checkpointer) -> None:
     """With no resume before the edit, the pause takes whatever answer comes, and the charge runs once."""
     calls = Calls()
@@ -126,6 +133,7 @@ def test_an_edit_of_a_pause_nobody_answered_leaves_it_open_to_any_answer(checkpo
     assert 1 == calls["charge"]
 
 
+@on_three_stores
 def test_a_pause_written_by_ilmek_0_1_keeps_its_steps_when_its_task_pauses_again(
     checkpointer: Checkpointer,
 ) -> None:
@@ -343,6 +351,7 @@ def planning(checkpointer: Checkpointer, thread_id: str, node: str) -> str:
     return next(c.id for c in reversed(checkpointer.list(thread_id)) if [t.node for t in c.next] == [node])
 
 
+@on_three_stores
 def test_a_fork_from_a_pause_replays_the_steps_before_it(checkpointer: Checkpointer) -> None:
     """Answering an old pause differently: ``charge`` before the pause ran once for both branches."""
     calls = Calls()
@@ -370,6 +379,7 @@ def test_a_fork_from_a_pause_replays_the_steps_before_it(checkpointer: Checkpoin
     assert {"charge": 1, "ship yes": 1, "ship no": 1} == dict(calls)
 
 
+@on_three_stores
 def test_a_fork_from_a_checkpoint_whose_superstep_committed_runs_its_tasks_again(
     checkpointer: Checkpointer,
 ) -> None:
@@ -387,6 +397,7 @@ def test_a_fork_from_a_checkpoint_whose_superstep_committed_runs_its_tasks_again
     assert {"create": 1, "charge": 2} == dict(calls)
 
 
+@on_three_stores
 def test_a_fork_from_a_checkpoint_whose_superstep_failed_replays_what_it_recorded(
     checkpointer: Checkpointer,
 ) -> None:

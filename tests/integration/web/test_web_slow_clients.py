@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 from ilmek import InMemoryCheckpointer
+from ilmek.web.access import Login
 from ilmek.web.serve import ConsoleServer
-from tests.support.web_support import fetch, serving
+from tests.support.web_support import basic, fetch, send, serving
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -175,3 +176,26 @@ def test_forty_half_sent_requests_reopened_as_they_drop_never_starve_the_console
             attacker.join(10)
     assert reopened[0] >= 40, "the half-sent requests were never cut off and reopened"
     assert max(waits) < 0.5, waits
+
+
+def test_a_foreign_host_and_a_missing_login_are_answered_while_every_place_is_taken() -> None:
+    """With its one place held, the console still answers a foreign Host (400) and no login (401) at once."""
+    login = Login("places-test-token")
+    with running(max_connections=1, allow_actions=True, login=login) as server:
+        port = server.server_port
+        answered: list[int] = []
+        with server.place():
+            started = time.monotonic()
+            assert 400 == send("127.0.0.1", port, "GET", "/", {"Host": f"evil.example:{port}"})[0]
+            assert 401 == send("127.0.0.1", port, "GET", "/", {"Host": f"127.0.0.1:{port}"})[0]
+            assert time.monotonic() - started < 2
+            signed_in = {"Host": f"127.0.0.1:{port}", "Authorization": basic("ops", login.token)}
+            waiting = threading.Thread(
+                target=lambda: answered.append(send("127.0.0.1", port, "GET", "/", signed_in)[0])
+            )
+            waiting.start()
+            time.sleep(0.5)
+            # A page that reads the store waits for the place.
+            assert [] == answered
+        waiting.join(10)
+        assert [200] == answered

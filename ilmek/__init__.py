@@ -11,7 +11,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from . import channel, serde
+from . import answers, channel, serde
+from .answers import Review
 from .channel import (
     UNSET,
     append,
@@ -30,6 +31,7 @@ from .context import NodeContext
 from .control import Command, RetryPolicy, Send, command, send
 from .engine import resume, resume_keyed, resume_keyed_stream, resume_stream, run, stream
 from .errors import (
+    AnswerRejectedError,
     CheckpointNotFoundError,
     ConcurrentUpdateError,
     CorruptCheckpointError,
@@ -99,6 +101,7 @@ __all__ = [
     "END",
     "START",
     "UNSET",
+    "AnswerRejectedError",
     "Checkpoint",
     "CheckpointEvent",
     "CheckpointNotFoundError",
@@ -133,6 +136,7 @@ __all__ = [
     "Result",
     "ResumeError",
     "RetryPolicy",
+    "Review",
     "RunEnd",
     "RunStart",
     "ScheduledTask",
@@ -149,6 +153,7 @@ __all__ = [
     "ThreadError",
     "ThreadInfo",
     "TransientStorageError",
+    "answers",
     "append",
     "append_field",
     "channel",

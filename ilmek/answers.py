@@ -71,29 +71,27 @@ class Review:
 
 # --- the Python checks a process has loaded ----------------------------------------------
 
-_CHECKS: dict[str, list[PythonCheck]] = {}
+# Functions with a name of their own (module or class level), by that name:
+# what a resume in this process can run for a stored contract. Lambdas and
+# nested functions share names across closures, so they are never looked up.
+_CHECKS: dict[str, PythonCheck] = {}
 _CHECKS_LOCK = threading.Lock()
 
 
-def _check_name(fn: PythonCheck) -> str:
-    module = getattr(fn, "__module__", None) or "?"
-    return f"{module}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
-
-
 def _remember(fn: PythonCheck) -> str:
-    name = _check_name(fn)
-    with _CHECKS_LOCK:
-        known = _CHECKS.setdefault(name, [])
-        if not any(f is fn for f in known):
-            known.append(fn)
+    module = getattr(fn, "__module__", None) or "?"
+    qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    name = f"{module}.{qualname}"
+    if "<" not in qualname:
+        with _CHECKS_LOCK:
+            _CHECKS[name] = fn  # a reloaded module's newer function wins
     return name
 
 
 def _loaded(name: str) -> PythonCheck | None:
-    """The one function loaded under ``name``; ``None`` when none is, or several share it (lambdas)."""
+    """The function of that name loaded in this process, if any."""
     with _CHECKS_LOCK:
-        known = _CHECKS.get(name, ())
-        return known[0] if len(known) == 1 else None
+        return _CHECKS.get(name)
 
 
 # --- the shapes ------------------------------------------------------------------------------
@@ -119,9 +117,11 @@ class Shape(Generic[T]):
     def check(self, fn: PythonCheck) -> Self:
         """A copy of this shape that also runs ``fn(answer)``: ``None`` accepts, a string refuses.
 
-        ``fn`` runs where the graph's code is loaded: at ``resume`` when the
-        resuming process has loaded it under one name (define it in a module,
-        not as a lambda), and always when the node replays the pause.
+        ``fn`` runs where the graph's code is loaded: at ``resume``, before
+        anything is written, when it is a function defined at module (or
+        class) level that the resuming process has loaded; and always when
+        the node replays the pause. A lambda or a nested function runs only
+        then: its refusal fails the node after the answer was recorded.
         """
         if not callable(fn):
             raise InvalidArgumentError(f"shape.check() takes a function, got {type(fn).__name__}")
@@ -411,9 +411,9 @@ def check(contract: Shape[Any] | Mapping[str, Any], answer: Any) -> str | None:
     """Why ``answer`` does not fit ``contract`` (a shape or its JSON form), or ``None`` if it does.
 
     The shape's own rule runs first, then its Python checks: a shape's own
-    functions, or, for a stored form, the functions of those names loaded in
-    this process (a name shared by several functions, such as a lambda's, or
-    not loaded here, is left to the node's replay of the pause).
+    functions, or, for a stored form, the module-level functions of those
+    names loaded in this process (a lambda, a nested function or one not
+    loaded here is left to the node's replay of the pause).
     """
     shape = contract if isinstance(contract, Shape) else from_json(contract)
     reason = shape.refusal(answer)

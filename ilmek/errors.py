@@ -9,7 +9,10 @@ were raised, except where a class below says otherwise.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .types import PauseTerms
 
 __all__ = [
     "AnswerRejectedError",
@@ -234,7 +237,9 @@ class InterruptSignal(BaseException):
     it if you catch ``BaseException``.
     """
 
-    def __init__(self, key: str, payload: Any = None) -> None:
+    def __init__(self, key: str, payload: Any = None, terms: PauseTerms | None = None) -> None:
         super().__init__(key)
         self.key = key
         self.payload = payload
+        #: The pause's contract, deadline and kind (``None``: a plain pause).
+        self.terms = terms

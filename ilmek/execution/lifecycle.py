@@ -326,7 +326,7 @@ class _Driving:
         answers = answers_by_id(setup, mode, base)
         if fork:
             base = self._fork(base)
-        record_answers(setup, self.position, self.hold, base, answers)
+        record_answers(setup, self.position, self.hold, base, answers, mode.by)
         return base
 
     def _check_expected(self, latest: Checkpoint | None, *, answering: bool) -> None:

@@ -150,6 +150,7 @@ def record_answers(
             )
         )
     from_pause = cp.record_answers(hold, base.id, answers)
+    position.answered_by = {pause.id: by for pause in base.pending}
     if from_pause is not None:
         # What the read found, then what is recorded from the pause itself
         # now (the answers' write refused anything recorded from it since

@@ -70,6 +70,7 @@ from .graph import END, START, CompiledGraph, GraphBuilder, graph
 from .host import history, pending_interrupts, thread_state, update_state
 from .operations import recover, request_cancel
 from .spec import from_spec, to_spec
+from .sweep import tick
 from .types import (
     Checkpoint,
     JournalEntry,
@@ -181,6 +182,7 @@ __all__ = [
     "stream",
     "stream_modes",
     "thread_state",
+    "tick",
     "to_spec",
     "update_state",
 ]

@@ -178,13 +178,13 @@ def resume_run(
     answers: Any,
     keyed: bool,
     options: Mapping[str, Any],
-    by: AnsweredBy = "person",
+    by: AnsweredBy | Mapping[str, AnsweredBy] = "person",
 ) -> Run:
     """The run a resume makes (``keyed``: ``answers`` is a dict of pause id to answer).
 
     ``options`` are keyword options as :func:`run` takes them; the graph's
     bindings fill in what they leave out. ``by`` is who answered, as the
-    journal records it.
+    journal records it (one for all, or by pause id).
     """
     return Run(graph, Resume(answers, keyed, by), RunOptions.of(options))
 

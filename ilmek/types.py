@@ -364,6 +364,8 @@ class ThreadInfo:
             does and its process said so.
         cancelled: How the last run was cancelled, when it was (until the
             thread moves on).
+        due_at: The earliest deadline or timer of its open pauses (aware,
+            UTC), or ``None``: when :func:`ilmek.tick` has work on it.
     """
 
     id: str
@@ -378,6 +380,7 @@ class ThreadInfo:
     held_since: _dt.datetime | None = None
     held_by: str | None = None
     cancelled: ThreadCancel | None = None
+    due_at: _dt.datetime | None = None
 
 
 @attrs.frozen

@@ -387,8 +387,9 @@ class Checkpointer(abc.ABC):
         limit: int | None = None,
         updated_before: Any = None,
         updated_after: Any = None,
+        due_before: Any = None,
     ) -> builtins.list[ThreadInfo]:
-        """Threads, most recently updated first.
+        """Threads, most recently updated first (with ``due_before``: the earliest due first).
 
         Args:
             search: Only threads whose id contains this text (case-insensitive).
@@ -402,6 +403,9 @@ class Checkpointer(abc.ABC):
             updated_before: Only threads last updated before this moment (an
                 aware ``datetime`` or epoch seconds).
             updated_after: Only threads last updated at or after this moment.
+            due_before: Only threads with an open deadline or timer due at or
+                before this moment (``ThreadInfo.due_at``); an indexed read,
+                whose cost follows what is due, not how many threads there are.
         """
         raise NotImplementedError(f"{type(self).__name__} does not list threads")
 

@@ -23,15 +23,19 @@ from .setup import RunSetup
 __all__ = ["Resume", "answers_by_id", "record_answers"]
 
 
+Answerers = AnsweredBy | Mapping[str, AnsweredBy]
+"""Who gives a resume's answers: one for all, or one per pause id."""
+
+
 class Resume:
     """A run that answers pauses: the answer (``keyed``: a dict of pause id to answer), and who gave it."""
 
     __slots__ = ("answers", "by", "keyed")
 
-    def __init__(self, answers: Any, keyed: bool, by: AnsweredBy = "person") -> None:
+    def __init__(self, answers: Any, keyed: bool, by: Answerers = "person") -> None:
         self.answers = answers
         self.keyed = keyed
-        self.by: AnsweredBy = by
+        self.by: Answerers = by
 
 
 def answers_by_id(setup: RunSetup, resume: Resume, base: Checkpoint) -> dict[str, Any]:
@@ -114,7 +118,7 @@ def record_answers(
     hold: Hold,
     base: Checkpoint,
     by_id: Mapping[str, Any],
-    by: AnsweredBy = "person",
+    by: Answerers = "person",
 ) -> None:
     """Record the answers to ``base``'s pauses (all or nothing); the position learns the journals."""
     cp, thread_id = setup.checkpointer, setup.thread_id
@@ -146,11 +150,16 @@ def record_answers(
             )
         answers.setdefault(key, []).append(
             JournalEntry(
-                key=pause.key, kind="interrupt", payload=pause.payload, value=answer, answered=True, by=by
+                key=pause.key,
+                kind="interrupt",
+                payload=pause.payload,
+                value=answer,
+                answered=True,
+                by=_who(by, pause.id),
             )
         )
     from_pause = cp.record_answers(hold, base.id, answers)
-    position.answered_by = {pause.id: by for pause in base.pending}
+    position.answered_by = {pause.id: _who(by, pause.id) for pause in base.pending}
     if from_pause is not None:
         # What the read found, then what is recorded from the pause itself
         # now (the answers' write refused anything recorded from it since
@@ -159,3 +168,7 @@ def record_answers(
             base.id,
             {key: journal_view(journals.get(key, ()), [from_pause.get(key, ())]) for key in keys},
         )
+
+
+def _who(by: Answerers, pause_id: str) -> AnsweredBy:
+    return by if isinstance(by, str) else by.get(pause_id, "person")

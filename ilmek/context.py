@@ -15,7 +15,7 @@ import functools
 import threading
 import types
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
 
 from . import checks, pausing, tracing
 from .channel import UNSET
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["NodeContext", "PlanContext", "StepGate", "TaskJournal"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class StepGate(Protocol):
@@ -185,7 +186,7 @@ class PlanContext:
             f"task, and have no journal (thread {self.thread_id!r}). Route on state; do the work in a node"
         )
 
-    def step(self, key: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    def step(self, key: str, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Refused: plan-time code has no journal.
 
         Raises:
@@ -284,7 +285,7 @@ class NodeContext(PlanContext):
         """This task's journal as it stands now: a read-only copy (for debugging)."""
         return self._journal.snapshot()
 
-    def step(self, key: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    def step(self, key: str, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``fn(*args, **kwargs)`` once, ever, for this task.
 
         On a replay the recorded value is returned and ``fn`` is not called.

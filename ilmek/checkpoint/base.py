@@ -393,8 +393,7 @@ class Checkpointer(abc.ABC):
 
         Args:
             search: Only threads whose id contains this text (case-insensitive).
-            metadata: Only threads whose metadata has every one of these
-                key/value pairs.
+            metadata: Only threads whose metadata has every one of these key/value pairs.
             status: Only threads in this status (``done``, ``interrupted``,
                 ``unfinished``, ``error``), or ``running`` for those a live
                 run holds now.
@@ -403,9 +402,7 @@ class Checkpointer(abc.ABC):
             updated_before: Only threads last updated before this moment (an
                 aware ``datetime`` or epoch seconds).
             updated_after: Only threads last updated at or after this moment.
-            due_before: Only threads with an open deadline or timer due at or
-                before this moment (``ThreadInfo.due_at``); an indexed read,
-                whose cost follows what is due, not how many threads there are.
+            due_before: Only threads with a deadline or timer due by then (``ThreadInfo.due_at``; indexed).
         """
         raise NotImplementedError(f"{type(self).__name__} does not list threads")
 

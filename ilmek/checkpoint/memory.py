@@ -460,11 +460,7 @@ class InMemoryCheckpointer(Checkpointer):
             infos = [i for i in infos if i.updated_at.timestamp() < before]
         if after is not None:
             infos = [i for i in infos if i.updated_at.timestamp() >= after]
-        if due is not None:
-            infos = [i for i in infos if i.due_at is not None and i.due_at.timestamp() <= due]
-            infos.sort(key=lambda i: (i.due_at, i.id))
-        else:
-            infos.sort(key=lambda i: (i.updated_at, i.id), reverse=True)
+        infos = _in_listed_order(infos, due)
         end = None if limit is None else offset + limit
         return infos[offset:end]
 
@@ -611,6 +607,14 @@ def _sweep(thread_id: str, thread: _Thread) -> None:
 
 def _moment(epoch: float) -> _dt.datetime:
     return _dt.datetime.fromtimestamp(epoch, _dt.UTC)
+
+
+def _in_listed_order(infos: builtins.list[ThreadInfo], due: float | None) -> builtins.list[ThreadInfo]:
+    """Most recently updated first; with ``due`` (epoch seconds), only those due by then, earliest first."""
+    if due is None:
+        return sorted(infos, key=lambda i: (i.updated_at, i.id), reverse=True)
+    due_by = [(i.due_at, i) for i in infos if i.due_at is not None and i.due_at.timestamp() <= due]
+    return [i for _, i in sorted(due_by, key=lambda pair: (pair[0], pair[1].id))]
 
 
 def _status_matches(info: ThreadInfo, status: str | None) -> bool:

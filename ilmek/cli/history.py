@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..types import Checkpoint
@@ -47,6 +47,12 @@ def _answered_by(checkpoints: Sequence[Checkpoint]) -> dict[str, dict[str, str]]
         if checkpoint.parent_id is not None and isinstance(by, dict):
             found[checkpoint.parent_id] = {str(k): str(v) for k, v in by.items()}
     return found
+
+
+def _pauses_note(checkpoint: Checkpoint, resumed: bool, by: Mapping[str, str]) -> str:
+    """``answered: <ids> (by ...)`` for a resumed pause, else ``waiting: <ids>``."""
+    ids = ", ".join(p.id + (f" (by {by[p.id]})" if p.id in by else "") for p in checkpoint.pending)
+    return f"{'answered' if resumed else 'waiting'}: {ids}"
 
 
 def render_history(checkpoints: Sequence[Checkpoint], *, truncated: bool = False) -> list[str]:
@@ -112,11 +118,8 @@ def render_history(checkpoints: Sequence[Checkpoint], *, truncated: bool = False
         if checkpoint.id in looped:
             notes.append("(damaged: its parents loop)")
         if checkpoint.pending:
-            state = "answered" if checkpoint.id in resumed else "waiting"
-            by = answered_by.get(checkpoint.id, {})
             notes.append(
-                f"{state}: "
-                + ", ".join(p.id + (f" (by {by[p.id]})" if p.id in by else "") for p in checkpoint.pending)
+                _pauses_note(checkpoint, checkpoint.id in resumed, answered_by.get(checkpoint.id, {}))
             )
         if checkpoint.parent_id is not None and checkpoint.parent_id not in by_id:
             notes.append("(parent not shown)" if truncated else "(parent pruned)")

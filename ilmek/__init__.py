@@ -11,7 +11,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from . import channel, serde
+from . import answers, channel, serde
+from .answers import Review
 from .channel import (
     UNSET,
     append,
@@ -31,6 +32,7 @@ from .context import NodeContext
 from .control import Command, RetryPolicy, Send, command, send
 from .engine import resume, resume_keyed, resume_keyed_stream, resume_stream, run, stream
 from .errors import (
+    AnswerRejectedError,
     CheckpointNotFoundError,
     ConcurrentUpdateError,
     CorruptCheckpointError,
@@ -70,6 +72,7 @@ from .graph import END, START, CompiledGraph, GraphBuilder, graph
 from .host import forget_unstored_steps, history, pending_interrupts, thread_state, update_state
 from .operations import recover, request_cancel
 from .spec import from_spec, to_spec
+from .sweep import tick
 from .types import (
     Checkpoint,
     JournalEntry,
@@ -101,6 +104,7 @@ __all__ = [
     "END",
     "START",
     "UNSET",
+    "AnswerRejectedError",
     "Checkpoint",
     "CheckpointEvent",
     "CheckpointNotFoundError",
@@ -135,6 +139,7 @@ __all__ = [
     "Result",
     "ResumeError",
     "RetryPolicy",
+    "Review",
     "RunEnd",
     "RunStart",
     "ScheduledTask",
@@ -152,6 +157,7 @@ __all__ = [
     "ThreadError",
     "ThreadInfo",
     "TransientStorageError",
+    "answers",
     "append",
     "append_field",
     "channel",
@@ -181,6 +187,7 @@ __all__ = [
     "stream",
     "stream_modes",
     "thread_state",
+    "tick",
     "to_spec",
     "update_state",
 ]

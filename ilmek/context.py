@@ -10,13 +10,15 @@ journal, so ``step`` and ``interrupt`` refuse, and ``emit`` does nothing.
 
 from __future__ import annotations
 
+import datetime as _dt
 import functools
 import threading
 import types
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
 
-from . import checks, tracing
+from . import checks, pausing, tracing
+from .channel import UNSET
 from .errors import (
     GraphError,
     InterruptSignal,
@@ -25,16 +27,18 @@ from .errors import (
     SerializationError,
     StepResultNotStoredError,
 )
-from .types import JournalEntry
+from .types import JournalEntry, PauseTerms
 
 if TYPE_CHECKING:
     import logging
 
+    from .answers import Shape
     from .graph import CompiledGraph
 
 __all__ = ["NodeContext", "PlanContext", "StepGate", "TaskJournal"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class StepGate(Protocol):
@@ -189,7 +193,7 @@ class PlanContext:
             f"task, and have no journal (thread {self.thread_id!r}). Route on state; do the work in a node"
         )
 
-    def step(self, key: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    def step(self, key: str, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Refused: plan-time code has no journal.
 
         Raises:
@@ -197,13 +201,29 @@ class PlanContext:
         """
         raise self._plan_time("step")
 
-    def interrupt(self, payload: Any = None, key: str | None = None) -> Any:
+    def interrupt(
+        self,
+        payload: Any = None,
+        key: str | None = None,
+        *,
+        answers: Shape[Any] | None = None,
+        deadline: _dt.timedelta | _dt.datetime | None = None,
+        on_timeout: Any = UNSET,
+    ) -> Any:
         """Refused: plan-time code cannot pause.
 
         Raises:
             GraphError: always.
         """
         raise self._plan_time("interrupt")
+
+    def sleep(self, key: str, *, seconds: float | None = None, until: _dt.datetime | None = None) -> None:
+        """Refused: plan-time code cannot wait.
+
+        Raises:
+            GraphError: always.
+        """
+        raise self._plan_time("sleep")
 
     def emit(self, payload: Any) -> None:
         """Does nothing at plan time (routers and guards have no place in the stream)."""
@@ -274,7 +294,7 @@ class NodeContext(PlanContext):
         """This task's journal as it stands now: a read-only copy (for debugging)."""
         return self._journal.snapshot()
 
-    def step(self, key: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    def step(self, key: str, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``fn(*args, **kwargs)`` once, ever, for this task.
 
         On a replay the recorded value is returned and ``fn`` is not called.
@@ -360,22 +380,99 @@ class NodeContext(PlanContext):
             type_name=type_name if isinstance(type_name, str) else None,
         )
 
-    def interrupt(self, payload: Any = None, key: str | None = None) -> Any:
+    @overload
+    def interrupt(
+        self,
+        payload: Any = None,
+        key: str | None = None,
+        *,
+        answers: Shape[T],
+        deadline: _dt.timedelta | _dt.datetime | None = None,
+        on_timeout: Any = UNSET,
+    ) -> T: ...
+    @overload
+    def interrupt(
+        self,
+        payload: Any = None,
+        key: str | None = None,
+        *,
+        answers: Shape[Any] | None = None,
+        deadline: _dt.timedelta | _dt.datetime | None = None,
+        on_timeout: Any = UNSET,
+    ) -> Any: ...
+    def interrupt(
+        self,
+        payload: Any = None,
+        key: str | None = None,
+        *,
+        answers: Shape[Any] | None = None,
+        deadline: _dt.timedelta | _dt.datetime | None = None,
+        on_timeout: Any = UNSET,
+    ) -> Any:
         """Pause for a person and return their answer.
 
         On the first pass the pause is recorded and the task halts (the run
         ends ``interrupted``); after ``resume`` the node runs again from the
         top, its completed steps replay, and this returns the answer.
 
+        Args:
+            payload: What the person is asked (stored with the pause).
+            key: The pause's key in the task's journal (default ``"interrupt"``).
+            answers: The contract: a shape of :mod:`ilmek.answers` —
+                ``choice(*options)``, ``text(max_length=, pattern=)``,
+                ``number(minimum=, maximum=, integer=)``, ``boolean()``,
+                ``review(draft)`` (the node receives an :class:`ilmek.Review`),
+                ``schema(json_schema)``, any of them with ``.check(fn)``.
+                ``resume`` refuses an answer that does not fit.
+            deadline: A ``timedelta`` (from now, when the pause is made) or an
+                aware ``datetime``: once passed, :func:`ilmek.tick` records
+                ``on_timeout`` as the answer (``by="deadline"``).
+            on_timeout: The answer applied at the deadline; it must fit the contract.
+
         Raises:
             InterruptSignal: to halt the task; let it propagate.
+            InvalidArgumentError: a ``deadline`` without ``on_timeout``, an
+                ``on_timeout`` that does not fit, ``answers`` not a shape.
+            AnswerRejectedError: the recorded answer fails a Python check the
+                resume could not run (see :meth:`ilmek.answers.Shape.check`).
             NondeterminismError: ``key`` names a step in the journal.
             GraphError: called inside a step's function.
             ResumeError: the run has no checkpointer, so nobody could answer.
         """
+        where = f"ctx.interrupt() of node {self.node!r} (thread {self.thread_id!r})"
+        terms = pausing.person_terms(answers, deadline, on_timeout, where=where)
+        full = self._claim_pause("interrupt", "interrupt" if key is None else key)
+        entry = self._answered_or_pause(full, payload, terms)
+        return pausing.received(answers, entry, pause=full, thread_id=self.thread_id)
+
+    def sleep(self, key: str, *, seconds: float | None = None, until: _dt.datetime | None = None) -> None:
+        """Wait, durably, ``seconds`` from now or ``until`` an aware datetime (exactly one).
+
+        The first pass records a ``timer`` pause due then and the run ends
+        ``interrupted``; once it is due, :func:`ilmek.tick` continues the
+        thread and this returns ``None``; on replay it returns at once. Steps
+        before it never run again.
+
+        Raises:
+            InterruptSignal: to halt the task; let it propagate.
+            InvalidArgumentError: neither or both of ``seconds`` and ``until``,
+                a negative ``seconds``, a naive ``until``.
+        """
+        where = f"ctx.sleep() of node {self.node!r} (thread {self.thread_id!r})"
+        full = self._claim_pause("sleep", key)
+        entry = self._journal.get(full)
+        if entry is not None and not entry.answered and isinstance(entry.payload, Mapping):
+            # Asked again before it came due (a fork, a retry): the time first set stands.
+            terms = pausing.timer_terms(None, entry.payload.get("until"), where=where)
+        else:
+            terms = pausing.timer_terms(seconds, until, where=where)
+        self._answered_or_pause(full, {"until": terms.deadline}, terms)
+
+    def _claim_pause(self, what: str, key: str) -> str:
+        """The journal key of a pause asked by ``ctx.<what>()``, once it is sure it may pause here."""
         if self._body_thread is not None and threading.get_ident() != self._body_thread:
             raise GraphError(
-                f"node {self.node!r} called ctx.interrupt() from a thread other than the one running "
+                f"node {self.node!r} called ctx.{what}() from a thread other than the one running "
                 f"the node (thread {self.thread_id!r}): only the node itself can pause, since a pause "
                 "asked from a step's own threads would let that step's effect run again on resume. "
                 "Ask from the node, then hand the answer to your threads",
@@ -383,11 +480,14 @@ class NodeContext(PlanContext):
             )
         if self._journal.in_step:
             raise GraphError(
-                f"node {self.node!r} called ctx.interrupt() inside the function of a ctx.step() "
+                f"node {self.node!r} called ctx.{what}() inside the function of a ctx.step() "
                 f"(thread {self.thread_id!r}): the step would be recorded only after the answer, so its "
                 "function would run again on resume. Ask first, then pass the answer to the step"
             )
-        full = self._journal.claim("interrupt" if key is None else key, "an interrupt key")
+        return self._journal.claim(key, "an interrupt key" if what == "interrupt" else "a timer key")
+
+    def _answered_or_pause(self, full: str, payload: Any, terms: PauseTerms | None) -> JournalEntry:
+        """The answered entry under ``full``; else the pause is made (or asked again) by raising."""
         entry = self._journal.get(full)
         if entry is not None:
             if entry.kind != "interrupt":
@@ -400,8 +500,8 @@ class NodeContext(PlanContext):
                     thread_id=self.thread_id,
                 )
             if entry.answered:
-                return entry.value
-            raise InterruptSignal(full, entry.payload)
+                return entry
+            raise InterruptSignal(full, entry.payload, terms)
         if not self._can_pause:
             raise ResumeError(
                 f"node {self.node!r} asked a person (ctx.interrupt) in a run without a checkpointer "
@@ -412,7 +512,7 @@ class NodeContext(PlanContext):
         # The pause itself is recorded with the pause checkpoint, not here:
         # until the superstep commits there is nothing to answer.
         self._journal.record(JournalEntry(key=full, kind="interrupt", payload=payload), durable=False)
-        raise InterruptSignal(full, payload)
+        raise InterruptSignal(full, payload, terms)
 
     def emit(self, payload: Any) -> None:
         """Push a ``custom`` event to the run's stream now (not journaled)."""

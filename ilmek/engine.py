@@ -24,7 +24,7 @@ from .execution.answers import Resume
 from .execution.lifecycle import Run, Start
 from .execution.setup import DEFAULT_RECURSION_LIMIT, RunOptions
 from .graph import CompiledGraph
-from .types import Result, StateT
+from .types import AnsweredBy, Result, StateT
 
 __all__ = [
     "DEFAULT_RECURSION_LIMIT",
@@ -173,13 +173,20 @@ def run(
     return collect_result(graph, Run(graph, Start(input), options))
 
 
-def resume_run(graph: CompiledGraph[Any], answers: Any, keyed: bool, options: Mapping[str, Any]) -> Run:
+def resume_run(
+    graph: CompiledGraph[Any],
+    answers: Any,
+    keyed: bool,
+    options: Mapping[str, Any],
+    by: AnsweredBy | Mapping[str, AnsweredBy] = "person",
+) -> Run:
     """The run a resume makes (``keyed``: ``answers`` is a dict of pause id to answer).
 
     ``options`` are keyword options as :func:`run` takes them; the graph's
-    bindings fill in what they leave out.
+    bindings fill in what they leave out. ``by`` is who answered, as the
+    journal records it (one for all, or by pause id).
     """
-    return Run(graph, Resume(answers, keyed), RunOptions.of(options))
+    return Run(graph, Resume(answers, keyed, by), RunOptions.of(options))
 
 
 def resume(

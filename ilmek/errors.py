@@ -9,9 +9,13 @@ were raised, except where a class below says otherwise.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .types import PauseTerms
 
 __all__ = [
+    "AnswerRejectedError",
     "CheckpointNotFoundError",
     "ConcurrentUpdateError",
     "CorruptCheckpointError",
@@ -91,6 +95,28 @@ class ReducerError(IlmekError):
 
 class ResumeError(IlmekError):
     """The thread cannot be resumed or run the way it was asked to."""
+
+
+class AnswerRejectedError(ResumeError):
+    """An answer does not fit its pause's contract; nothing was recorded and the pause is still open.
+
+    Attributes:
+        pause_id: The pause whose contract refused the answer.
+        reason: Why, in the contract's words.
+    """
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        thread_id: str | None = None,
+        checkpoint_id: str | None = None,
+        pause_id: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        super().__init__(message, thread_id=thread_id, checkpoint_id=checkpoint_id)
+        self.pause_id = pause_id
+        self.reason = reason
 
 
 class CheckpointNotFoundError(ResumeError, LookupError):
@@ -240,7 +266,9 @@ class InterruptSignal(BaseException):
     it if you catch ``BaseException``.
     """
 
-    def __init__(self, key: str, payload: Any = None) -> None:
+    def __init__(self, key: str, payload: Any = None, terms: PauseTerms | None = None) -> None:
         super().__init__(key)
         self.key = key
         self.payload = payload
+        #: The pause's contract, deadline and kind (``None``: a plain pause).
+        self.terms = terms

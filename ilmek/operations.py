@@ -42,12 +42,33 @@ def request_cancel(checkpointer: Checkpointer, thread_id: str, reason: str = "ca
     return checkpointer.request_cancel(checks.thread_id(thread_id), checks.text(reason, "reason"))
 
 
-def _registry(graphs: CompiledGraph | Mapping[str, CompiledGraph]) -> dict[str, CompiledGraph]:
+def graph_registry(graphs: CompiledGraph | Mapping[str, CompiledGraph]) -> dict[str, CompiledGraph]:
+    """``graphs`` (one compiled graph, or a dict of name to graph) as a dict of name to graph."""
     if isinstance(graphs, CompiledGraph):
         return {graphs.name: graphs}
     if isinstance(graphs, Mapping) and all(isinstance(g, CompiledGraph) for g in graphs.values()):
         return dict(graphs)
     raise InvalidArgumentError("graphs must be a compiled graph or a dict of graph name to compiled graph")
+
+
+def graph_of(registry: Mapping[str, CompiledGraph], latest: Checkpoint, doing: str) -> CompiledGraph | None:
+    """The graph that wrote ``latest`` (by the name its metadata records), or ``None``, logged, if not given.
+
+    A checkpoint that names no graph is taken to be the one graph given, if one is.
+    """
+    name = latest.metadata.get("graph")
+    graph = registry.get(name) if isinstance(name, str) else None
+    if graph is None and len(registry) == 1 and name is None:
+        graph = next(iter(registry.values()))
+    if graph is None:
+        logger("ilmek.operations").info(
+            "not %s thread %r: its graph %r was not given",
+            doing,
+            latest.thread_id,
+            name,
+            extra={"thread_id": latest.thread_id},
+        )
+    return graph
 
 
 def stalled_threads(
@@ -165,23 +186,14 @@ def recover(
         has ``status="error"`` with that error. A storage failure stops the
         sweep (raised).
     """
-    registry = _registry(graphs)
+    registry = graph_registry(graphs)
     results: list[Result] = []
     for info in stalled_threads(checkpointer, older_than=older_than, limit=limit):
         latest = checkpointer.get(info.id)
         if latest is None or latest.pending or not latest.next:
             continue
-        name = latest.metadata.get("graph")
-        graph = registry.get(name) if isinstance(name, str) else None
-        if graph is None and len(registry) == 1 and name is None:
-            graph = next(iter(registry.values()))
+        graph = graph_of(registry, latest, "recovering")
         if graph is None:
-            logger("ilmek.operations").info(
-                "not recovering thread %r: its graph %r was not given",
-                info.id,
-                name,
-                extra={"thread_id": info.id},
-            )
             continue
         the_run = Run(
             graph,

@@ -31,11 +31,14 @@ else:
     StateT = TypeVar("StateT")
 
 __all__ = [
+    "AnsweredBy",
     "ChannelChange",
     "Checkpoint",
     "Extend",
     "JournalEntry",
     "LazyChannels",
+    "PauseKind",
+    "PauseTerms",
     "Pending",
     "Replace",
     "Result",
@@ -46,6 +49,7 @@ __all__ = [
     "ThreadStatus",
     "new_checkpoint_id",
     "new_random_id",
+    "pause_fields",
     "split_task_id",
     "task_id_for",
     "thread_of_task",
@@ -77,14 +81,50 @@ class ScheduledTask:
     input: Any = None
 
 
+PauseKind = Literal["person", "timer"]
+AnsweredBy = Literal["person", "deadline", "token", "timer"]
+
+
+@attrs.frozen(kw_only=True)
+class PauseTerms:
+    """What a node asked of a pause besides its payload: its contract, deadline and kind.
+
+    Attributes:
+        answers: The contract's JSON form (:meth:`ilmek.answers.Shape.to_json`), or ``None``.
+        deadline: When it times out or, for a timer, comes due (aware, UTC).
+        on_timeout: The answer applied at the deadline (in its stored form).
+        kind: ``"person"`` or ``"timer"``.
+    """
+
+    answers: Mapping[str, Any] | None = None
+    deadline: _dt.datetime | None = None
+    on_timeout: Any = None
+    kind: PauseKind = "person"
+
+
+def pause_fields(terms: PauseTerms | None) -> dict[str, Any]:
+    """The :class:`Pending` fields ``terms`` fill (none for a plain pause)."""
+    return {} if terms is None else attrs.asdict(terms, recurse=False)
+
+
 @attrs.frozen(kw_only=True)
 class Pending:
-    """An open pause, waiting for a person's answer.
+    """An open pause, waiting for a person's answer (or, for a timer, for its time).
 
     ``id`` is unique within the thread (``<task_key>:<key>``) and is what
     ``resume_keyed`` answers by; ``key`` is unique within its task and
     addresses the journal entry; ``task_id`` names the journal the answer is
     recorded in.
+
+    Attributes:
+        answers: The pause's contract as stored: the JSON form of an
+            :mod:`ilmek.answers` shape, or ``None`` (any answer).
+        deadline: When the pause times out (aware, UTC), or ``None``; for a
+            timer, when it is due.
+        on_timeout: The answer recorded once ``deadline`` has passed (``None``
+            for a timer).
+        kind: ``"person"`` (someone answers) or ``"timer"`` (``ctx.sleep``).
+        ns: The subgraph path of the task that paused (``()`` at the root).
     """
 
     id: str
@@ -92,6 +132,11 @@ class Pending:
     node: str
     key: str
     payload: Any = None
+    answers: Mapping[str, Any] | None = None
+    deadline: _dt.datetime | None = None
+    on_timeout: Any = None
+    kind: PauseKind = "person"
+    ns: tuple[str, ...] = ()
 
     @property
     def task_key(self) -> str:
@@ -106,9 +151,13 @@ class JournalEntry:
 
     For a step, ``value`` is what the step's function returned. For an
     interrupt, ``payload`` is what was asked and, once ``answered``, ``value``
-    is the answer. An ``unstored`` entry records a step whose function ran
-    but whose result could not be stored: ``payload`` names the type that
-    could not be (see :class:`~ilmek.errors.StepResultNotStoredError`).
+    is the answer and ``by`` who gave it: ``"person"`` (a resume),
+    ``"deadline"`` (the pause's ``on_timeout``, applied by ``tick``),
+    ``"token"`` (an answer link) or ``"timer"`` (a ``ctx.sleep`` that came
+    due); ``None`` in journals written before ilmek kept it. An
+    ``unstored`` entry records a step whose function ran but whose result
+    could not be stored: ``payload`` names the type that could not be (see
+    :class:`~ilmek.errors.StepResultNotStoredError`).
     """
 
     key: str
@@ -116,6 +165,7 @@ class JournalEntry:
     value: Any = None
     payload: Any = None
     answered: bool = False
+    by: AnsweredBy | None = None
 
 
 class LazyChannels(Mapping[str, Any]):
@@ -317,6 +367,8 @@ class ThreadInfo:
             does and its process said so.
         cancelled: How the last run was cancelled, when it was (until the
             thread moves on).
+        due_at: The earliest deadline or timer of its open pauses (aware,
+            UTC), or ``None``: when :func:`ilmek.tick` has work on it.
     """
 
     id: str
@@ -331,6 +383,7 @@ class ThreadInfo:
     held_since: _dt.datetime | None = None
     held_by: str | None = None
     cancelled: ThreadCancel | None = None
+    due_at: _dt.datetime | None = None
 
 
 @attrs.frozen

@@ -162,6 +162,10 @@ def decode_value(
 # --- journal entries ----------------------------------------------------------------
 
 
+# Who may have answered (None: a journal written before ilmek kept it).
+_ANSWERED_BY = (None, "person", "deadline", "token", "timer")
+
+
 def _entry_to_plain(entry: JournalEntry, where: str) -> dict[str, Any]:
     # Keys are the author's text and may hold NUL, which JSONB refuses bare.
     record: dict[str, Any] = {"key": serde.to_jsonable(entry.key, where=where), "kind": entry.kind}
@@ -170,6 +174,8 @@ def _entry_to_plain(entry: JournalEntry, where: str) -> dict[str, Any]:
     if entry.kind == "interrupt":
         record["payload"] = serde.to_jsonable(entry.payload, where=f"{where} interrupt {entry.key!r}")
         record["answered"] = entry.answered
+        if entry.by is not None:
+            record["by"] = entry.by
     elif entry.kind == "unstored":
         record["payload"] = serde.to_jsonable(entry.payload, where=f"{where} step {entry.key!r}")
     return record
@@ -192,6 +198,9 @@ def _entry_from_plain(record: Any, *, thread_id: str | None, checkpoint_id: str 
     answered = record.get("answered", False)
     if not isinstance(answered, bool):
         raise bad("has a malformed 'answered' flag")
+    by = record.get("by")
+    if by not in _ANSWERED_BY:
+        raise bad(f"names an unknown answerer {by!r}")
     return JournalEntry(
         key=key,
         kind=kind,
@@ -200,6 +209,7 @@ def _entry_from_plain(record: Any, *, thread_id: str | None, checkpoint_id: str 
             record.get("payload"), thread_id=thread_id, checkpoint_id=checkpoint_id, table="journals"
         ),
         answered=answered,
+        by=by,
     )
 
 
@@ -342,20 +352,37 @@ def decode_next(
     return tuple(tasks)
 
 
+def _pause_to_plain(p: Pending) -> dict[str, Any]:
+    record = {
+        "id": serde.to_jsonable(p.id, where=f"the pause {p.id!r}"),
+        "task_id": serde.to_jsonable(p.task_id, where=f"the pause {p.id!r}"),
+        "node": p.node,
+        "key": serde.to_jsonable(p.key, where=f"the pause {p.id!r}"),
+        "payload": serde.to_jsonable(p.payload, where=f"the payload of pause {p.id!r}"),
+    }
+    # The contract's fields only where set: a plain pause is stored as before.
+    if p.answers is not None:
+        record["answers"] = serde.to_jsonable(p.answers, where=f"the contract of pause {p.id!r}")
+    if p.deadline is not None:
+        # Plain epoch seconds, not the codec's tagged datetime: SQL reads it to find what is due.
+        record["deadline"] = p.deadline.timestamp()
+        record["on_timeout"] = serde.to_jsonable(p.on_timeout, where=f"the on_timeout of pause {p.id!r}")
+    if p.kind != "person":
+        record["kind"] = p.kind
+    if p.ns:
+        record["ns"] = list(p.ns)
+    return record
+
+
 def encode_pending(pending: Sequence[Pending]) -> str:
     """The open pauses as JSON text."""
-    return dump_plain(
-        [
-            {
-                "id": serde.to_jsonable(p.id, where=f"the pause {p.id!r}"),
-                "task_id": serde.to_jsonable(p.task_id, where=f"the pause {p.id!r}"),
-                "node": p.node,
-                "key": serde.to_jsonable(p.key, where=f"the pause {p.id!r}"),
-                "payload": serde.to_jsonable(p.payload, where=f"the payload of pause {p.id!r}"),
-            }
-            for p in pending
-        ]
-    )
+    return dump_plain([_pause_to_plain(p) for p in pending])
+
+
+def due_at(pending: Sequence[Pending]) -> float | None:
+    """The earliest deadline or timer of ``pending`` as epoch seconds (``None``: nothing comes due)."""
+    deadlines = [p.deadline.timestamp() for p in pending if p.deadline is not None]
+    return min(deadlines) if deadlines else None
 
 
 def decode_pending(
@@ -382,9 +409,33 @@ def decode_pending(
                 node=item["node"],
                 key=fields["key"],
                 payload=revive(item.get("payload"), thread_id=thread_id, checkpoint_id=checkpoint_id),
+                **_pause_terms(item, thread_id=thread_id, checkpoint_id=checkpoint_id),
             )
         )
     return tuple(pauses)
+
+
+def _pause_terms(item: dict[str, Any], *, thread_id: str | None, checkpoint_id: str | None) -> dict[str, Any]:
+    """A stored pause's contract, deadline, kind and namespace (absent in pauses stored before them)."""
+    contract = revive(item.get("answers"), thread_id=thread_id, checkpoint_id=checkpoint_id)
+    deadline = item.get("deadline")
+    kind = item.get("kind", "person")
+    ns = item.get("ns", [])
+    if (
+        (contract is not None and not isinstance(contract, dict))
+        or (deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, int | float)))
+        or kind not in ("person", "timer")
+        or not isinstance(ns, list)
+        or not all(isinstance(part, str) for part in ns)
+    ):
+        raise corrupt("an open pause's terms are malformed", thread_id=thread_id, checkpoint_id=checkpoint_id)
+    return {
+        "answers": contract,
+        "deadline": None if deadline is None else _dt.datetime.fromtimestamp(deadline, _dt.UTC),
+        "on_timeout": revive(item.get("on_timeout"), thread_id=thread_id, checkpoint_id=checkpoint_id),
+        "kind": kind,
+        "ns": tuple(ns),
+    }
 
 
 def decode_metadata(

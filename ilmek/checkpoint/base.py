@@ -387,13 +387,13 @@ class Checkpointer(abc.ABC):
         limit: int | None = None,
         updated_before: Any = None,
         updated_after: Any = None,
+        due_before: Any = None,
     ) -> builtins.list[ThreadInfo]:
-        """Threads, most recently updated first.
+        """Threads, most recently updated first (with ``due_before``: the earliest due first).
 
         Args:
             search: Only threads whose id contains this text (case-insensitive).
-            metadata: Only threads whose metadata has every one of these
-                key/value pairs.
+            metadata: Only threads whose metadata has every one of these key/value pairs.
             status: Only threads in this status (``done``, ``interrupted``,
                 ``unfinished``, ``error``), or ``running`` for those a live
                 run holds now.
@@ -402,6 +402,7 @@ class Checkpointer(abc.ABC):
             updated_before: Only threads last updated before this moment (an
                 aware ``datetime`` or epoch seconds).
             updated_after: Only threads last updated at or after this moment.
+            due_before: Only threads with a deadline or timer due by then (``ThreadInfo.due_at``; indexed).
         """
         raise NotImplementedError(f"{type(self).__name__} does not list threads")
 

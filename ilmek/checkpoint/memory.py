@@ -82,6 +82,8 @@ class _Thread:
     updated_at: Any
     metadata_text: str = "{}"
     status: str = "done"
+    #: The earliest deadline or timer of the latest checkpoint's pauses (epoch seconds).
+    due_at: float | None = None
     #: The last run's failure or cancel (cleared by the next commit).
     error: ThreadError | ThreadCancel | None = None
     ids: list[str] = attrs.Factory(list)
@@ -241,6 +243,7 @@ class InMemoryCheckpointer(Checkpointer):
             thread.checkpoints[checkpoint.id] = stored
             if thread.ids[-1] == checkpoint.id:
                 thread.status, thread.error = checkpoint.status, None
+                thread.due_at = _records.due_at(checkpoint.pending)
             thread.updated_at = utc_now()
             for task_id in drop_journals:
                 self._drop_own(task_id)
@@ -399,7 +402,7 @@ class InMemoryCheckpointer(Checkpointer):
             self._local_holds.check(hold)
             thread = self._threads.get(hold.thread_id)
             if thread is not None and thread.ids:
-                thread.status, thread.error = "error", error
+                thread.status, thread.error, thread.due_at = "error", error, None
                 thread.updated_at = utc_now()
 
     def record_cancel(self, hold: Hold, cancel: ThreadCancel) -> None:
@@ -436,6 +439,7 @@ class InMemoryCheckpointer(Checkpointer):
         limit: int | None = None,
         updated_before: Any = None,
         updated_after: Any = None,
+        due_before: Any = None,
     ) -> builtins.list[ThreadInfo]:
         needle = checks.search_text(search)
         wanted = _records.check_metadata_filter(metadata)
@@ -444,6 +448,7 @@ class InMemoryCheckpointer(Checkpointer):
         limit = checks.count(limit, "limit", optional=True)
         before = checks.moment(updated_before, "updated_before")
         after = checks.moment(updated_after, "updated_after")
+        due = checks.moment(due_before, "due_before")
         infos = self._infos()
         if needle:
             folded = needle.casefold()
@@ -455,7 +460,7 @@ class InMemoryCheckpointer(Checkpointer):
             infos = [i for i in infos if i.updated_at.timestamp() < before]
         if after is not None:
             infos = [i for i in infos if i.updated_at.timestamp() >= after]
-        infos.sort(key=lambda i: (i.updated_at, i.id), reverse=True)
+        infos = _in_listed_order(infos, due)
         end = None if limit is None else offset + limit
         return infos[offset:end]
 
@@ -578,6 +583,7 @@ def _thread_info(thread_id: str, thread: _Thread, hold: Hold | None) -> ThreadIn
         held_since=_moment(hold.acquired_at) if running and hold is not None else None,
         held_by=holder_of(hold.token) if running and hold is not None else None,
         cancelled=thread.error if isinstance(thread.error, ThreadCancel) else None,
+        due_at=_moment(thread.due_at) if thread.due_at is not None else None,
     )
 
 
@@ -601,6 +607,14 @@ def _sweep(thread_id: str, thread: _Thread) -> None:
 
 def _moment(epoch: float) -> _dt.datetime:
     return _dt.datetime.fromtimestamp(epoch, _dt.UTC)
+
+
+def _in_listed_order(infos: builtins.list[ThreadInfo], due: float | None) -> builtins.list[ThreadInfo]:
+    """Most recently updated first; with ``due`` (epoch seconds), only those due by then, earliest first."""
+    if due is None:
+        return sorted(infos, key=lambda i: (i.updated_at, i.id), reverse=True)
+    due_by = [(i.due_at, i) for i in infos if i.due_at is not None and i.due_at.timestamp() <= due]
+    return [i for _, i in sorted(due_by, key=lambda pair: (pair[0], pair[1].id))]
 
 
 def _status_matches(info: ThreadInfo, status: str | None) -> bool:

@@ -36,14 +36,22 @@ _TRANSIENT_CODES = frozenset({5, 6})
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _MIN_VERSION = (3, 35, 0)  # RETURNING
 
+# What tick() asks: the threads with something due by now. Partial: only
+# threads with an open deadline or timer are in it, so it stays as small as
+# the due work, whatever the number of threads.
+_DUE_INDEX = (
+    "CREATE INDEX IF NOT EXISTS {p}_threads_due ON {p}_threads (due_at, thread_id) WHERE due_at IS NOT NULL"
+)
+
 _SCHEMA: list[str] = [
     "CREATE TABLE IF NOT EXISTS {p}_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS {p}_threads ("
     " thread_id TEXT PRIMARY KEY, created_at REAL NOT NULL, updated_at REAL NOT NULL,"
     " status TEXT NOT NULL, step INTEGER NOT NULL, checkpoint_id TEXT,"
-    " metadata TEXT NOT NULL DEFAULT '{{}}', error TEXT)",
+    " metadata TEXT NOT NULL DEFAULT '{{}}', error TEXT, due_at REAL)",
     "CREATE INDEX IF NOT EXISTS {p}_threads_updated ON {p}_threads (updated_at DESC, thread_id DESC)",
     "CREATE INDEX IF NOT EXISTS {p}_threads_status ON {p}_threads (status, updated_at DESC)",
+    _DUE_INDEX,
     "CREATE TABLE IF NOT EXISTS {p}_checkpoints ("
     " thread_id TEXT NOT NULL, checkpoint_id TEXT NOT NULL, parent_id TEXT, plan_id TEXT,"
     " step INTEGER NOT NULL, ts REAL NOT NULL, manifest TEXT NOT NULL, next TEXT NOT NULL,"
@@ -88,6 +96,8 @@ _UPGRADES: dict[int, list[Migration]] = {
         copy_v1_journals,
         "DROP TABLE {p}_journals_v1",
     ],
+    # Version 3: pauses with a deadline or a timer; the thread keeps the earliest (NULL before).
+    2: ["ALTER TABLE {p}_threads ADD COLUMN due_at REAL", _DUE_INDEX],
 }
 
 
@@ -302,6 +312,7 @@ class SqliteCheckpointer(SqlCheckpointer):
 
     SCHEMA: ClassVar[list[str]] = _SCHEMA
     UPGRADES: ClassVar[dict[int, list[Migration]]] = _UPGRADES
+    SCHEMA_VERSION: ClassVar[int] = 3
     AUTO_MIGRATE: ClassVar[bool] = True
     REWRITES_ASSIGNED_INDEXES: ClassVar[bool] = True
 

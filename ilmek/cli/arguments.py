@@ -89,16 +89,32 @@ def _positive(text: str) -> int:
     return number
 
 
+def _age_seconds(text: str) -> int | None:
+    """The seconds an age (``90s``, ``10m``, ``1d12h``) spans; ``None`` when ``text`` is not one."""
+    compact = re.sub(r"\s+", "", text).lower()
+    if not _AGE.fullmatch(compact):
+        return None
+    seconds = sum(int(number) * _AGE_UNITS[unit] for number, unit in _AGE_PART.findall(compact))
+    if seconds > _MAX_AGE:
+        raise argparse.ArgumentTypeError(f"must be at most a century, got {_q(text)}")
+    return seconds
+
+
+def _duration(text: str) -> float:
+    """A span of time as seconds: an age (``1s``, ``10m``), at least a second."""
+    seconds = _age_seconds(text)
+    if seconds is None or seconds < 1:
+        raise argparse.ArgumentTypeError(f"not a span of time of at least 1s (1s, 10m, 2h): {_q(text)}")
+    return float(seconds)
+
+
 def _moment(text: str) -> float:
     """A point in time as epoch seconds: an age (``30d``: that long ago) or an ISO date or time.
 
     An ISO time without a zone is read as UTC, as every time the command line prints is.
     """
-    compact = re.sub(r"\s+", "", text).lower()
-    if _AGE.fullmatch(compact):
-        seconds = sum(int(number) * _AGE_UNITS[unit] for number, unit in _AGE_PART.findall(compact))
-        if seconds > _MAX_AGE:
-            raise argparse.ArgumentTypeError(f"must be at most a century, got {_q(text)}")
+    seconds = _age_seconds(text)
+    if seconds is not None:
         return time.time() - seconds
     try:
         moment = _dt.datetime.fromisoformat(text.strip())

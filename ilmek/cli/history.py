@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..types import Checkpoint
@@ -36,6 +36,25 @@ def _resumed(checkpoints: Sequence[Checkpoint]) -> set[str]:
     }
 
 
+def _answered_by(checkpoints: Sequence[Checkpoint]) -> dict[str, dict[str, str]]:
+    """Who answered each resumed pause, by pause checkpoint: what its child's metadata keeps.
+
+    Only checkpoints written since ilmek kept it say; for older ones the pause is just answered.
+    """
+    found: dict[str, dict[str, str]] = {}
+    for checkpoint in checkpoints:
+        by = checkpoint.metadata.get("answered_by")
+        if checkpoint.parent_id is not None and isinstance(by, dict):
+            found[checkpoint.parent_id] = {str(k): str(v) for k, v in by.items()}
+    return found
+
+
+def _pauses_note(checkpoint: Checkpoint, resumed: bool, by: Mapping[str, str]) -> str:
+    """``answered: <ids> (by ...)`` for a resumed pause, else ``waiting: <ids>``."""
+    ids = ", ".join(p.id + (f" (by {by[p.id]})" if p.id in by else "") for p in checkpoint.pending)
+    return f"{'answered' if resumed else 'waiting'}: {ids}"
+
+
 def render_history(checkpoints: Sequence[Checkpoint], *, truncated: bool = False) -> list[str]:
     """Draw a thread's checkpoints as a tree, oldest at the top.
 
@@ -56,6 +75,7 @@ def render_history(checkpoints: Sequence[Checkpoint], *, truncated: bool = False
     by_id = {checkpoint.id: checkpoint for checkpoint in checkpoints}
     children = _children_of(checkpoints)
     resumed = _resumed(checkpoints)
+    answered_by = _answered_by(checkpoints)
     roots = [checkpoint_id for checkpoint_id in sorted(by_id) if by_id[checkpoint_id].parent_id not in by_id]
     latest = max(by_id, default=None)
 
@@ -98,8 +118,9 @@ def render_history(checkpoints: Sequence[Checkpoint], *, truncated: bool = False
         if checkpoint.id in looped:
             notes.append("(damaged: its parents loop)")
         if checkpoint.pending:
-            state = "answered" if checkpoint.id in resumed else "waiting"
-            notes.append(f"{state}: " + ", ".join(p.id for p in checkpoint.pending))
+            notes.append(
+                _pauses_note(checkpoint, checkpoint.id in resumed, answered_by.get(checkpoint.id, {}))
+            )
         if checkpoint.parent_id is not None and checkpoint.parent_id not in by_id:
             notes.append("(parent not shown)" if truncated else "(parent pruned)")
         if checkpoint.id == latest:
@@ -118,6 +139,7 @@ def render_history(checkpoints: Sequence[Checkpoint], *, truncated: bool = False
 
 def _history_json(checkpoints: Sequence[Checkpoint]) -> list[dict[str, Any]]:
     resumed = _resumed(checkpoints)
+    answered_by = _answered_by(checkpoints)
     ids = {checkpoint.id for checkpoint in checkpoints}
     latest = max(ids, default=None)
     return [
@@ -131,6 +153,7 @@ def _history_json(checkpoints: Sequence[Checkpoint]) -> list[dict[str, Any]]:
             "ts": _json_time(checkpoint.ts),
             "latest": checkpoint.id == latest,
             "answered": bool(checkpoint.pending) and checkpoint.id in resumed,
+            "answered_by": answered_by.get(checkpoint.id),
             "pending": [_pending_json(pause) for pause in checkpoint.pending],
         }
         for checkpoint in sorted(checkpoints, key=lambda c: c.id)
@@ -172,5 +195,5 @@ def add_history_parser(commands: Subcommands) -> None:
     _json_option(
         history,
         '{"thread", "truncated", "checkpoints": [{"id", "parent_id", "parent_shown", "step", "status", '
-        '"source", "ts", "latest", "answered", "pending"}, ...]}, oldest first',
+        '"source", "ts", "latest", "answered", "answered_by", "pending"}, ...]}, oldest first',
     )

@@ -141,4 +141,7 @@ def _pending_json(pause: Pending) -> dict[str, Any]:
         "node": pause.node,
         "key": pause.key,
         "payload": _json_value(pause.payload),
+        "kind": pause.kind,
+        "answers": _json_value(pause.answers),
+        "deadline": None if pause.deadline is None else _json_time(pause.deadline),
     }

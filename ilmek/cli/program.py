@@ -28,6 +28,7 @@ from .schema import add_ddl_parser, add_migrate_parser
 from .stores import _secrets_in
 from .threads import add_show_parser, add_threads_parser
 from .web import add_web_parser
+from .worker import add_worker_parser
 
 # One per command, in the order `--help` lists them.
 _COMMAND_PARSERS: Final[tuple[Callable[[Subcommands], None], ...]] = (
@@ -42,6 +43,7 @@ _COMMAND_PARSERS: Final[tuple[Callable[[Subcommands], None], ...]] = (
     add_gc_parser,
     add_migrate_parser,
     add_web_parser,
+    add_worker_parser,
     add_ddl_parser,
 )
 

@@ -210,7 +210,8 @@ def _print_pause(report: _PauseReport, full: bool) -> None:
     if report.answer is not None:
         # Recorded, but no checkpoint grew from it: the resume failed or is running.
         unfinished = "" if report.resumed else "  (recorded; the resume that gave it has not finished)"
-        _say(f"    answer: {render_value(report.answer.value, full=full, indent='    ')}{unfinished}")
+        by = f" (by {report.answer.by})" if report.answer.by is not None else ""
+        _say(f"    answer{by}: {render_value(report.answer.value, full=full, indent='    ')}{unfinished}")
     elif report.resumed:
         _say("    answer: (not kept once its task finished)")
     others = [entry for entry in report.journal if entry.key != pause.key]
@@ -225,7 +226,8 @@ def _print_pause(report: _PauseReport, full: bool) -> None:
         for entry in pauses:
             asked = render_value(entry.payload, full=full, indent="      ")
             answer = render_value(entry.value, full=full, indent="      ") if entry.answered else "(waiting)"
-            _say(f"      {printable(entry.key)}: {asked} -> {answer}")
+            by = f" (by {entry.by})" if entry.answered and entry.by is not None else ""
+            _say(f"      {printable(entry.key)}: {asked} -> {answer}{by}")
 
 
 def _step_result(entry: JournalEntry, full: bool) -> str:
@@ -241,6 +243,7 @@ def _journal_json(entry: JournalEntry) -> dict[str, Any]:
         "value": _json_value(entry.value),
         "payload": _json_value(entry.payload),
         "answered": entry.answered,
+        "by": entry.by,
     }
 
 
@@ -254,6 +257,7 @@ def _show_json(
         pause["resumed"] = report.resumed
         if report.answer is not None:
             pause["answer"] = _json_value(report.answer.value)
+            pause["by"] = report.answer.by
         pause["journal"] = [_journal_json(entry) for entry in report.journal]
         pauses.append(pause)
     return {

@@ -11,25 +11,31 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .. import answers as contracts
 from .. import serde
 from ..checkpoint.base import journal_view
 from ..checkpoint.holds import Hold
-from ..errors import ConcurrentUpdateError, ResumeError
-from ..types import Checkpoint, JournalEntry
+from ..errors import AnswerRejectedError, ConcurrentUpdateError, InvalidArgumentError, ResumeError
+from ..types import AnsweredBy, Checkpoint, JournalEntry, Pending
 from .position import ThreadPosition
 from .setup import RunSetup
 
 __all__ = ["Resume", "answers_by_id", "record_answers"]
 
 
+Answerers = AnsweredBy | Mapping[str, AnsweredBy]
+"""Who gives a resume's answers: one for all, or one per pause id."""
+
+
 class Resume:
-    """A run that answers pauses: the answer (``keyed``: a dict of pause id to answer)."""
+    """A run that answers pauses: the answer (``keyed``: a dict of pause id to answer), and who gave it."""
 
-    __slots__ = ("answers", "keyed")
+    __slots__ = ("answers", "by", "keyed")
 
-    def __init__(self, answers: Any, keyed: bool) -> None:
+    def __init__(self, answers: Any, keyed: bool, by: Answerers = "person") -> None:
         self.answers = answers
         self.keyed = keyed
+        self.by: Answerers = by
 
 
 def answers_by_id(setup: RunSetup, resume: Resume, base: Checkpoint) -> dict[str, Any]:
@@ -73,13 +79,46 @@ def answers_by_id(setup: RunSetup, resume: Resume, base: Checkpoint) -> dict[str
                 checkpoint_id=base.id,
             )
         by_id = {pending[0].id: resume.answers}
+    for pause in pending:
+        by_id[pause.id] = _fitting(pause, by_id[pause.id], thread_id=thread_id, checkpoint_id=base.id)
     for pause_id, answer in by_id.items():
         serde.encode(answer, where=f"the answer to {pause_id!r}")
     return by_id
 
 
+def _fitting(pause: Pending, answer: Any, *, thread_id: str, checkpoint_id: str) -> Any:
+    """``answer`` in its stored form, once the pause's contract accepts it."""
+    if pause.answers is None:
+        return answer
+    try:
+        shape = contracts.from_json(pause.answers)
+    except InvalidArgumentError as exc:
+        raise ResumeError(
+            f"pause {pause.id!r} of thread {thread_id!r} stores a contract this ilmek cannot read "
+            f"({exc}); upgrade ilmek, or fork from an earlier checkpoint",
+            thread_id=thread_id,
+            checkpoint_id=checkpoint_id,
+        ) from exc
+    reason = contracts.check(shape, answer)
+    if reason is not None:
+        raise AnswerRejectedError(
+            f"the answer to pause {pause.id!r} of thread {thread_id!r} was refused: {reason}. "
+            "Nothing was recorded and the pause is still open: answer it again with an answer that fits",
+            thread_id=thread_id,
+            checkpoint_id=checkpoint_id,
+            pause_id=pause.id,
+            reason=reason,
+        )
+    return shape.wire(answer)
+
+
 def record_answers(
-    setup: RunSetup, position: ThreadPosition, hold: Hold, base: Checkpoint, by_id: Mapping[str, Any]
+    setup: RunSetup,
+    position: ThreadPosition,
+    hold: Hold,
+    base: Checkpoint,
+    by_id: Mapping[str, Any],
+    by: Answerers = "person",
 ) -> None:
     """Record the answers to ``base``'s pauses (all or nothing); the position learns the journals."""
     cp, thread_id = setup.checkpointer, setup.thread_id
@@ -110,9 +149,17 @@ def record_answers(
                 checkpoint_id=base.id,
             )
         answers.setdefault(key, []).append(
-            JournalEntry(key=pause.key, kind="interrupt", payload=pause.payload, value=answer, answered=True)
+            JournalEntry(
+                key=pause.key,
+                kind="interrupt",
+                payload=pause.payload,
+                value=answer,
+                answered=True,
+                by=_who(by, pause.id),
+            )
         )
     from_pause = cp.record_answers(hold, base.id, answers)
+    position.answered_by = {pause.id: _who(by, pause.id) for pause in base.pending}
     if from_pause is not None:
         # What the read found, then what is recorded from the pause itself
         # now (the answers' write refused anything recorded from it since
@@ -121,3 +168,7 @@ def record_answers(
             base.id,
             {key: journal_view(journals.get(key, ()), [from_pause.get(key, ())]) for key in keys},
         )
+
+
+def _who(by: Answerers, pause_id: str) -> AnsweredBy:
+    return by if isinstance(by, str) else by.get(pause_id, "person")

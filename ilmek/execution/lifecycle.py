@@ -130,7 +130,6 @@ class Run:
             telemetry.raised(error)
             raise
 
-
     def _held(self) -> Generator[Event, None, None]:
         """The run under its thread's hold, given back however it ends."""
         setup = self.setup
@@ -335,7 +334,7 @@ class _Driving:
         answers = answers_by_id(setup, mode, base)
         if fork:
             base = self._fork(base)
-        record_answers(setup, self.position, self.hold, base, answers)
+        record_answers(setup, self.position, self.hold, base, answers, mode.by)
         return base
 
     def _check_expected(self, latest: Checkpoint | None, *, answering: bool) -> None:

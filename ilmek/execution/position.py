@@ -28,6 +28,9 @@ class ThreadPosition:
         answered: The journals of a pause this run just answered, as the
             answers' write left them (base id, task key to entries): its
             first superstep need not read them again.
+        answered_by: Who answered that pause, by pause id: the next
+            checkpoint's metadata keeps it (``answered_by``), so ``history``
+            tells it once the journals are gone.
     """
 
     def __init__(self, setup: RunSetup, hold: Hold) -> None:
@@ -38,13 +41,18 @@ class ThreadPosition:
         # can be recorded for their tasks yet, so there is nothing to read.
         self._fresh: set[str] = set()
         self.answered: tuple[str, dict[str, tuple[JournalEntry, ...]]] | None = None
+        self.answered_by: dict[str, str] | None = None
 
     def next_id(self) -> str:
         """An id for the run's next checkpoint, sorting after the latest."""
         return new_checkpoint_id(after=self.expect)
 
     def metadata(self, source: str, **more: Any) -> dict[str, Any]:
-        """A new checkpoint's metadata: where it came from, which run and graph wrote it."""
+        """A new checkpoint's metadata: where it came from, which run and graph wrote it (and, the first
+        after answers, who gave them)."""
+        answered_by, self.answered_by = self.answered_by, None
+        if answered_by:
+            more = {"answered_by": answered_by, **more}
         return {"source": source, "run_id": self._setup.run_id, "graph": self._setup.graph.name, **more}
 
     def is_fresh(self, checkpoint_id: str) -> bool:

@@ -20,7 +20,7 @@ from ..context import NodeContext, PlanContext, TaskJournal
 from ..errors import ReducerError, ResumeError
 from ..events import CheckpointEvent, Event, InterruptEvent, NodeError, StateEvent, StepStart
 from ..journals import inherited_journals
-from ..types import ChannelChange, Checkpoint, JournalEntry, Pending, ScheduledTask, task_id_for
+from ..types import ChannelChange, Checkpoint, JournalEntry, Pending, ScheduledTask, pause_fields, task_id_for
 from .keeping import HoldKeeper
 from .messages import TaskRun
 from .position import ThreadPosition
@@ -270,6 +270,7 @@ class Superstep:
                 node=r.spec.name,
                 key=r.signal.key,
                 payload=r.signal.payload,
+                **pause_fields(r.signal.terms),
             )
             for r in paused
             if r.signal is not None

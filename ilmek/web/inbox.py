@@ -147,6 +147,10 @@ def _filters(
 
 def _detail(row: InboxRow, now: _dt.datetime) -> Markup:
     info = row.info
+    if row.pending and all(p.kind == "timer" for p in row.pending):
+        # A durable timer: nobody is asked anything; tick wakes it.
+        due = min((p.deadline for p in row.pending if p.deadline is not None), default=None)
+        return tag("div", {"class": "muted"}, "sleeping (ctx.sleep): wakes ", when(due, now, absolute=True))
     if row.pending:
         first = row.pending[0]
         more = f" (+{len(row.pending) - 1} more)" if len(row.pending) > 1 else ""
@@ -187,6 +191,8 @@ def _answer_cell(links: Links, guard: Guard, row: InboxRow, graphs: Mapping[str,
     open_link = tag(
         "a", {"href": links.thread(info.id, fragment="pauses"), "class": "open"}, "Open to answer"
     )
+    if row.pending[0].kind == "timer":
+        return tag("span", {"class": "muted"}, "a timer: nothing to answer")
     if len(row.pending) != 1 or info.checkpoint_id is None or row.graph not in graphs:
         return open_link
     buttons = inbox_buttons(row.pending[0].payload)

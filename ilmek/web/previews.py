@@ -18,6 +18,7 @@ the checkpointer's own transactions and SQL dialect.
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 from typing import Any, Final
 
@@ -164,10 +165,22 @@ def _preview_pauses(stored: Any) -> tuple[Pending, ...]:
             node=_name(item.get("node")),
             key=_name(item.get("key")),
             payload=_preview_payload(item.get("payload")),
+            kind="timer" if item.get("kind") == "timer" else "person",
+            deadline=_deadline(item.get("deadline")),
         )
         for item in plain[:PREVIEW_ITEMS]
         if isinstance(item, dict)
     )
+
+
+def _deadline(plain: Any) -> _dt.datetime | None:
+    """A stored pause's deadline (epoch seconds), or ``None`` when it has none or it is malformed."""
+    if isinstance(plain, bool) or not isinstance(plain, int | float):
+        return None
+    try:
+        return _dt.datetime.fromtimestamp(plain, _dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def _name(plain: Any) -> str:

@@ -90,6 +90,9 @@ DECLARE
     v_id bigint;
     v_count bigint;
     v_manifest jsonb := p_manifest;
+    -- The earliest deadline or timer of the open pauses (the pending list's epoch seconds).
+    v_due double precision := (SELECT min(CAST(e ->> 'deadline' AS double precision))
+                               FROM jsonb_array_elements(p_pending) AS e);
 BEGIN
     busy := false;
     blob_ids := '';
@@ -97,14 +100,15 @@ BEGIN
 {_TAKE_HOLD}    IF p_expected IS NULL THEN
         -- A new thread's first checkpoint, under the hold this call took.
         INSERT INTO {{p}}_threads AS t (thread_id, created_at, updated_at, status, step, checkpoint_id,
-            metadata)
-        VALUES (p_thread, p_now, p_now, p_status, p_step, p_checkpoint, '{{{{}}}}'::jsonb)
+            metadata, due_at)
+        VALUES (p_thread, p_now, p_now, p_status, p_step, p_checkpoint, '{{{{}}}}'::jsonb, v_due)
         ON CONFLICT (thread_id) DO UPDATE SET checkpoint_id = excluded.checkpoint_id,
-            status = excluded.status, step = excluded.step, updated_at = excluded.updated_at, error = NULL
+            status = excluded.status, step = excluded.step, updated_at = excluded.updated_at, error = NULL,
+            due_at = excluded.due_at
         WHERE t.checkpoint_id IS NULL;
     ELSE
         UPDATE {{p}}_threads AS t SET checkpoint_id = p_checkpoint, status = p_status, step = p_step,
-            error = NULL,
+            error = NULL, due_at = v_due,
             updated_at = CASE WHEN t.status <> p_status OR t.updated_at < p_now - 1.0 THEN p_now
                          ELSE t.updated_at END
         WHERE t.thread_id = p_thread AND t.checkpoint_id = p_expected
@@ -206,14 +210,22 @@ BEGIN
     INTO recorded FROM {{p}}_journals AS j WHERE j.thread_id = p_thread AND j.base_id = p_base;
 END
 $body$"""
+# What tick() asks: the threads with something due by now. Partial: only
+# threads with an open deadline or timer are in it, so it stays as small as
+# the due work, whatever the number of threads.
+_DUE_INDEX = (
+    "CREATE INDEX IF NOT EXISTS {p}_threads_due ON {p}_threads (due_at, thread_id) WHERE due_at IS NOT NULL"
+)
 _SCHEMA: list[str] = [
     "CREATE TABLE IF NOT EXISTS {p}_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     f"CREATE TABLE IF NOT EXISTS {{p}}_threads (thread_id TEXT {_C} PRIMARY KEY,"
     " created_at DOUBLE PRECISION NOT NULL, updated_at DOUBLE PRECISION NOT NULL,"
     f" status TEXT NOT NULL, step BIGINT NOT NULL, checkpoint_id TEXT {_C},"
-    " metadata JSONB NOT NULL DEFAULT '{{}}'::jsonb, error JSONB) WITH (fillfactor = 85)",
+    " metadata JSONB NOT NULL DEFAULT '{{}}'::jsonb, error JSONB, due_at DOUBLE PRECISION)"
+    " WITH (fillfactor = 85)",
     "CREATE INDEX IF NOT EXISTS {p}_threads_updated ON {p}_threads (updated_at DESC, thread_id DESC)",
     "CREATE INDEX IF NOT EXISTS {p}_threads_status ON {p}_threads (status, updated_at DESC)",
+    _DUE_INDEX,
     "CREATE INDEX IF NOT EXISTS {p}_threads_metadata ON {p}_threads USING GIN (metadata jsonb_path_ops)",
     f"CREATE TABLE IF NOT EXISTS {{p}}_checkpoints (thread_id TEXT {_C} NOT NULL,"
     f" checkpoint_id TEXT {_C} NOT NULL, parent_id TEXT {_C}, plan_id TEXT {_C},"
@@ -260,6 +272,13 @@ _UPGRADES: dict[int, list[Migration]] = {
     2: [_SUPERSTEP_FUNCTION, _ANSWER_FUNCTION],
     # The functions take a hold by its lease alone, as every other statement does.
     3: [_SUPERSTEP_FUNCTION, _ANSWER_FUNCTION],
+    # Pauses with a deadline or a timer: the thread keeps the earliest (NULL before), which the
+    # superstep function now writes.
+    4: [
+        "ALTER TABLE {p}_threads ADD COLUMN IF NOT EXISTS due_at DOUBLE PRECISION",
+        _DUE_INDEX,
+        _SUPERSTEP_FUNCTION,
+    ],
 }
 
 _TABLE_EXISTS = Statement("SELECT to_regclass(:name) IS NOT NULL")
@@ -339,7 +358,7 @@ class PostgresCheckpointer(SqlCheckpointer):
     FIND: ClassVar[str] = "strpos(lower(t.thread_id), :needle) > 0"
     LOCK_SHARE: ClassVar[str] = " FOR SHARE"
     WRITES_IN_ONE_STATEMENT: ClassVar[bool] = True
-    SCHEMA_VERSION: ClassVar[int] = 4
+    SCHEMA_VERSION: ClassVar[int] = 5
 
     def __init__(
         self,

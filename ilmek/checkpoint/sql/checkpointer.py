@@ -376,6 +376,7 @@ class SqlCheckpointer(Checkpointer):
         limit: int | None = None,
         updated_before: Any = None,
         updated_after: Any = None,
+        due_before: Any = None,
     ) -> builtins.list[ThreadInfo]:
         return self._threads.list_threads(
             search=search,
@@ -385,6 +386,7 @@ class SqlCheckpointer(Checkpointer):
             limit=limit,
             updated_before=updated_before,
             updated_after=updated_after,
+            due_before=due_before,
         )
 
     def get_thread(self, thread_id: str) -> ThreadInfo | None:

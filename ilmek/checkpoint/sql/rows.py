@@ -104,4 +104,5 @@ def thread_from_row(row: Sequence[Any]) -> ThreadInfo:
         held_since=moment(held_since, thread_id=thread_id, table="holds") if held_since is not None else None,
         held_by=holder_of(row[9]) if held_since is not None else None,
         cancelled=outcome if isinstance(outcome, ThreadCancel) else None,
+        due_at=moment(row[10], thread_id=thread_id, table="threads") if row[10] is not None else None,
     )

@@ -63,7 +63,7 @@ CHECKPOINT_COLUMNS = (
 
 THREAD_COLUMNS = (
     "t.thread_id, t.created_at, t.updated_at, t.status, t.step, t.checkpoint_id, {jo_t_metadata}, "
-    "{jo_t_error}, h.acquired_at, h.owner"
+    "{jo_t_error}, h.acquired_at, h.owner, t.due_at"
 )
 """A thread row joined with its live hold, as :func:`~ilmek.checkpoint.sql.rows.thread_from_row` reads it."""
 
@@ -114,8 +114,9 @@ SQL: dict[str, str] = {
     # rewriting it every superstep would rewrite its index entries every time.
     "advance_thread": (
         "UPDATE {p}_threads SET checkpoint_id = :checkpoint_id, status = :status, step = :step, "
-        "error = NULL, updated_at = CASE WHEN status <> :status OR updated_at < :now - 1.0 THEN :now "
-        "ELSE updated_at END WHERE thread_id = :thread_id AND checkpoint_id = :expected "
+        "error = NULL, due_at = :due_at, "
+        "updated_at = CASE WHEN status <> :status OR updated_at < :now - 1.0 THEN :now ELSE updated_at END "
+        "WHERE thread_id = :thread_id AND checkpoint_id = :expected "
         "RETURNING thread_id"
     ),
     # The same move, fenced by the run's hold in the same statement (the hold
@@ -124,8 +125,9 @@ SQL: dict[str, str] = {
     # thread's updated_at as it now stands.
     "advance_held_thread": (
         "UPDATE {p}_threads SET checkpoint_id = :checkpoint_id, status = :status, step = :step, "
-        "error = NULL, updated_at = CASE WHEN status <> :status OR updated_at < :now - 1.0 THEN :now "
-        "ELSE updated_at END WHERE thread_id = :thread_id AND checkpoint_id = :expected "
+        "error = NULL, due_at = :due_at, "
+        "updated_at = CASE WHEN status <> :status OR updated_at < :now - 1.0 THEN :now ELSE updated_at END "
+        "WHERE thread_id = :thread_id AND checkpoint_id = :expected "
         "AND EXISTS (SELECT 1 FROM {p}_holds WHERE thread_id = :thread_id AND owner = :owner{lock_share}) "
         "RETURNING (SELECT cancel_reason FROM {p}_holds WHERE thread_id = :thread_id AND owner = :owner), "
         "updated_at"
@@ -159,15 +161,17 @@ SQL: dict[str, str] = {
     ),
     "start_thread": (
         "INSERT INTO {p}_threads (thread_id, created_at, updated_at, status, step, checkpoint_id, "
-        "metadata) VALUES (:thread_id, :now, :now, :status, :step, :checkpoint_id, {ji_empty}) "
-        "ON CONFLICT (thread_id) DO UPDATE SET checkpoint_id = excluded.checkpoint_id, "
-        "status = excluded.status, step = excluded.step, updated_at = excluded.updated_at, error = NULL "
+        "metadata, due_at) VALUES (:thread_id, :now, :now, :status, :step, :checkpoint_id, {ji_empty}, "
+        ":due_at) ON CONFLICT (thread_id) DO UPDATE SET checkpoint_id = excluded.checkpoint_id, "
+        "status = excluded.status, step = excluded.step, updated_at = excluded.updated_at, error = NULL, "
+        "due_at = excluded.due_at "
         "WHERE {p}_threads.checkpoint_id IS NULL RETURNING thread_id"
     ),
     "touch_thread": (
         "INSERT INTO {p}_threads (thread_id, created_at, updated_at, status, step, checkpoint_id, "
-        "metadata) VALUES (:thread_id, :now, :now, :status, :step, :checkpoint_id, {ji_empty}) "
-        "ON CONFLICT (thread_id) DO UPDATE SET updated_at = excluded.updated_at, "
+        "metadata, due_at) VALUES (:thread_id, :now, :now, :status, :step, :checkpoint_id, {ji_empty}, "
+        ":due_at) ON CONFLICT (thread_id) DO UPDATE SET updated_at = excluded.updated_at, "
+        "due_at = CASE WHEN {newer} THEN excluded.due_at ELSE {p}_threads.due_at END, "
         "checkpoint_id = CASE WHEN {newer} THEN excluded.checkpoint_id ELSE {p}_threads.checkpoint_id END, "
         "status = CASE WHEN {newer} THEN excluded.status ELSE {p}_threads.status END, "
         "error = CASE WHEN {newer} THEN NULL ELSE {p}_threads.error END, "
@@ -175,7 +179,7 @@ SQL: dict[str, str] = {
     ),
     "thread_latest": "SELECT checkpoint_id FROM {p}_threads WHERE thread_id = :thread_id",
     "record_failure": (
-        "UPDATE {p}_threads SET status = 'error', error = {ji_error}, updated_at = :now "
+        "UPDATE {p}_threads SET status = 'error', error = {ji_error}, updated_at = :now, due_at = NULL "
         "WHERE thread_id = :thread_id AND checkpoint_id IS NOT NULL"
     ),
     # A cancel leaves the status (the thread still plans its tasks) and says how the run stopped.

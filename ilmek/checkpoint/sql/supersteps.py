@@ -86,6 +86,10 @@ class _Write:
     def status(self) -> str:
         return self.checkpoint.status
 
+    @property
+    def due_at(self) -> float | None:
+        return _records.due_at(self.checkpoint.pending)
+
 
 class Supersteps:
     """Commits checkpoints for one SQL checkpointer."""
@@ -419,6 +423,7 @@ class Supersteps:
             "status": write.status,
             "step": checkpoint.step,
             "now": write.now,
+            "due_at": write.due_at,
         }
         named = self._statements.named
         reason: Any = _NOT_CHECKED
@@ -454,9 +459,11 @@ class Supersteps:
             self._owner.REWRITES_ASSIGNED_INDEXES
             and stamped is not None
             and stamped[0] == write.status
+            # A pause after a pause may change what is due; no other move does.
+            and write.status != "interrupted"
             and not stamped[1] < write.now - 1.0
         ):
-            # The statement below would keep both: leave their index entries alone.
+            # The statement below would keep all three: leave their index entries alone.
             return session.query(
                 self._statements.named("advance_held_pointer"),
                 expected=write.expect_latest,

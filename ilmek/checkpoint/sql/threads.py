@@ -59,6 +59,7 @@ class Threads:
         limit: int | None = None,
         updated_before: Any = None,
         updated_after: Any = None,
+        due_before: Any = None,
     ) -> builtins.list[ThreadInfo]:
         """See :meth:`ilmek.checkpoint.base.Checkpointer.list_threads`."""
         needle = checks.search_text(search)
@@ -68,6 +69,7 @@ class Threads:
         limit = checks.count(limit, "limit", optional=True)
         before = checks.moment(updated_before, "updated_before")
         after = checks.moment(updated_after, "updated_after")
+        due = checks.moment(due_before, "due_before")
         conditions: builtins.list[str] = ["1 = 1"]
         params: dict[str, Any] = {"now": time.time()}
         if needle:
@@ -84,6 +86,12 @@ class Threads:
         if after is not None:
             conditions.append("t.updated_at >= :after")
             params["after"] = after
+        order = "t.updated_at DESC, t.thread_id DESC"
+        if due is not None:
+            # The partial index on due_at: what is due, the most overdue first.
+            conditions.append("t.due_at IS NOT NULL AND t.due_at <= :due")
+            params["due"] = due
+            order = "t.due_at, t.thread_id"
         in_python: dict[str, Any] = {}
         for index, (key, value) in enumerate(wanted.items()):
             filtered = self._owner.metadata_filter(index, key, value)
@@ -100,7 +108,7 @@ class Threads:
         template = (
             f"SELECT {THREAD_COLUMNS} FROM {{p}}_threads AS t LEFT JOIN {{p}}_holds AS h "
             f"ON h.thread_id = t.thread_id AND {LIVE_HOLD} WHERE {' AND '.join(conditions)} "
-            f"ORDER BY t.updated_at DESC, t.thread_id DESC{page}"
+            f"ORDER BY {order}{page}"
         )
         rows = self._owner.transact(
             lambda session: session.query(self._statements.built(template), **params),

@@ -157,9 +157,30 @@ def test_history_draws_a_fork_as_two_branches(
     # The fork starts with a copy of the pause, answered in its turn.
     assert [
         [pause.parent_id, "input", "step", "0", "unfinished"],
-        [pause_id, "pause", "step", "0", "interrupted", "answered:", "checkout:interrupt#0"],
+        [
+            pause_id,
+            "pause",
+            "step",
+            "0",
+            "interrupted",
+            "answered:",
+            "checkout:interrupt#0",
+            "(by",
+            "person)",
+        ],
         ["├─", yes.checkpoint_id, "loop", "step", "1", "done"],
-        ["└─", no_branch.parent_id, "fork", "step", "0", "interrupted", "answered:", "checkout:interrupt#0"],
+        [
+            "└─",
+            no_branch.parent_id,
+            "fork",
+            "step",
+            "0",
+            "interrupted",
+            "answered:",
+            "checkout:interrupt#0",
+            "(by",
+            "person)",
+        ],
         [no.checkpoint_id, "loop", "step", "1", "done", "(latest)"],
     ] == history_rows(out)
 
@@ -375,7 +396,11 @@ def test_render_value_prints_what_json_lacks_as_text() -> None:
     rendered = render_value(value)
     assert rendered.startswith('{\n  "pair": [1, 2],\n  "tags": ["a", "b"],\n  "when": "2024-05-01",\n')
     assert '  "price": "9.90",\n' in rendered
-    assert '"pause": {"id": "p", "task_id": "t:c:n", "node": "n", "key": "k", "payload": null}' in rendered
+    assert (
+        '  "pause": {\n    "id": "p",\n    "task_id": "t:c:n",\n    "node": "n",\n    "key": "k",\n'
+        in rendered
+    )
+    assert '    "kind": "person",\n    "ns": []\n  }\n}' in rendered
 
 
 # --- threads -----------------------------------------------------------------------------------

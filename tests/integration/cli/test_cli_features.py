@@ -116,8 +116,12 @@ def test_history_json_lists_checkpoints_oldest_first_with_answered_pauses(
             "node": "checkout",
             "key": "interrupt#0",
             "payload": {"question": "Charge 249.9?"},
+            "kind": "person",
+            "answers": None,
+            "deadline": None,
         }
     ] == checkpoints[1]["pending"]
+    assert [None, {"checkout:interrupt#0": "person"}] == [c["answered_by"] for c in checkpoints[:2]]
     assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+\+00:00", c["ts"]) for c in checkpoints)
 
     status, out, _ = cli(capsys, "--db", db, "history", "t", "--json", "--limit", "2")
@@ -139,7 +143,10 @@ def test_history_says_answered_for_a_resumed_pause_and_waiting_for_an_open_one(
     status, out, _ = cli(capsys, "--db", db, "history", "t")
     assert 0 == status
     notes = [row[5:] for row in history_rows(out) if row[1] == "pause"]
-    assert [["answered:", "checkout:interrupt#0"], ["waiting:", "checkout:interrupt#0", "(latest)"]] == notes
+    assert [
+        ["answered:", "checkout:interrupt#0", "(by", "person)"],
+        ["waiting:", "checkout:interrupt#0", "(latest)"],
+    ] == notes
 
 
 # --- show: a pause's journal -------------------------------------------------------------------
@@ -189,7 +196,7 @@ def test_show_lists_the_completed_steps_and_answered_pauses_of_an_open_pause(
         "      stock#0: 41",
         '      label#0: "large!"',
         "    answered pauses:",
-        '      size#0: {"question": "Size?"} -> "large"',
+        '      size#0: {"question": "Size?"} -> "large" (by person)',
     ] == lines[lines.index("pending") : channels_line(lines)]
 
     # The first pause, answered: its answer stays in its journal, with what its task did after it.
@@ -201,7 +208,7 @@ def test_show_lists_the_completed_steps_and_answered_pauses_of_an_open_pause(
         "pauses (answered)",
         "  order:size#0  (node order)",
         '    {"question": "Size?"}',
-        '    answer: "large"',
+        '    answer (by person): "large"',
         "    completed steps:",
         "      stock#0: 41",
         '      label#0: "large!"',
@@ -219,7 +226,7 @@ def test_show_of_a_pause_whose_task_finished_keeps_its_answer_and_steps(
     status, out, _ = cli(capsys, "--db", db, "show", "t", pause_id)
     assert 0 == status
     lines = out.splitlines()
-    assert '    answer: "yes"' in lines
+    assert '    answer (by person): "yes"' in lines
     assert '      charge#0: "charged 249.9"' in lines
 
 
@@ -245,7 +252,7 @@ def test_show_of_an_answer_whose_resume_failed(
         "pending",
         "  f:interrupt#0  (node f)",
         '    "Go?"',
-        '    answer: "yes"  (recorded; the resume that gave it has not finished)',
+        '    answer (by person): "yes"  (recorded; the resume that gave it has not finished)',
         "    completed steps:",
         '      after#0: "went yes"',
     ] == lines[lines.index("pending") : channels_line(lines)]
@@ -305,13 +312,21 @@ def test_show_json_carries_the_checkpoint_its_pauses_and_their_journals(
     assert "answer" not in pending
     order = store.get_journal(pause.pending[0].task_id)[0].value
     assert [
-        {"key": "create_order#0", "kind": "step", "value": order, "payload": None, "answered": False},
+        {
+            "key": "create_order#0",
+            "kind": "step",
+            "value": order,
+            "payload": None,
+            "answered": False,
+            "by": None,
+        },
         {
             "key": "interrupt#0",
             "kind": "interrupt",
             "value": None,
             "payload": {"question": "Charge 249.9?"},
             "answered": False,
+            "by": None,
         },
     ] == pending["journal"]
 

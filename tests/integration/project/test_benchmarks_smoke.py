@@ -293,3 +293,19 @@ def test_dbos_without_dbos_measures_ilmek_alone_and_says_how_to_install_it(tmp_p
         output, ("a durable step on sqlite, ms", "ilmek", "pip install dbos", "2 durable steps per run")
     )
     assert "DBOS / ilmek" not in output  # no DBOS figure was made up
+
+
+TICK_TINY = ("--small", "10", "--large", "200", "--due", "2", "--samples", "1")
+
+
+def test_tick_on_sqlite_prints_both_sizes_and_the_ratio(tmp_path: pathlib.Path) -> None:
+    """bench_tick.py: tick wakes the due timers at both sizes and prints the table and the ratio."""
+    output = run_script("bench_tick.py", *TICK_TINY, "--db", str(tmp_path))
+    assert "tick waking 2 timers" in output
+    assert "ratio large/small: tick " in output
+
+
+def test_tick_on_postgres_prints_both_sizes_and_the_ratio(benchmark_dsn: str) -> None:
+    """bench_tick.py --target postgres: the same through a psycopg2 pool on the session's server."""
+    output = run_script("bench_tick.py", *TICK_TINY, "--target", "postgres", "--dsn", benchmark_dsn)
+    assert "ratio large/small: tick " in output

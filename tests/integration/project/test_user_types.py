@@ -128,6 +128,24 @@ for event in ilmek.stream(g, {}):
         print(event.status)
 custom: ilmek.CustomEvent | None = None
 """,
+    "contracts.py": HEADER
+    + """
+from ilmek import answers
+
+
+def charge(amount: float, currency: str = "EUR") -> str:
+    return f"{amount} {currency}"
+
+
+def decide(state: State, ctx: NodeContext) -> State:
+    reveal_type(ctx.interrupt("ok?", answers=answers.choice("yes", "no")))
+    reveal_type(ctx.interrupt("how many?", answers=answers.number(integer=True)))
+    reveal_type(ctx.interrupt("send?", answers=answers.review("draft")))
+    reveal_type(ctx.interrupt("free?"))
+    reveal_type(ctx.step("charge", charge, 9.5, currency="USD"))
+    ctx.step("charge", charge, "9.5")
+    return {}
+""",
 }
 
 
@@ -229,3 +247,17 @@ def test_the_programs_mypy_checks_run(tmp_path: pathlib.Path) -> None:
     )
     assert 0 == ran.returncode, ran.stderr
     assert "'topic': 'yes'" in ran.stdout
+
+
+def test_an_interrupt_returns_what_its_contract_gives_and_a_step_checks_its_arguments(
+    mypy_says: dict[str, list[str]],
+) -> None:
+    """ctx.interrupt is typed by its shape (str, int, Review; Any without one); ctx.step checks fn's
+    arguments against its signature (ParamSpec) and returns fn's type."""
+    said = mypy_says["contracts.py"]
+    notes = [line.split("Revealed type is ", 1)[1] for line in said if "Revealed type is" in line]
+    assert ['"str"', '"int"', '"ilmek.answers.Review"', '"Any"', '"str"'] == notes
+    errors = [line for line in said if ": error:" in line]
+    bad = lines_of("contracts.py", 'ctx.step("charge", charge, "9.5")')[0]
+    assert [bad] == [int(line.split(":", 1)[0]) for line in errors], errors
+    assert 'incompatible type "str"; expected "float"' in errors[0]

@@ -1,0 +1,124 @@
+"""``ilmek worker``: a loop of tick (and recover) in a real process; SIGTERM mid-superstep finishes that
+superstep, commits, gives the hold back and exits 0, and nothing is lost or repeated."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from ilmek import recover, run
+from ilmek.checkpoint.sqlite import SqliteCheckpointer
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
+pytestmark = pytest.mark.timeout(120)
+
+FLOWS = """
+import datetime as dt
+import os
+import time
+
+from ilmek import START, channel, graph
+
+EFFECTS = os.environ["TEST_EFFECTS"]
+
+
+def note(what):
+    with open(EFFECTS, "a", encoding="utf-8") as out:
+        out.write(what + "\\n")
+    return what
+
+
+def slow():
+    note("slow started")
+    time.sleep(3)
+    return note("slow done")
+
+
+def wait(state, ctx):
+    ctx.sleep("nap", until=dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc))
+    ctx.step("slow", slow)
+    return {"log": ["waited"]}
+
+
+def finish(state, ctx):
+    ctx.step("finish", note, "finish")
+    return {"log": ["finished"]}
+
+
+napping = (graph("napping", {"log": channel.append()}).node("wait", wait).node("finish", finish)
+           .edge(START, "wait").edge("wait", "finish").compile())
+"""
+
+
+def _effects(path: pathlib.Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+
+
+def test_sigterm_mid_superstep_finishes_it_gives_the_thread_back_and_exits_0(tmp_path: pathlib.Path) -> None:
+    """The worker wakes a due timer and runs a 3 s step; SIGTERM during it: the step completes and is
+    committed, the run stops at the boundary, the thread is not held, the process exits 0 with a stop
+    line; recover then finishes the thread without running the slow step again."""
+    (tmp_path / "flows.py").write_text(textwrap.dedent(FLOWS), encoding="utf-8")
+    effects = tmp_path / "effects.txt"
+    database = str(tmp_path / "store.db")
+    environment = {
+        **os.environ,
+        "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO_ROOT}",
+        "TEST_EFFECTS": str(effects),
+    }
+    sys.path.insert(0, str(tmp_path))
+    os.environ["TEST_EFFECTS"] = str(effects)
+    try:
+        import flows  # type: ignore[import-not-found]
+
+        with SqliteCheckpointer(database) as store:
+            assert "interrupted" == run(flows.napping, {}, thread_id="nap", checkpointer=store).status
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "ilmek", "worker", "--db", database, "--graph", "flows:napping", "--json"],
+            cwd=tmp_path,
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while "slow started" not in _effects(effects):
+            assert worker.poll() is None, worker.communicate()
+            assert time.monotonic() < deadline, "the worker never woke the timer"
+            time.sleep(0.05)
+        worker.send_signal(signal.SIGTERM)
+        out, err = worker.communicate(timeout=60)
+        assert 0 == worker.returncode, err
+        events = [json.loads(line)["event"] for line in out.splitlines()]
+        assert "started" == events[0]
+        assert "stopped" == events[-1]
+        assert ["slow started", "slow done"] == _effects(effects)
+        with SqliteCheckpointer(database) as store:
+            info = store.get_thread("nap")
+            assert info is not None
+            assert not info.running
+            assert "unfinished" == info.status  # the superstep committed; finish is planned
+            (done,) = recover(flows.napping, store)
+            assert ("done", ["waited", "finished"]) == (done.status, done.state["log"])
+        assert ["slow started", "slow done", "finish"] == _effects(effects)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("flows", None)
+        os.environ.pop("TEST_EFFECTS", None)
+
+
+def test_worker_help_names_its_options(capsys: pytest.CaptureFixture[str]) -> None:
+    """`ilmek worker --help` lists --graph, --every, --recover-after and --json."""
+    from ilmek.cli import main
+
+    assert 0 == main(["worker", "--help"])
+    out = capsys.readouterr().out
+    assert all(option in out for option in ("--graph", "--every", "--recover-after", "--json"))

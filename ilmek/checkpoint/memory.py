@@ -17,7 +17,8 @@ from typing import Any
 
 import attrs
 
-from .. import checks, serde
+from .. import checks
+from ..crypto import Keyring
 from ..errors import CheckpointNotFoundError, ConcurrentUpdateError
 from ..types import (
     ChannelChange,
@@ -42,6 +43,7 @@ from ._delta import (
     read_channels,
     write_channels,
 )
+from ._sealing import Sealer
 from .base import (
     ANY_LATEST,
     Checkpointer,
@@ -82,8 +84,8 @@ class _Thread:
     updated_at: Any
     metadata_text: str = "{}"
     status: str = "done"
-    #: The last run's failure or cancel (cleared by the next commit).
-    error: ThreadError | ThreadCancel | None = None
+    #: The last run's failure or cancel as stored text, sealed as SQL stores it (cleared by the next commit).
+    outcome_text: str | None = None
     ids: list[str] = attrs.Factory(list)
     checkpoints: dict[str, _StoredCheckpoint] = attrs.Factory(dict)
     blobs: dict[int, str] = attrs.Factory(dict)
@@ -97,6 +99,7 @@ class _Store:
 
     def __init__(self, owner: InMemoryCheckpointer) -> None:
         self._owner = owner
+        self.sealer = owner._sealer
 
     def _thread(self, thread_id: str) -> _Thread:
         return self._owner._threads[thread_id]
@@ -108,7 +111,7 @@ class _Store:
 
     def fetch_blobs(self, thread_id: str, blob_ids: Sequence[int]) -> dict[int, Any]:
         blobs = self._thread(thread_id).blobs
-        return {i: serde.decode(blobs[i]) for i in blob_ids if i in blobs}
+        return {i: blobs[i] for i in blob_ids if i in blobs}
 
     def create_log(self, thread_id: str, channel: str, parent_id: int | None, base: int, length: int) -> int:
         log_id = self._owner._next_id()
@@ -139,7 +142,7 @@ class _Store:
         found: dict[int, list[Any]] = {}
         for log_id, start, stop in spans:
             base = thread.logs[log_id].base
-            found[log_id] = [serde.decode(t) for t in thread.items[log_id][start - base : stop - base]]
+            found[log_id] = thread.items[log_id][start - base : stop - base]
         return found
 
 
@@ -148,10 +151,14 @@ class InMemoryCheckpointer(Checkpointer):
 
     Thread-safe. Use it in tests and scripts; use :class:`SqliteCheckpointer`
     or :class:`PostgresCheckpointer` for anything that must outlive the process.
+
+    Args:
+        cipher: An :class:`ilmek.crypto.Keyring`: values are sealed as on SQL (SPEC §7a).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, cipher: Keyring | None = None) -> None:
         super().__init__()
+        self._sealer = Sealer(cipher, "ilmek")
         self._lock = threading.RLock()
         self._threads: dict[str, _Thread] = {}
         self._ids = 0
@@ -191,15 +198,15 @@ class InMemoryCheckpointer(Checkpointer):
         checks.checkpoint_id(checkpoint.id, "checkpoint.id")
         # Encode everything before touching the store: a value that cannot be
         # stored must leave the thread as it was.
-        encoded = _records.encode_changes(changes) if changes is not None else None
-        stored_fields = _records.encode_fields(checkpoint)
-        recorded = _encode_entries(journal)
+        encoded = _records.encode_changes(changes, self._sealer, thread_id) if changes is not None else None
+        stored_fields = _records.encode_fields(checkpoint, self._sealer)
+        recorded = _encode_entries(self._sealer, thread_id, journal)
         with self._lock:
             self._local_holds.check(hold)
             thread = self._threads.get(thread_id)
             existing = thread.checkpoints.get(checkpoint.id) if thread is not None else None
             if existing is not None:
-                if _same_record(existing, checkpoint, stored_fields) and same_channels(
+                if _same_record(self._sealer, existing, checkpoint, stored_fields) and same_channels(
                     self._values(thread_id, existing), checkpoint.channels
                 ):
                     return  # this very commit already landed
@@ -221,7 +228,8 @@ class InMemoryCheckpointer(Checkpointer):
             keep: set[str] | None = None
             if encoded is None:
                 parent_values = self._values(thread_id, parent) if parent is not None else None
-                encoded = _records.encode_changes(diff_channels(parent_values, checkpoint.channels))
+                changed = diff_channels(parent_values, checkpoint.channels)
+                encoded = _records.encode_changes(changed, self._sealer, thread_id)
                 keep = set(checkpoint.channels)
             thread = self._touch(thread_id)
             parent_manifest = parent.manifest if parent else {}
@@ -240,7 +248,7 @@ class InMemoryCheckpointer(Checkpointer):
             bisect.insort(thread.ids, checkpoint.id)
             thread.checkpoints[checkpoint.id] = stored
             if thread.ids[-1] == checkpoint.id:
-                thread.status, thread.error = checkpoint.status, None
+                thread.status, thread.outcome_text = checkpoint.status, None
             thread.updated_at = utc_now()
             for task_id in drop_journals:
                 self._drop_own(task_id)
@@ -294,7 +302,7 @@ class InMemoryCheckpointer(Checkpointer):
             channels = LazyChannels(lambda: self._values(thread_id, stored))
         else:
             channels = self._values(thread_id, stored)
-        return _decoded_checkpoint(thread_id, stored, channels)
+        return _decoded_checkpoint(self._sealer, thread_id, stored, channels)
 
     # --- journals --------------------------------------------------------------------
 
@@ -310,9 +318,10 @@ class InMemoryCheckpointer(Checkpointer):
         thread = self._threads.get(scope[0])
         if thread is None:
             return []
-        texts = thread.journals.get((scope[1], scope[2]), {})
+        slot = _records.journal_slot(self._sealer, *scope)
+        texts = thread.journals.get((scope[1], scope[2]), {}).values()
         return [
-            _records.decode_entry(text, thread_id=scope[0], checkpoint_id=scope[1]) for text in texts.values()
+            _records.decode_entry(t, thread_id=scope[0], checkpoint_id=scope[1], slot=slot) for t in texts
         ]
 
     def _view(
@@ -321,9 +330,7 @@ class InMemoryCheckpointer(Checkpointer):
         carried: tuple[JournalEntry, ...] = ()
         chain: tuple[str, ...] = ()
         if isinstance(base, _StoredCheckpoint):
-            where = {"thread_id": thread_id, "checkpoint_id": base.id}
-            carried = _records.decode_task_journals(base.journals_text, **where).get(key, ())
-            chain = _records.decode_chain(base.chain_text, **where)
+            carried, chain = _carried_and_chain(self._sealer, thread_id, base, key)
         elif isinstance(base, Checkpoint):
             carried, chain = base.task_journals.get(key, ()), base.journal_chain
         return journal_view(carried, [self._own((thread_id, source, key)) for source in (*chain, base_id)])
@@ -332,8 +339,9 @@ class InMemoryCheckpointer(Checkpointer):
         self.put_journals({task_id: entries})
 
     def put_journals(self, journals: Mapping[str, Sequence[JournalEntry]]) -> None:
+        scopes = {task_id: self._scope(task_id) for task_id in journals}
         encoded = [
-            (self._scope(task_id), {e.key: _records.encode_entry(e, f"journal {task_id!r}") for e in entries})
+            (scopes[task_id], _entry_texts(self._sealer, scopes[task_id], entries, f"journal {task_id!r}"))
             for task_id, entries in journals.items()
         ]
         with self._lock:
@@ -374,7 +382,8 @@ class InMemoryCheckpointer(Checkpointer):
         return {key: entries for key, entries in found.items() if entries}
 
     def append_journal(self, hold: Hold, base_id: str, task_key: str, entry: JournalEntry) -> None:
-        text = _records.encode_entry(entry, f"task {task_key!r}")
+        scope = (hold.thread_id, base_id, task_key)
+        text = _entry_texts(self._sealer, scope, [entry], f"task {task_key!r}")[entry.key]
         with self._lock:
             self._local_holds.check(hold)
             own = self._touch_journals(hold.thread_id).setdefault((base_id, task_key), {})
@@ -383,31 +392,27 @@ class InMemoryCheckpointer(Checkpointer):
     def record_answers(
         self, hold: Hold, base_id: str, answers: Mapping[str, Sequence[JournalEntry]]
     ) -> dict[str, tuple[JournalEntry, ...]] | None:
-        encoded = {
-            key: {entry.key: _records.encode_entry(entry, f"task {key!r}") for entry in entries}
-            for key, entries in answers.items()
-        }
+        encoded = _encode_entries(self._sealer, hold.thread_id, (base_id, answers))
         with self._lock:
             self._local_holds.check(hold)
             journals = self._touch_journals(hold.thread_id)
-            for key, texts in encoded.items():
-                journals.setdefault((base_id, key), {}).update(texts)
+            for scope, texts in encoded.items():
+                journals.setdefault(scope, {}).update(texts)
         return None
 
     def record_failure(self, hold: Hold, error: ThreadError) -> None:
-        with self._lock:
-            self._local_holds.check(hold)
-            thread = self._threads.get(hold.thread_id)
-            if thread is not None and thread.ids:
-                thread.status, thread.error = "error", error
-                thread.updated_at = utc_now()
+        self._record_outcome(hold, _records.encode_thread_error(error, self._sealer, hold.thread_id), "error")
 
     def record_cancel(self, hold: Hold, cancel: ThreadCancel) -> None:
+        self._record_outcome(hold, _records.encode_thread_cancel(cancel, self._sealer, hold.thread_id), None)
+
+    def _record_outcome(self, hold: Hold, text: str, status: str | None) -> None:
+        """Store the last run's failure or cancel record (a failure also sets the status)."""
         with self._lock:
             self._local_holds.check(hold)
             thread = self._threads.get(hold.thread_id)
             if thread is not None and thread.ids:
-                thread.error = cancel
+                thread.status, thread.outcome_text = status or thread.status, text
                 thread.updated_at = utc_now()
 
     def delete_thread(self, thread_id: str) -> None:
@@ -422,7 +427,7 @@ class InMemoryCheckpointer(Checkpointer):
     def _infos(self) -> builtins.list[ThreadInfo]:
         with self._lock, self._local_holds.lock:
             return [
-                _thread_info(tid, thread, self._local_holds.holder(tid))
+                _thread_info(self._sealer, tid, thread, self._local_holds.holder(tid))
                 for tid, thread in self._threads.items()
                 if thread.ids or thread.metadata_text != "{}"
             ]
@@ -465,7 +470,7 @@ class InMemoryCheckpointer(Checkpointer):
             thread = self._threads.get(thread_id)
             if thread is None or not (thread.ids or thread.metadata_text != "{}"):
                 return None
-            return _thread_info(thread_id, thread, self._local_holds.holder(thread_id))
+            return _thread_info(self._sealer, thread_id, thread, self._local_holds.holder(thread_id))
 
     def put_thread_metadata(self, thread_id: str, metadata: Mapping[str, Any]) -> None:
         thread_id = checks.thread_id(thread_id)
@@ -503,7 +508,7 @@ class InMemoryCheckpointer(Checkpointer):
             ref = stored.manifest.get(channel)
             if ref is None:
                 return []
-            return read_channel_slice(self._store, thread_id, ref, offset, limit)
+            return read_channel_slice(self._store, thread_id, channel, ref, offset, limit)
 
     def prune(self, thread_id: str, keep_last: int) -> int:
         thread_id = checks.thread_id(thread_id)
@@ -542,7 +547,9 @@ class InMemoryCheckpointer(Checkpointer):
             return len(chosen)
 
 
-def _decoded_checkpoint(thread_id: str, stored: _StoredCheckpoint, channels: Mapping[str, Any]) -> Checkpoint:
+def _decoded_checkpoint(
+    sealer: Sealer, thread_id: str, stored: _StoredCheckpoint, channels: Mapping[str, Any]
+) -> Checkpoint:
     """The checkpoint ``stored`` holds, its stored texts decoded (and checked) beside ``channels``."""
     where = {"thread_id": thread_id, "checkpoint_id": stored.id}
     return Checkpoint(
@@ -551,9 +558,9 @@ def _decoded_checkpoint(thread_id: str, stored: _StoredCheckpoint, channels: Map
         parent_id=stored.parent_id,
         plan_id=stored.plan_id,
         channels=channels,
-        next=_records.decode_next(stored.next_text, **where),
-        pending=_records.decode_pending(stored.pending_text, **where),
-        task_journals=_records.decode_task_journals(stored.journals_text, **where),
+        next=_records.decode_next(stored.next_text, sealer=sealer, **where),
+        pending=_records.decode_pending(stored.pending_text, sealer=sealer, **where),
+        task_journals=_records.decode_task_journals(stored.journals_text, sealer=sealer, **where),
         journal_chain=_records.decode_chain(stored.chain_text, **where),
         step=stored.step,
         ts=stored.ts,
@@ -561,10 +568,20 @@ def _decoded_checkpoint(thread_id: str, stored: _StoredCheckpoint, channels: Map
     )
 
 
-def _thread_info(thread_id: str, thread: _Thread, hold: Hold | None) -> ThreadInfo:
+def _carried_and_chain(
+    sealer: Sealer, thread_id: str, stored: _StoredCheckpoint, key: str
+) -> tuple[tuple[JournalEntry, ...], tuple[str, ...]]:
+    """The journal a stored checkpoint carries for task ``key``, and its journal chain."""
+    at = {"thread_id": thread_id, "checkpoint_id": stored.id}
+    carried = _records.decode_task_journals(stored.journals_text, sealer=sealer, **at).get(key, ())
+    return carried, _records.decode_chain(stored.chain_text, **at)
+
+
+def _thread_info(sealer: Sealer, thread_id: str, thread: _Thread, hold: Hold | None) -> ThreadInfo:
     """What the host API shows of a thread; ``hold`` is the local hold on it, if any."""
     latest = thread.checkpoints[thread.ids[-1]] if thread.ids else None
     running = hold is not None and not hold.released
+    outcome = _records.decode_thread_outcome(thread.outcome_text, thread_id=thread_id, sealer=sealer)
     return ThreadInfo(
         id=thread_id,
         created_at=thread.created_at,
@@ -573,11 +590,11 @@ def _thread_info(thread_id: str, thread: _Thread, hold: Hold | None) -> ThreadIn
         step=latest.step if latest is not None else 0,
         checkpoint_id=latest.id if latest is not None else None,
         metadata=_records.decode_metadata(thread.metadata_text, thread_id=thread_id, table="threads"),
-        error=thread.error if thread.status == "error" and isinstance(thread.error, ThreadError) else None,
+        error=outcome if thread.status == "error" and isinstance(outcome, ThreadError) else None,
         running=running,
         held_since=_moment(hold.acquired_at) if running and hold is not None else None,
         held_by=holder_of(hold.token) if running and hold is not None else None,
-        cancelled=thread.error if isinstance(thread.error, ThreadCancel) else None,
+        cancelled=outcome if isinstance(outcome, ThreadCancel) else None,
     )
 
 
@@ -612,25 +629,36 @@ def _status_matches(info: ThreadInfo, status: str | None) -> bool:
 
 
 def _encode_entries(
-    journal: tuple[str, Mapping[str, Sequence[JournalEntry]]] | None,
+    sealer: Sealer, thread_id: str, journal: tuple[str, Mapping[str, Sequence[JournalEntry]]] | None
 ) -> dict[tuple[str, str], dict[str, str]]:
     if journal is None:
         return {}
     base_id, entries = journal
     return {
-        (base_id, task_key): {
-            entry.key: _records.encode_entry(entry, f"task {task_key!r}") for entry in recorded
-        }
+        (base_id, task_key): _entry_texts(
+            sealer, (thread_id, base_id, task_key), recorded, f"task {task_key!r}"
+        )
         for task_key, recorded in entries.items()
     }
 
 
-def _same_record(existing: _StoredCheckpoint, checkpoint: Checkpoint, fields: Mapping[str, str]) -> bool:
+def _entry_texts(
+    sealer: Sealer, scope: _Scope, entries: Sequence[JournalEntry], where: str
+) -> dict[str, str]:
+    """The stored texts of entries of the journal at ``scope`` (thread, base checkpoint, task key), by key."""
+    slot = _records.journal_slot(sealer, *scope)
+    return {entry.key: _records.encode_entry(entry, where, slot) for entry in entries}
+
+
+def _same_record(
+    sealer: Sealer, existing: _StoredCheckpoint, checkpoint: Checkpoint, fields: Mapping[str, str]
+) -> bool:
     """Whether a stored checkpoint is this one (a retried commit that already landed)."""
     return (
         existing.parent_id == checkpoint.parent_id
         and existing.step == checkpoint.step
-        and existing.next_text == fields["next_text"]
-        and existing.pending_text == fields["pending_text"]
+        and _records.same_plan_and_pauses(
+            sealer, checkpoint, (existing.next_text, existing.pending_text), fields
+        )
         and existing.metadata_text == fields["metadata_text"]
     )

@@ -25,9 +25,11 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
+from ...crypto import Keyring
 from ...dbapi import Adapter, Session
 from ...errors import InvalidArgumentError
 from ...types import ChannelChange, Checkpoint, JournalEntry, ThreadCancel, ThreadError, ThreadInfo
+from .._sealing import Sealer
 from ..base import ANY_LATEST, Checkpointer, _AnyLatest
 from ..holds import INHERITED, Hold
 from .holds import HoldRows, SqlHold
@@ -74,11 +76,20 @@ class SqlCheckpointer(Checkpointer):
     WRITES_IN_ONE_STATEMENT: ClassVar[bool] = False
     AUTO_MIGRATE: ClassVar[bool] = False
 
-    def __init__(self, adapter: Adapter, *, table_prefix: str = "ilmek", lease_seconds: float = 5.0) -> None:
+    def __init__(
+        self,
+        adapter: Adapter,
+        *,
+        table_prefix: str = "ilmek",
+        lease_seconds: float = 5.0,
+        cipher: Keyring | None = None,
+    ) -> None:
         super().__init__()
         # Unquoted SQL identifiers ignore case (Postgres folds them, SQLite
         # compares them case-blind): "Billing" and "billing" are one prefix.
         self.table_prefix = validate_prefix(table_prefix).lower()
+        #: How stored values are sealed (SPEC §7a); bound to the prefix: a row copied elsewhere does not open.
+        self.sealer = Sealer(cipher, self.table_prefix)
         if (
             isinstance(lease_seconds, bool)
             or not isinstance(lease_seconds, (int, float))

@@ -34,7 +34,7 @@ import binascii
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -48,6 +48,8 @@ __all__ = [
     "SEALED_TAG",
     "Keyring",
     "Place",
+    "RekeyCallback",
+    "RekeyProgress",
     "Sealed",
     "associated_data",
     "is_sealed",
@@ -170,6 +172,16 @@ class Keyring:
 
     def __repr__(self) -> str:
         return f"Keyring(key_ids={list(self._ciphers)!r}, current={self._current!r})"
+
+    def _variant(self, *, only_current: bool, allow_plaintext: bool) -> Keyring:
+        """This keyring with only its current key, or reading plaintext (for rekeying)."""
+        variant = object.__new__(Keyring)
+        variant._ciphers = (
+            {self._current: self._ciphers[self._current]} if only_current else dict(self._ciphers)
+        )
+        variant._current = self._current
+        variant._allow_plaintext = allow_plaintext
+        return variant
 
     def _seal_bytes(self, plaintext: bytes, associated: bytes) -> tuple[str, bytes]:
         nonce = os.urandom(_NONCE_BYTES)
@@ -312,3 +324,28 @@ class Sealed:
     def label(self) -> str:
         """How a display names it."""
         return f"sealed (key {self.key_id}; pass --keys-env to read it)"
+
+
+@attrs.frozen(kw_only=True)
+class RekeyProgress:
+    """How far :meth:`~ilmek.checkpoint.base.Checkpointer.rekey` has come.
+
+    Attributes:
+        checked: Stored rows read so far.
+        rewritten: Rows resealed under the current key (old key or plaintext before).
+        batches: Transactions committed so far.
+        table: The table being worked through (``None`` once done).
+    """
+
+    checked: int = 0
+    rewritten: int = 0
+    batches: int = 0
+    table: str | None = None
+
+    def __str__(self) -> str:
+        where = f" ({self.table})" if self.table is not None else ""
+        return f"{self.checked} rows checked, {self.rewritten} resealed, {self.batches} batches{where}"
+
+
+RekeyCallback = Callable[[RekeyProgress], None]
+"""What ``rekey(progress=...)`` calls after each batch."""

@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from .. import checks
-from ..crypto import Keyring
+from ..crypto import Keyring, RekeyCallback, RekeyProgress
 from ..errors import CheckpointNotFoundError, ConcurrentUpdateError
 from ..types import (
     ChannelChange,
@@ -43,6 +43,7 @@ from ._delta import (
     read_channels,
     write_channels,
 )
+from ._rekeying import Resealer
 from ._sealing import Sealer
 from .base import (
     ANY_LATEST,
@@ -91,6 +92,8 @@ class _Thread:
     blobs: dict[int, str] = attrs.Factory(dict)
     logs: dict[int, LogInfo] = attrs.Factory(dict)
     items: dict[int, list[str]] = attrs.Factory(dict)
+    #: The channel of each blob and log (what their values are sealed to), for rekey.
+    channels: dict[tuple[str, int], str] = attrs.Factory(dict)
     journals: dict[tuple[str, str], dict[str, str]] = attrs.Factory(dict)
 
 
@@ -107,6 +110,7 @@ class _Store:
     def insert_blob(self, thread_id: str, channel: str, text: str) -> int:
         blob_id = self._owner._next_id()
         self._thread(thread_id).blobs[blob_id] = text
+        self._thread(thread_id).channels["b", blob_id] = channel
         return blob_id
 
     def fetch_blobs(self, thread_id: str, blob_ids: Sequence[int]) -> dict[int, Any]:
@@ -117,6 +121,7 @@ class _Store:
         log_id = self._owner._next_id()
         thread = self._thread(thread_id)
         thread.logs[log_id] = LogInfo(log_id, parent_id, base)
+        thread.channels["l", log_id] = channel
         thread.items[log_id] = []
         return log_id
 
@@ -415,6 +420,17 @@ class InMemoryCheckpointer(Checkpointer):
                 thread.status, thread.outcome_text = status or thread.status, text
                 thread.updated_at = utc_now()
 
+    def rekey(self, *, batch: int = 500, progress: RekeyCallback | None = None) -> RekeyProgress:
+        checks.count(batch, "batch", minimum=1)
+        resealer, done = Resealer(self._sealer), RekeyProgress()
+        for thread_id in builtins.list(self._threads):
+            with self._lock:  # one thread at a time: a run of another thread never waits longer
+                thread = self._threads.get(thread_id)
+                done = _rekey_thread(resealer, thread_id, thread, done) if thread else done
+            if progress is not None:
+                progress(done)
+        return done
+
     def delete_thread(self, thread_id: str) -> None:
         thread_id = checks.thread_id(thread_id)
         with self._lock:
@@ -449,17 +465,7 @@ class InMemoryCheckpointer(Checkpointer):
         limit = checks.count(limit, "limit", optional=True)
         before = checks.moment(updated_before, "updated_before")
         after = checks.moment(updated_after, "updated_after")
-        infos = self._infos()
-        if needle:
-            folded = needle.casefold()
-            infos = [i for i in infos if folded in i.id.casefold()]
-        if wanted:
-            infos = [i for i in infos if _records.metadata_matches(i.metadata, wanted)]
-        infos = [i for i in infos if _status_matches(i, status)]
-        if before is not None:
-            infos = [i for i in infos if i.updated_at.timestamp() < before]
-        if after is not None:
-            infos = [i for i in infos if i.updated_at.timestamp() >= after]
+        infos = _matching(self._infos(), needle, wanted, status, before, after)
         infos.sort(key=lambda i: (i.updated_at, i.id), reverse=True)
         end = None if limit is None else offset + limit
         return infos[offset:end]
@@ -620,6 +626,28 @@ def _moment(epoch: float) -> _dt.datetime:
     return _dt.datetime.fromtimestamp(epoch, _dt.UTC)
 
 
+def _matching(
+    infos: builtins.list[ThreadInfo],
+    needle: str | None,
+    wanted: Mapping[str, Any],
+    status: str | None,
+    before: float | None,
+    after: float | None,
+) -> builtins.list[ThreadInfo]:
+    """The threads ``list_threads`` filters for: id search, metadata, status and update times."""
+    if needle:
+        folded = needle.casefold()
+        infos = [i for i in infos if folded in i.id.casefold()]
+    if wanted:
+        infos = [i for i in infos if _records.metadata_matches(i.metadata, wanted)]
+    infos = [i for i in infos if _status_matches(i, status)]
+    if before is not None:
+        infos = [i for i in infos if i.updated_at.timestamp() < before]
+    if after is not None:
+        infos = [i for i in infos if i.updated_at.timestamp() >= after]
+    return infos
+
+
 def _status_matches(info: ThreadInfo, status: str | None) -> bool:
     if status is None:
         return True
@@ -661,4 +689,36 @@ def _same_record(
             sealer, checkpoint, (existing.next_text, existing.pending_text), fields
         )
         and existing.metadata_text == fields["metadata_text"]
+    )
+
+
+def _rekey_thread(resealer: Resealer, thread_id: str, thread: _Thread, done: RekeyProgress) -> RekeyProgress:
+    """Reseal every stored value of one thread under the current key; ``done`` counts them in."""
+    found: builtins.list[str | tuple[str, str, str] | None] = []
+    for blob_id, text in thread.blobs.items():
+        channel = thread.channels["b", blob_id]
+        found.append(new := resealer.channel_value(text, thread_id, channel, item=False))
+        thread.blobs[blob_id] = new or text
+    for log_id, texts in thread.items.items():
+        channel = thread.channels["l", log_id]
+        for index, text in enumerate(texts):
+            found.append(new := resealer.channel_value(text, thread_id, channel, item=True))
+            texts[index] = new or text
+    for (base_id, task_key), entries in thread.journals.items():
+        for key, text in entries.items():
+            found.append(new := resealer.entry(text, thread_id, base_id, task_key))
+            entries[key] = new or text
+    for stored in thread.checkpoints.values():
+        parts = resealer.checkpoint_parts(
+            (stored.next_text, stored.pending_text, stored.journals_text), thread_id, stored.id
+        )
+        found.append(parts)
+        if parts is not None:
+            stored.next_text, stored.pending_text, stored.journals_text = parts
+    if thread.outcome_text is not None:
+        found.append(new := resealer.outcome(thread.outcome_text, thread_id))
+        thread.outcome_text = new or thread.outcome_text
+    changed = sum(1 for item in found if item is not None)
+    return attrs.evolve(
+        done, checked=done.checked + len(found), rewritten=done.rewritten + changed, batches=done.batches + 1
     )

@@ -19,7 +19,7 @@ import os
 import pathlib
 import re
 from collections.abc import Iterator, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 # The CLI's one import of the SQL checkpointer's module: the other modules of
 # ilmek.cli take these names from here (`as`: an explicit re-export).
@@ -28,6 +28,9 @@ from ..checkpoint.sql import validate_prefix as validate_prefix
 from ..checkpoint.sql.statements import LIVE_HOLD as LIVE_HOLD
 from ..checkpoint.sqlite import DEFAULT_PATH, SqliteCheckpointer
 from ..errors import IlmekError, StorageError
+
+if TYPE_CHECKING:
+    from ..crypto import Keyring
 from ..redact import dsn_secrets, mask_dsn
 from .failures import _CommandFailed
 from .output import _one_line, _shorten
@@ -74,7 +77,9 @@ def _unsupported(database: str) -> str:
     )
 
 
-def open_checkpointer(database: str | os.PathLike[str], table_prefix: str = "ilmek") -> SqlCheckpointer:
+def open_checkpointer(
+    database: str | os.PathLike[str], table_prefix: str = "ilmek", *, cipher: Keyring | None = None
+) -> SqlCheckpointer:
     """Open the checkpointer a command line names: a SQLite path or a Postgres DSN.
 
     Args:
@@ -83,6 +88,7 @@ def open_checkpointer(database: str | os.PathLike[str], table_prefix: str = "ilm
             such as ``host=db dbname=shop`` (it must start with a libpq
             keyword; write ``./host=x.db`` for a file of that name).
         table_prefix: The prefix of the store's tables.
+        cipher: The store's keyring, if it is encrypted at rest.
 
     Returns:
         A checkpointer that owns its connections; close it when done.
@@ -100,13 +106,15 @@ def open_checkpointer(database: str | os.PathLike[str], table_prefix: str = "ilm
         from ..checkpoint.postgres import PostgresCheckpointer
 
         # libpq reads a URL only from the first character on.
-        return PostgresCheckpointer.connect(target.strip(), table_prefix=table_prefix)
+        return PostgresCheckpointer.connect(target.strip(), table_prefix=table_prefix, cipher=cipher)
     if _URL.match(target.lstrip()):
         raise ValueError(_unsupported(target))
-    return SqliteCheckpointer(target, table_prefix=table_prefix)
+    return SqliteCheckpointer(target, table_prefix=table_prefix, cipher=cipher)
 
 
-def _open_read_only(path: str, table_prefix: str, shown: str) -> tuple[SqlCheckpointer, Any]:
+def _open_read_only(
+    path: str, table_prefix: str, shown: str, cipher: Keyring | None
+) -> tuple[SqlCheckpointer, Any]:
     """A SQLite file opened read-only, at this ilmek's schema; the checkpointer and its connection.
 
     SQLite itself refuses every write on the connection (``mode=ro``), and the
@@ -154,7 +162,7 @@ def _open_read_only(path: str, table_prefix: str, shown: str) -> tuple[SqlCheckp
                 f"the {prefix}_* tables are at schema version {found}, this ilmek uses version {wanted}: "
                 + advice
             )
-        return SqliteCheckpointer(connection, table_prefix=table_prefix), connection
+        return SqliteCheckpointer(connection, table_prefix=table_prefix, cipher=cipher), connection
     except BaseException:
         connection.close()
         raise
@@ -217,7 +225,10 @@ def _opened(
                     raise _CommandFailed(_unsupported(database))
                 if not create and not pathlib.Path(database).expanduser().exists():
                     raise _CommandFailed(f"no database at {shown} (nothing has been stored there yet)")
-            checkpointer = _open(database, args.table_prefix, shown, owned, read_only, pool_size, synchronous)
+            cipher = keyring_of(args)
+            checkpointer = _open(
+                database, args.table_prefix, shown, owned, read_only, pool_size, synchronous, cipher
+            )
         except StorageError as error:
             # The driver's own words (a refused connection, a malformed DSN, a file
             # that is not a database), chained under ilmek's: what the user needs.
@@ -251,10 +262,11 @@ def _open(
     read_only: bool,
     pool_size: int,
     synchronous: str,
+    cipher: Keyring | None,
 ) -> SqlCheckpointer:
     """The checkpointer for :func:`_opened`; what else it opens is closed by ``owned``."""
     if read_only and not _is_postgres(database):
-        checkpointer, connection = _open_read_only(database, table_prefix, shown)
+        checkpointer, connection = _open_read_only(database, table_prefix, shown, cipher)
         owned.callback(connection.close)
         return checkpointer
     if pool_size and _is_postgres(database):
@@ -263,10 +275,24 @@ def _open(
             from ..checkpoint.postgres import PostgresCheckpointer
 
             owned.callback(_close_pool, pool)
-            return PostgresCheckpointer(pool, table_prefix=table_prefix)
+            return PostgresCheckpointer(pool, table_prefix=table_prefix, cipher=cipher)
     if synchronous != "FULL" and not _is_postgres(database):
-        return SqliteCheckpointer(database, table_prefix=table_prefix, synchronous=synchronous)
-    return open_checkpointer(database, table_prefix)
+        return SqliteCheckpointer(database, table_prefix=table_prefix, synchronous=synchronous, cipher=cipher)
+    return open_checkpointer(database, table_prefix, cipher=cipher)
+
+
+def keyring_of(args: argparse.Namespace) -> Keyring | None:
+    """The keyring ``--keys-env VAR`` names (read from that variable), or ``None`` without the option.
+
+    Raises:
+        InvalidArgumentError: the variable is unset or malformed (never showing a key).
+    """
+    variable = getattr(args, "keys_env", None)
+    if not variable:
+        return None
+    from ..crypto import Keyring
+
+    return Keyring.from_env(variable)
 
 
 def _secrets_in(argv: Sequence[str]) -> tuple[str, ...]:

@@ -73,7 +73,7 @@ def secret_graph() -> Any:
     """The graph that stores every sealed kind: run it, then resume with an answer (or ``"fail"``)."""
     return (
         graph(
-            "sealed",
+            "vault",
             {"card": channel.last_write(None), "note": channel.last_write(None), "log": channel.append()},
         )
         .node("intake", _intake)

@@ -25,7 +25,8 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
-from ...crypto import Keyring
+from ... import checks
+from ...crypto import Keyring, RekeyCallback, RekeyProgress
 from ...dbapi import Adapter, Session
 from ...errors import InvalidArgumentError
 from ...types import ChannelChange, Checkpoint, JournalEntry, ThreadCancel, ThreadError, ThreadInfo
@@ -35,6 +36,7 @@ from ..holds import INHERITED, Hold
 from .holds import HoldRows, SqlHold
 from .journals import Journals
 from .reads import Reads
+from .rekeying import Rekeying
 from .schema import Migration, Schema, drop_sql, schema_sql, upgrade_sql
 from .statements import Statements, format_sql, validate_prefix
 from .supersteps import Supersteps
@@ -374,6 +376,10 @@ class SqlCheckpointer(Checkpointer):
         limit: int | None = None,
     ) -> int:
         return self._threads.delete_threads(updated_before=updated_before, status=status, limit=limit)
+
+    def rekey(self, *, batch: int = 500, progress: RekeyCallback | None = None) -> RekeyProgress:
+        batch = checks.count(batch, "batch", minimum=1) or 1
+        return Rekeying(self, self.statements).run(batch, progress)
 
     def delete_idle_thread(self, thread_id: str) -> None:
         self._threads.delete_idle_thread(thread_id)

@@ -117,6 +117,9 @@ def test_the_console_shows_sealed_values_without_keys_and_values_with_them(seale
             base = f"http://127.0.0.1:{server.server_port}"
             status, inbox = fetch(base + "/")
             assert status == 200
+            # The inbox shows what the pause asks: its question with the keys, "sealed" without.
+            assert ("PAUSE-SECRET" in inbox) is readable
+            assert ("sealed (key k1" in inbox) is not readable
             status, page = fetch(base + "/thread?id=t")
             assert status == 200
             assert ("PAUSE-SECRET" in page) is readable

@@ -91,6 +91,18 @@ def test_no_secret_is_readable_in_any_column_of_any_table(backend: Backend) -> N
     assert not any(key in text for key in KEY_TEXTS)
 
 
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+def test_the_memory_reference_holds_only_sealed_values_too(backend: Backend) -> None:
+    """The memory backend stores the same sealed texts: none of its held data shows a secret."""
+    g = secret_graph()
+    checkpointer = _paused(backend, cipher=keyring("k1"))
+    _paused(backend, "t-fails", cipher=keyring("k1"))
+    resume(g, "fail", thread_id="t-fails", checkpointer=checkpointer)
+    held = repr(vars(checkpointer))  # white-box: every dict the reference keeps
+    assert "__ilmek__" in held
+    assert [secret for secret in SECRETS if secret in held] == []
+
+
 @pytest.mark.parametrize("backend", SQL_BACKENDS, indirect=True)
 def test_the_scan_finds_the_secrets_of_a_store_without_a_keyring(backend: Backend) -> None:
     """The control for the scan above: unsealed, the same writes leave every secret readable."""

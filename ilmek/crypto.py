@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from .errors import DecryptionError, IlmekError, InvalidArgumentError
+from .errors import DecryptionError, IlmekError, InvalidArgumentError, stored_at
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -52,6 +52,7 @@ __all__ = [
     "RekeyProgress",
     "Sealed",
     "associated_data",
+    "decryption_error",
     "is_sealed",
     "key_id_of",
     "new_key",
@@ -231,6 +232,24 @@ def associated_data(place: Place) -> bytes:
     return json.dumps(identity, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
+def decryption_error(
+    place: Place,
+    problem: str,
+    *,
+    checkpoint_id: str | None = None,
+    table: str | None = None,
+    key_id: str | None = None,
+) -> DecryptionError:
+    """The error for a value at ``place`` that is refused: names the thread and row, never a key."""
+    return DecryptionError(
+        f"the {place.describe()} stored for {stored_at(place.thread_id, checkpoint_id, table)} {problem}",
+        thread_id=place.thread_id,
+        checkpoint_id=checkpoint_id,
+        table=table,
+        key_id=key_id,
+    )
+
+
 def is_sealed(plain: Any) -> bool:
     """Whether stored (parsed) JSON is a sealed value."""
     return type(plain) is dict and plain.get("__ilmek__") == SEALED_TAG
@@ -268,16 +287,7 @@ def open_sealed(
     """
 
     def refused(problem: str, key_id: str | None = None) -> DecryptionError:
-        return DecryptionError(
-            f"the {place.describe()} stored for thread {place.thread_id!r}"
-            + (f", checkpoint {checkpoint_id!r}" if checkpoint_id is not None else "")
-            + (f" ({table})" if table is not None else "")
-            + f" {problem}",
-            thread_id=place.thread_id,
-            checkpoint_id=checkpoint_id,
-            table=table,
-            key_id=key_id,
-        )
+        return decryption_error(place, problem, checkpoint_id=checkpoint_id, table=table, key_id=key_id)
 
     body = plain.get("v") if isinstance(plain, dict) else None
     if not (

@@ -29,6 +29,7 @@ __all__ = [
     "StorageError",
     "ThreadBusyError",
     "TransientStorageError",
+    "stored_at",
 ]
 
 
@@ -198,6 +199,16 @@ class DecryptionError(IlmekError):
         super().__init__(message, thread_id=thread_id, checkpoint_id=checkpoint_id)
         self.table = table
         self.key_id = key_id
+
+
+def stored_at(thread_id: str | None, checkpoint_id: str | None = None, table: str | None = None) -> str:
+    """Where stored data is, in the words every message about a stored row uses."""
+    where = f"thread {thread_id!r}"
+    if checkpoint_id is not None:
+        where += f", checkpoint {checkpoint_id!r}"
+    if table is not None:
+        where += f" ({table})"
+    return where
 
 
 class ThreadBusyError(IlmekError):

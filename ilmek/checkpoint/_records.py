@@ -19,7 +19,13 @@ from typing import Any
 import attrs
 
 from .. import checks, crypto, serde
-from ..errors import CheckpointNotFoundError, CorruptCheckpointError, InvalidArgumentError, SerializationError
+from ..errors import (
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    InvalidArgumentError,
+    SerializationError,
+    stored_at,
+)
 from ..types import (
     ChannelChange,
     Checkpoint,
@@ -92,14 +98,10 @@ def corrupt(
     table: str | None = None,
 ) -> CorruptCheckpointError:
     """The error for stored data that ilmek cannot read, naming where it is."""
-    where = f"thread {thread_id!r}"
-    if checkpoint_id is not None:
-        where += f", checkpoint {checkpoint_id!r}"
-    if table is not None:
-        where += f" ({table})"
     return CorruptCheckpointError(
-        f"stored data of {where} is malformed: {problem}. It was not written by this ilmek or "
-        "was damaged: restore it from a backup, fork from an earlier checkpoint, or delete the thread",
+        f"stored data of {stored_at(thread_id, checkpoint_id, table)} is malformed: {problem}. "
+        "It was not written by this ilmek or was damaged: restore it from a backup, "
+        "fork from an earlier checkpoint, or delete the thread",
         thread_id=thread_id,
         checkpoint_id=checkpoint_id,
         table=table,

@@ -112,17 +112,7 @@ class Slot:
     def _refused(
         self, problem: str, more: tuple[str, ...], checkpoint_id: str | None, table: str | None
     ) -> DecryptionError:
-        where = f"thread {self._thread_id!r}"
-        if checkpoint_id is not None:
-            where += f", checkpoint {checkpoint_id!r}"
-        if table is not None:
-            where += f" ({table})"
-        return DecryptionError(
-            f"the {self._place(more).describe()} stored for {where} {problem}",
-            thread_id=self._thread_id,
-            checkpoint_id=checkpoint_id,
-            table=table,
-        )
+        return crypto.decryption_error(self._place(more), problem, checkpoint_id=checkpoint_id, table=table)
 
 
 #: The sealer of a store without a keyring (and of code that reads records outside any store).

@@ -19,6 +19,7 @@ __all__ = [
     "CheckpointNotFoundError",
     "ConcurrentUpdateError",
     "CorruptCheckpointError",
+    "DecryptionError",
     "GraphError",
     "IlmekError",
     "InterruptSignal",
@@ -33,6 +34,7 @@ __all__ = [
     "StorageError",
     "ThreadBusyError",
     "TransientStorageError",
+    "stored_at",
 ]
 
 
@@ -224,6 +226,44 @@ class CorruptCheckpointError(SerializationError):
         self.thread_id = thread_id
         self.checkpoint_id = checkpoint_id
         self.table = table
+
+
+class DecryptionError(IlmekError):
+    """A stored value could not be opened with the keyring; nothing was read from it.
+
+    Raised when a store read with a keyring holds a plaintext value (and the
+    keyring does not allow plaintext), a value sealed under a key id the
+    keyring does not have, or a value whose seal fails: it was tampered with
+    or moved from another thread, checkpoint, channel, step or store. The
+    message names the thread and the row; it never holds key material.
+
+    Attributes:
+        table: The table (or store) the value is in.
+        key_id: The key id the value names, when it names one.
+    """
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        thread_id: str | None = None,
+        checkpoint_id: str | None = None,
+        table: str | None = None,
+        key_id: str | None = None,
+    ) -> None:
+        super().__init__(message, thread_id=thread_id, checkpoint_id=checkpoint_id)
+        self.table = table
+        self.key_id = key_id
+
+
+def stored_at(thread_id: str | None, checkpoint_id: str | None = None, table: str | None = None) -> str:
+    """Where stored data is, in the words every message about a stored row uses."""
+    where = f"thread {thread_id!r}"
+    if checkpoint_id is not None:
+        where += f", checkpoint {checkpoint_id!r}"
+    if table is not None:
+        where += f" ({table})"
+    return where
 
 
 class ThreadBusyError(IlmekError):

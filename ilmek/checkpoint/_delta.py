@@ -27,7 +27,8 @@ import attrs
 from .. import forks, serde
 from ..types import ChannelChange, Extend, Replace
 from ._held import held_bytes, held_bytes_of_items
-from ._records import EncodedChange, corrupt
+from ._records import EncodedChange, channel_slot, corrupt, decode_stored_value
+from ._sealing import Sealer
 
 __all__ = [
     "BlobRef",
@@ -133,13 +134,20 @@ def blob_ids(manifests: Iterable[Mapping[str, ChannelRef]]) -> set[int]:
 
 
 class DeltaStore(Protocol):
-    """The storage primitives a backend provides; each acts inside the caller's transaction."""
+    """The storage primitives a backend provides; each acts inside the caller's transaction.
+
+    Stored values go in and come out as stored (sealed, with a keyring):
+    this module opens them, knowing which channel each belongs to.
+    """
+
+    #: How the store's values are sealed and opened.
+    sealer: Sealer
 
     def insert_blob(self, thread_id: str, channel: str, text: str) -> int:
         """Store a whole value; return its new blob id."""
 
     def fetch_blobs(self, thread_id: str, blob_ids: Sequence[int]) -> dict[int, Any]:
-        """Decoded values of the given blobs."""
+        """The stored values (text, or JSON a driver parsed) of the given blobs of the thread."""
 
     def create_log(self, thread_id: str, channel: str, parent_id: int | None, base: int, length: int) -> int:
         """Start a log holding items ``[base, length)``; return its id."""
@@ -159,10 +167,41 @@ class DeltaStore(Protocol):
         """Every log of the thread."""
 
     def fetch_items(self, thread_id: str, spans: Sequence[tuple[int, int, int]]) -> dict[int, list[Any]]:
-        """Decoded items of each ``(log_id, start, stop)`` span, by log id, in index order.
+        """Stored items of each ``(log_id, start, stop)`` span, by log id, in index order.
 
         The spans name distinct logs (a log appears once in any list's ancestry).
         """
+
+
+def _blob_values(store: DeltaStore, thread_id: str, wanted: Mapping[int, str]) -> dict[int, Any]:
+    """The values of blobs (by id, with the channel each is read as), opened and decoded."""
+    found = store.fetch_blobs(thread_id, list(wanted))
+    return {
+        blob_id: decode_stored_value(
+            channel_slot(store.sealer, thread_id, wanted[blob_id], item=False),
+            stored,
+            thread_id=thread_id,
+            table="blobs",
+        )
+        for blob_id, stored in found.items()
+        if blob_id in wanted
+    }
+
+
+def _item_values(
+    store: DeltaStore, thread_id: str, plan: Mapping[str, Sequence[tuple[int, int, int]]]
+) -> dict[int, list[Any]]:
+    """The items of each channel's spans (one fetch for all), each opened as an item of its channel."""
+    fetched = store.fetch_items(thread_id, [span for spans in plan.values() for span in spans])
+    values: dict[int, list[Any]] = {}
+    for channel, spans in plan.items():
+        slot = channel_slot(store.sealer, thread_id, channel, item=True)
+        for log_id, _start, _stop in spans:
+            values[log_id] = [
+                decode_stored_value(slot, stored, thread_id=thread_id, table="items")
+                for stored in fetched.get(log_id, ())
+            ]
+    return values
 
 
 def same_value(left: Any, right: Any) -> bool:
@@ -252,7 +291,7 @@ def write_channels(
             continue
         if isinstance(ref, BlobRef):
             # The list was stored whole until now: move it into a log once.
-            found = store.fetch_blobs(thread_id, [ref.blob_id])
+            found = _blob_values(store, thread_id, {ref.blob_id: name})
             before = found.get(ref.blob_id)
             if not isinstance(before, list):
                 raise corrupt(
@@ -260,7 +299,8 @@ def write_channels(
                     thread_id=thread_id,
                     table="blobs",
                 )
-            texts = [serde.encode(item, where=f"channel {name!r}") for item in before] + texts
+            slot = channel_slot(store.sealer, thread_id, name, item=True)
+            texts = [slot.seal_text(serde.encode(item, where=f"channel {name!r}")) for item in before] + texts
         log_id = store.create_log(thread_id, name, None, 0, len(texts))
         store.insert_items(thread_id, log_id, 0, texts)
         manifest[name] = LogRef(log_id, len(texts))
@@ -393,9 +433,9 @@ def read_channels(
     # Placeholders for unregistered classes are for display only: never cached.
     remember = remember and not serde.shows_unregistered()
     values: dict[str, Any] = {}
-    blob_ids = [ref.blob_id for ref in manifest.values() if isinstance(ref, BlobRef)]
+    blob_ids = {ref.blob_id: name for name, ref in manifest.items() if isinstance(ref, BlobRef)}
     if blob_ids:
-        blobs = store.fetch_blobs(thread_id, blob_ids)
+        blobs = _blob_values(store, thread_id, blob_ids)
         for name, ref in manifest.items():
             if isinstance(ref, BlobRef):
                 if ref.blob_id not in blobs:
@@ -444,7 +484,7 @@ def _read_logs(
                     for info in logs.values():
                         cache.put(("base", thread_id, info.log_id), info.base, 1)
             plan[name] = _spans(logs, ref.log_id, start, ref.length, thread_id=thread_id)
-        fetched = store.fetch_items(thread_id, [span for spans in plan.values() for span in spans])
+        fetched = _item_values(store, thread_id, plan)
         for name, spans in plan.items():
             items = known[name]
             for log_id, _start, _stop in spans:
@@ -486,7 +526,7 @@ def extend_cached_logs(
             if after.length == len(change.items):
                 # A log made for this commit that holds exactly its items (a
                 # new list): the thread's next read finds them here.
-                items = _Items(serde.decode(text) for text in change.items)
+                items = _Items(serde.decode(text) for text in change.cached_items)
                 cache.put(("l", thread_id, after.log_id), items, held_bytes(items))
             continue
         key = ("l", thread_id, after.log_id)
@@ -494,7 +534,7 @@ def extend_cached_logs(
         if isinstance(cached, _Items) and len(cached) == before.length:
             # Grown in place (amortized O(new items), not a copy of the history):
             # readers only ever take a slice of the first ``length`` items.
-            added = [serde.decode(text) for text in change.items]
+            added = [serde.decode(text) for text in change.cached_items]
             cached.extend(added)
             # A list's slots grow by one pointer per item, amortized.
             cache.grow(key, held_bytes_of_items(added) + 8 * len(added))
@@ -503,13 +543,14 @@ def extend_cached_logs(
 def read_channel_slice(
     store: DeltaStore,
     thread_id: str,
+    channel: str,
     ref: ChannelRef,
     offset: int,
     limit: int | None,
 ) -> list[Any]:
-    """Items ``[offset, offset + limit)`` of a list channel, reading only those."""
+    """Items ``[offset, offset + limit)`` of list channel ``channel``, reading only those."""
     if isinstance(ref, BlobRef):
-        found = store.fetch_blobs(thread_id, [ref.blob_id])
+        found = _blob_values(store, thread_id, {ref.blob_id: channel})
         if ref.blob_id not in found:
             raise corrupt(
                 f"the channel points at a value (blob {ref.blob_id}) this thread does not have",
@@ -526,7 +567,7 @@ def read_channel_slice(
         return []
     logs = store.fetch_logs(thread_id)
     spans = _spans(logs, ref.log_id, offset, stop, thread_id=thread_id)
-    fetched = store.fetch_items(thread_id, spans)
+    fetched = _item_values(store, thread_id, {channel: spans})
     items: list[Any] = []
     for log_id, _start, _stop in spans:
         items.extend(fetched.get(log_id, ()))

@@ -18,8 +18,14 @@ from typing import Any
 
 import attrs
 
-from .. import checks, serde
-from ..errors import CheckpointNotFoundError, CorruptCheckpointError, InvalidArgumentError, SerializationError
+from .. import checks, crypto, serde
+from ..errors import (
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    InvalidArgumentError,
+    SerializationError,
+    stored_at,
+)
 from ..types import (
     ChannelChange,
     Checkpoint,
@@ -31,9 +37,11 @@ from ..types import (
     ThreadCancel,
     ThreadError,
 )
+from ._sealing import PLAIN, Sealer, Slot
 
 __all__ = [
     "EncodedChange",
+    "channel_slot",
     "check_metadata_filter",
     "check_thread",
     "corrupt",
@@ -43,6 +51,7 @@ __all__ = [
     "decode_metadata",
     "decode_next",
     "decode_pending",
+    "decode_stored_value",
     "decode_task_journals",
     "decode_thread_error",
     "decode_thread_outcome",
@@ -60,10 +69,13 @@ __all__ = [
     "encode_thread_error",
     "encode_thread_metadata",
     "gone_error",
+    "journal_slot",
     "json_equal",
     "load_plain",
     "metadata_matches",
+    "open_value",
     "revive",
+    "same_plan_and_pauses",
     "stored_key",
 ]
 
@@ -86,14 +98,10 @@ def corrupt(
     table: str | None = None,
 ) -> CorruptCheckpointError:
     """The error for stored data that ilmek cannot read, naming where it is."""
-    where = f"thread {thread_id!r}"
-    if checkpoint_id is not None:
-        where += f", checkpoint {checkpoint_id!r}"
-    if table is not None:
-        where += f" ({table})"
     return CorruptCheckpointError(
-        f"stored data of {where} is malformed: {problem}. It was not written by this ilmek or "
-        "was damaged: restore it from a backup, fork from an earlier checkpoint, or delete the thread",
+        f"stored data of {stored_at(thread_id, checkpoint_id, table)} is malformed: {problem}. "
+        "It was not written by this ilmek or was damaged: restore it from a backup, "
+        "fork from an earlier checkpoint, or delete the thread",
         thread_id=thread_id,
         checkpoint_id=checkpoint_id,
         table=table,
@@ -159,6 +167,32 @@ def decode_value(
     )
 
 
+def open_value(
+    slot: Slot,
+    stored: Any,
+    *more: str,
+    thread_id: str | None,
+    checkpoint_id: str | None = None,
+    table: str | None = None,
+) -> Any:
+    """A stored value (parsed JSON) opened at its place, then revived.
+
+    Shown without a keyring (in a display context), a sealed value is a
+    :class:`~ilmek.crypto.Sealed` placeholder.
+    """
+    opened = slot.open(stored, *more, checkpoint_id=checkpoint_id, table=table)
+    if isinstance(opened, crypto.Sealed):
+        return opened
+    return revive(opened, thread_id=thread_id, checkpoint_id=checkpoint_id, table=table)
+
+
+def decode_stored_value(slot: Slot, stored: Any, *more: str, thread_id: str, table: str) -> Any:
+    """A whole stored row's value (a blob, a list item) from its JSON text, opened and checked."""
+    return open_value(
+        slot, load_plain(stored, thread_id=thread_id, table=table), *more, thread_id=thread_id, table=table
+    )
+
+
 # --- journal entries ----------------------------------------------------------------
 
 
@@ -166,13 +200,18 @@ def decode_value(
 _ANSWERED_BY = (None, "person", "deadline", "token", "timer")
 
 
-def _entry_to_plain(entry: JournalEntry, where: str) -> dict[str, Any]:
+def _entry_to_plain(entry: JournalEntry, where: str, slot: Slot) -> dict[str, Any]:
     # Keys are the author's text and may hold NUL, which JSONB refuses bare.
+    # The key and kind stay readable; the value and payload are sealed at (slot, key, field).
     record: dict[str, Any] = {"key": serde.to_jsonable(entry.key, where=where), "kind": entry.kind}
     if entry.kind == "step" or entry.answered:
-        record["value"] = serde.to_jsonable(entry.value, where=f"{where} step {entry.key!r}")
+        record["value"] = slot.seal(
+            serde.to_jsonable(entry.value, where=f"{where} step {entry.key!r}"), entry.key, "value"
+        )
     if entry.kind == "interrupt":
-        record["payload"] = serde.to_jsonable(entry.payload, where=f"{where} interrupt {entry.key!r}")
+        record["payload"] = slot.seal(
+            serde.to_jsonable(entry.payload, where=f"{where} interrupt {entry.key!r}"), entry.key, "payload"
+        )
         record["answered"] = entry.answered
         if entry.by is not None:
             record["by"] = entry.by
@@ -181,7 +220,9 @@ def _entry_to_plain(entry: JournalEntry, where: str) -> dict[str, Any]:
     return record
 
 
-def _entry_from_plain(record: Any, *, thread_id: str | None, checkpoint_id: str | None) -> JournalEntry:
+def _entry_from_plain(
+    record: Any, *, thread_id: str | None, checkpoint_id: str | None, slot: Slot
+) -> JournalEntry:
     def bad(problem: str) -> CorruptCheckpointError:
         return corrupt(
             f"a journal entry {problem}", thread_id=thread_id, checkpoint_id=checkpoint_id, table="journals"
@@ -201,13 +242,13 @@ def _entry_from_plain(record: Any, *, thread_id: str | None, checkpoint_id: str 
     by = record.get("by")
     if by not in _ANSWERED_BY:
         raise bad(f"names an unknown answerer {by!r}")
+    where = {"thread_id": thread_id, "checkpoint_id": checkpoint_id, "table": "journals"}
+    # What was never stored is not sealed either: a step's missing payload, an open pause's answer.
     return JournalEntry(
         key=key,
         kind=kind,
-        value=revive(record.get("value"), thread_id=thread_id, checkpoint_id=checkpoint_id, table="journals"),
-        payload=revive(
-            record.get("payload"), thread_id=thread_id, checkpoint_id=checkpoint_id, table="journals"
-        ),
+        value=open_value(slot, record["value"], key, "value", **where) if "value" in record else None,
+        payload=open_value(slot, record["payload"], key, "payload", **where) if "payload" in record else None,
         answered=answered,
         by=by,
     )
@@ -223,46 +264,67 @@ def stored_key(key: str) -> str:
     return json.dumps(key, ensure_ascii=True)
 
 
-def encode_entry(entry: JournalEntry, where: str) -> str:
-    """One journal entry as JSON text (one stored row).
+def journal_slot(sealer: Sealer, thread_id: str, base_id: str, task_key: str) -> Slot:
+    """Where the entries of one task's own journal are sealed: its thread, base checkpoint and task key."""
+    return sealer.slot(thread_id, "step", base_id, task_key)
+
+
+def encode_entry(entry: JournalEntry, where: str, slot: Slot | None = None) -> str:
+    """One journal entry as JSON text (one stored row); ``slot`` (see :func:`journal_slot`) seals it.
 
     Raises:
         SerializationError: the entry's value cannot be stored.
     """
-    return dump_plain(_entry_to_plain(entry, where))
+    return dump_plain(_entry_to_plain(entry, where, slot or PLAIN.slot("", "step")))
 
 
-def decode_entry(stored: Any, *, thread_id: str | None, checkpoint_id: str | None = None) -> JournalEntry:
-    """One journal entry from its stored row."""
+def decode_entry(
+    stored: Any, *, thread_id: str | None, checkpoint_id: str | None = None, slot: Slot | None = None
+) -> JournalEntry:
+    """One journal entry from its stored row, opened at ``slot`` (see :func:`journal_slot`)."""
     plain = load_plain(stored, thread_id=thread_id, checkpoint_id=checkpoint_id, table="journals")
-    return _entry_from_plain(plain, thread_id=thread_id, checkpoint_id=checkpoint_id)
+    return _entry_from_plain(
+        plain, thread_id=thread_id, checkpoint_id=checkpoint_id, slot=slot or PLAIN.slot("", "step")
+    )
 
 
 def encode_journal(task_id: str, entries: Sequence[JournalEntry]) -> str:
-    """A task's journal as JSON text."""
-    return dump_plain([_entry_to_plain(entry, f"journal {task_id!r}") for entry in entries])
+    """A task's journal as JSON text (unsealed: the stored form of schema version 1, and a check)."""
+    slot = PLAIN.slot("", "step")
+    return dump_plain([_entry_to_plain(entry, f"journal {task_id!r}", slot) for entry in entries])
 
 
 def decode_journal(stored: Any, *, thread_id: str | None = None) -> tuple[JournalEntry, ...]:
-    """A journal from its JSON text (or the structure a JSON column returned)."""
+    """A journal from its JSON text (or the structure a JSON column returned); schema version 1's form."""
     plain = load_plain(stored, thread_id=thread_id, table="journals")
     if not isinstance(plain, list):
         raise corrupt("a stored journal is not a list", thread_id=thread_id, table="journals")
-    return tuple(_entry_from_plain(record, thread_id=thread_id, checkpoint_id=None) for record in plain)
+    slot = PLAIN.slot("", "step")
+    return tuple(
+        _entry_from_plain(record, thread_id=thread_id, checkpoint_id=None, slot=slot) for record in plain
+    )
 
 
-def encode_task_journals(journals: Mapping[str, Sequence[JournalEntry]]) -> str:
-    """Journals carried in a checkpoint, by task key, as JSON text."""
+def encode_task_journals(
+    journals: Mapping[str, Sequence[JournalEntry]],
+    sealer: Sealer = PLAIN,
+    thread_id: str = "",
+    checkpoint_id: str = "",
+) -> str:
+    """Journals carried in a checkpoint, by task key, as JSON text (sealed to that checkpoint)."""
     return dump_plain(
         {
-            key: [_entry_to_plain(entry, f"task {key!r}") for entry in entries]
+            key: [
+                _entry_to_plain(entry, f"task {key!r}", sealer.slot(thread_id, "carried", checkpoint_id, key))
+                for entry in entries
+            ]
             for key, entries in journals.items()
         }
     )
 
 
 def decode_task_journals(
-    stored: Any, *, thread_id: str | None = None, checkpoint_id: str | None = None
+    stored: Any, *, thread_id: str | None = None, checkpoint_id: str | None = None, sealer: Sealer = PLAIN
 ) -> dict[str, tuple[JournalEntry, ...]]:
     """The inverse of :func:`encode_task_journals`."""
     plain = load_plain(stored, thread_id=thread_id, checkpoint_id=checkpoint_id, table="checkpoints")
@@ -270,7 +332,13 @@ def decode_task_journals(
         raise corrupt("its carried journals are malformed", thread_id=thread_id, checkpoint_id=checkpoint_id)
     return {
         key: tuple(
-            _entry_from_plain(record, thread_id=thread_id, checkpoint_id=checkpoint_id) for record in value
+            _entry_from_plain(
+                record,
+                thread_id=thread_id,
+                checkpoint_id=checkpoint_id,
+                slot=sealer.slot(thread_id or "", "carried", checkpoint_id or "", key),
+            )
+            for record in value
         )
         for key, value in plain.items()
     }
@@ -298,27 +366,34 @@ _PLAN_TEXTS: dict[tuple[tuple[str, str], ...], str] = {}
 _PLAN_TEXTS_KEPT = 1024
 
 
-def encode_next(tasks: Sequence[ScheduledTask]) -> str:
-    """The scheduled tasks as JSON text."""
+def encode_next(tasks: Sequence[ScheduledTask], slot: Slot | None = None) -> str:
+    """The scheduled tasks as JSON text; ``slot`` (the checkpoint's ``"input"``) seals their inputs."""
+    slot = slot or PLAIN.slot("", "input")
     if any(t.is_send or t.input is not None for t in tasks):
-        return _encode_tasks(tasks)
+        return _encode_tasks(tasks, slot)
     key = tuple((t.node, t.task_key) for t in tasks)
     text = _PLAN_TEXTS.get(key)
     if text is None:
-        text = _encode_tasks(tasks)
+        text = _encode_tasks(tasks, slot)
         if len(_PLAN_TEXTS) < _PLAN_TEXTS_KEPT:
             _PLAN_TEXTS[key] = text
     return text
 
 
-def _encode_tasks(tasks: Sequence[ScheduledTask]) -> str:
+def _encode_tasks(tasks: Sequence[ScheduledTask], slot: Slot) -> str:
+    # A task without input (not a send) stores null, unsealed: it carries nothing,
+    # and the reader accepts a bare null only where no input is expected.
     return dump_plain(
         [
             {
                 "node": t.node,
                 "task_key": t.task_key,
                 "is_send": t.is_send,
-                "input": serde.to_jsonable(t.input, where=f"the input of send {t.task_key!r}"),
+                "input": None
+                if t.input is None and not t.is_send
+                else slot.seal(
+                    serde.to_jsonable(t.input, where=f"the input of send {t.task_key!r}"), t.task_key
+                ),
             }
             for t in tasks
         ]
@@ -326,7 +401,7 @@ def _encode_tasks(tasks: Sequence[ScheduledTask]) -> str:
 
 
 def decode_next(
-    stored: Any, *, thread_id: str | None = None, checkpoint_id: str | None = None
+    stored: Any, *, thread_id: str | None = None, checkpoint_id: str | None = None, sealer: Sealer = PLAIN
 ) -> tuple[ScheduledTask, ...]:
     """The inverse of :func:`encode_next`."""
     plain = load_plain(stored, thread_id=thread_id, checkpoint_id=checkpoint_id, table="checkpoints")
@@ -341,32 +416,47 @@ def decode_next(
             or not isinstance(item.get("is_send"), bool)
         ):
             raise corrupt("a scheduled task is malformed", thread_id=thread_id, checkpoint_id=checkpoint_id)
+        stored_input = item.get("input")
+        if stored_input is None and not item["is_send"]:
+            task_input = None
+        else:
+            task_input = open_value(
+                sealer.slot(thread_id or "", "input", checkpoint_id or ""),
+                stored_input,
+                item["task_key"],
+                thread_id=thread_id,
+                checkpoint_id=checkpoint_id,
+                table="checkpoints",
+            )
         tasks.append(
             ScheduledTask(
-                node=item["node"],
-                task_key=item["task_key"],
-                is_send=item["is_send"],
-                input=revive(item.get("input"), thread_id=thread_id, checkpoint_id=checkpoint_id),
+                node=item["node"], task_key=item["task_key"], is_send=item["is_send"], input=task_input
             )
         )
     return tuple(tasks)
 
 
-def _pause_to_plain(p: Pending) -> dict[str, Any]:
+def _pause_to_plain(p: Pending, slot: Slot) -> dict[str, Any]:
+    # The payload, the contract and the timeout's answer are sealed at (the pause, field);
+    # ids, the kind and the deadline stay readable (SQL reads the deadline to find what is due).
     record = {
         "id": serde.to_jsonable(p.id, where=f"the pause {p.id!r}"),
         "task_id": serde.to_jsonable(p.task_id, where=f"the pause {p.id!r}"),
         "node": p.node,
         "key": serde.to_jsonable(p.key, where=f"the pause {p.id!r}"),
-        "payload": serde.to_jsonable(p.payload, where=f"the payload of pause {p.id!r}"),
+        "payload": slot.seal(serde.to_jsonable(p.payload, where=f"the payload of pause {p.id!r}"), p.id),
     }
     # The contract's fields only where set: a plain pause is stored as before.
     if p.answers is not None:
-        record["answers"] = serde.to_jsonable(p.answers, where=f"the contract of pause {p.id!r}")
+        record["answers"] = slot.seal(
+            serde.to_jsonable(p.answers, where=f"the contract of pause {p.id!r}"), p.id, "answers"
+        )
     if p.deadline is not None:
-        # Plain epoch seconds, not the codec's tagged datetime: SQL reads it to find what is due.
+        # Plain epoch seconds, not the codec's tagged datetime.
         record["deadline"] = p.deadline.timestamp()
-        record["on_timeout"] = serde.to_jsonable(p.on_timeout, where=f"the on_timeout of pause {p.id!r}")
+        record["on_timeout"] = slot.seal(
+            serde.to_jsonable(p.on_timeout, where=f"the on_timeout of pause {p.id!r}"), p.id, "on_timeout"
+        )
     if p.kind != "person":
         record["kind"] = p.kind
     if p.ns:
@@ -374,9 +464,10 @@ def _pause_to_plain(p: Pending) -> dict[str, Any]:
     return record
 
 
-def encode_pending(pending: Sequence[Pending]) -> str:
-    """The open pauses as JSON text."""
-    return dump_plain([_pause_to_plain(p) for p in pending])
+def encode_pending(pending: Sequence[Pending], slot: Slot | None = None) -> str:
+    """The open pauses as JSON text; ``slot`` (the checkpoint's ``"pause"``) seals what they hold."""
+    slot = slot or PLAIN.slot("", "pause")
+    return dump_plain([_pause_to_plain(p, slot) for p in pending])
 
 
 def due_at(pending: Sequence[Pending]) -> float | None:
@@ -386,7 +477,7 @@ def due_at(pending: Sequence[Pending]) -> float | None:
 
 
 def decode_pending(
-    stored: Any, *, thread_id: str | None = None, checkpoint_id: str | None = None
+    stored: Any, *, thread_id: str | None = None, checkpoint_id: str | None = None, sealer: Sealer = PLAIN
 ) -> tuple[Pending, ...]:
     """The inverse of :func:`encode_pending`."""
     plain = load_plain(stored, thread_id=thread_id, checkpoint_id=checkpoint_id, table="checkpoints")
@@ -402,27 +493,49 @@ def decode_pending(
         }
         if not all(isinstance(value, str) and value for value in fields.values()):
             raise corrupt("an open pause is malformed", thread_id=thread_id, checkpoint_id=checkpoint_id)
+        slot = sealer.slot(thread_id or "", "pause", checkpoint_id or "")
         pauses.append(
             Pending(
                 id=fields["id"],
                 task_id=fields["task_id"],
                 node=item["node"],
                 key=fields["key"],
-                payload=revive(item.get("payload"), thread_id=thread_id, checkpoint_id=checkpoint_id),
-                **_pause_terms(item, thread_id=thread_id, checkpoint_id=checkpoint_id),
+                payload=open_value(
+                    slot,
+                    item.get("payload"),
+                    fields["id"],
+                    thread_id=thread_id,
+                    checkpoint_id=checkpoint_id,
+                    table="checkpoints",
+                ),
+                **_pause_terms(item, slot, fields["id"], thread_id=thread_id, checkpoint_id=checkpoint_id),
             )
         )
     return tuple(pauses)
 
 
-def _pause_terms(item: dict[str, Any], *, thread_id: str | None, checkpoint_id: str | None) -> dict[str, Any]:
+def _pause_terms(
+    item: dict[str, Any], slot: Slot, pause_id: str, *, thread_id: str | None, checkpoint_id: str | None
+) -> dict[str, Any]:
     """A stored pause's contract, deadline, kind and namespace (absent in pauses stored before them)."""
-    contract = revive(item.get("answers"), thread_id=thread_id, checkpoint_id=checkpoint_id)
+
+    def opened(field: str) -> Any:
+        return open_value(
+            slot,
+            item[field],
+            pause_id,
+            field,
+            thread_id=thread_id,
+            checkpoint_id=checkpoint_id,
+            table="checkpoints",
+        )
+
+    contract = opened("answers") if item.get("answers") is not None else None
     deadline = item.get("deadline")
     kind = item.get("kind", "person")
     ns = item.get("ns", [])
     if (
-        (contract is not None and not isinstance(contract, dict))
+        (contract is not None and not isinstance(contract, dict | crypto.Sealed))
         or (deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, int | float)))
         or kind not in ("person", "timer")
         or not isinstance(ns, list)
@@ -432,7 +545,7 @@ def _pause_terms(item: dict[str, Any], *, thread_id: str | None, checkpoint_id: 
     return {
         "answers": contract,
         "deadline": None if deadline is None else _dt.datetime.fromtimestamp(deadline, _dt.UTC),
-        "on_timeout": revive(item.get("on_timeout"), thread_id=thread_id, checkpoint_id=checkpoint_id),
+        "on_timeout": opened("on_timeout") if "on_timeout" in item else None,
         "kind": kind,
         "ns": tuple(ns),
     }
@@ -454,43 +567,60 @@ def decode_metadata(
 MAX_TRACEBACK = 20_000
 
 
-def encode_thread_error(error: ThreadError) -> str:
-    """Why a run failed, as JSON text (through the serializer: any text is storable, NUL included)."""
+#: The fields of a failure or cancel record that are sealed (the rest are ids, names and times).
+_SEALED_OUTCOME_FIELDS = ("message", "traceback", "reason")
+
+
+def _outcome_slot(sealer: Sealer, thread_id: str) -> Slot:
+    return sealer.slot(thread_id, "outcome")
+
+
+def _encode_outcome(record: dict[str, Any], slot: Slot, where: str) -> str:
+    plain = serde.to_jsonable(record, where=where)
+    for name in _SEALED_OUTCOME_FIELDS:
+        if name in plain:
+            plain[name] = slot.seal(plain[name], name)
+    return dump_plain(plain)
+
+
+def encode_thread_error(error: ThreadError, sealer: Sealer = PLAIN, thread_id: str = "") -> str:
+    """Why a run failed, as JSON text (through the serializer: any text is storable, NUL included).
+
+    Its message and traceback are sealed to the thread when ``sealer`` has a keyring.
+    """
     traceback = error.traceback
     if traceback is not None and len(traceback) > MAX_TRACEBACK:
         traceback = "...\n" + traceback[-MAX_TRACEBACK:]
-    return serde.encode(
-        {
-            "kind": "error",
-            "type": error.type,
-            "message": error.message,
-            "node": error.node,
-            "checkpoint_id": error.checkpoint_id,
-            "at": error.at.timestamp(),
-            "traceback": traceback,
-        },
-        where="the failure record",
-    )
+    record = {
+        "kind": "error",
+        "type": error.type,
+        "message": error.message,
+        "node": error.node,
+        "checkpoint_id": error.checkpoint_id,
+        "at": error.at.timestamp(),
+        "traceback": traceback,
+    }
+    return _encode_outcome(record, _outcome_slot(sealer, thread_id), "the failure record")
 
 
-def encode_thread_cancel(cancel: ThreadCancel) -> str:
-    """How a run was cancelled, as JSON text (stored where a failure would be)."""
-    return serde.encode(
-        {
-            "kind": "cancelled",
-            "reason": cancel.reason,
-            "checkpoint_id": cancel.checkpoint_id,
-            "at": cancel.at.timestamp(),
-        },
-        where="the cancel record",
-    )
+def encode_thread_cancel(cancel: ThreadCancel, sealer: Sealer = PLAIN, thread_id: str = "") -> str:
+    """How a run was cancelled, as JSON text (stored where a failure would be; its reason sealed)."""
+    record = {
+        "kind": "cancelled",
+        "reason": cancel.reason,
+        "checkpoint_id": cancel.checkpoint_id,
+        "at": cancel.at.timestamp(),
+    }
+    return _encode_outcome(record, _outcome_slot(sealer, thread_id), "the cancel record")
 
 
 def _text_or_none(value: Any) -> bool:
     return value is None or isinstance(value, str)
 
 
-def decode_thread_outcome(stored: Any, *, thread_id: str) -> ThreadError | ThreadCancel | None:
+def decode_thread_outcome(
+    stored: Any, *, thread_id: str, sealer: Sealer = PLAIN
+) -> ThreadError | ThreadCancel | None:
     """The last run's failure or cancel stored with a thread (``None``: neither).
 
     A record written before records had a ``kind`` is a failure.
@@ -501,9 +631,18 @@ def decode_thread_outcome(stored: Any, *, thread_id: str) -> ThreadError | Threa
     """
     if stored is None:
         return None
-    plain = revive(
-        load_plain(stored, thread_id=thread_id, table="threads"), thread_id=thread_id, table="threads"
-    )
+    loaded = load_plain(stored, thread_id=thread_id, table="threads")
+    if isinstance(loaded, dict) and not crypto.is_sealed(loaded):
+        slot = _outcome_slot(sealer, thread_id)
+        opened = {
+            name: slot.open(value, name, table="threads") if name in _SEALED_OUTCOME_FIELDS else value
+            for name, value in loaded.items()
+        }
+        shown = {name: value for name, value in opened.items() if isinstance(value, crypto.Sealed)}
+        loaded = {name: value for name, value in opened.items() if name not in shown}
+    else:
+        shown = {}
+    plain = revive(loaded, thread_id=thread_id, table="threads")
     if not isinstance(plain, dict):
         raise corrupt("its stored outcome is malformed", thread_id=thread_id, table="threads")
     kind = plain.get("kind", "error")
@@ -517,6 +656,8 @@ def decode_thread_outcome(stored: Any, *, thread_id: str) -> ThreadError | Threa
             "its stored outcome has an impossible time", thread_id=thread_id, table="threads"
         ) from exc
     checkpoint_id = plain.get("checkpoint_id")
+    # Shown without a keyring, a sealed message reads as its label.
+    plain.update({name: value.label for name, value in shown.items()})
     if kind == "cancelled":
         reason = plain.get("reason")
         if not isinstance(reason, str) or not _text_or_none(checkpoint_id):
@@ -540,23 +681,43 @@ def decode_thread_outcome(stored: Any, *, thread_id: str) -> ThreadError | Threa
     )
 
 
-def decode_thread_error(stored: Any, *, thread_id: str) -> ThreadError | None:
+def decode_thread_error(stored: Any, *, thread_id: str, sealer: Sealer = PLAIN) -> ThreadError | None:
     """The last run's failure stored with a thread (``None``: none, or the record is a cancel)."""
-    outcome = decode_thread_outcome(stored, thread_id=thread_id)
+    outcome = decode_thread_outcome(stored, thread_id=thread_id, sealer=sealer)
     return outcome if isinstance(outcome, ThreadError) else None
 
 
 @attrs.frozen
 class EncodedChange:
-    """A channel change with its value or items already encoded as JSON text."""
+    """A channel change with its value or items already encoded as JSON text.
+
+    ``value`` and ``items`` are the stored texts (sealed, with a keyring);
+    ``plain_items`` the items' JSON before sealing, for this process's cache.
+    """
 
     channel: str
     value: str | None = None
     items: tuple[str, ...] | None = None
+    plain_items: tuple[str, ...] | None = None
+
+    @property
+    def cached_items(self) -> tuple[str, ...]:
+        """The items' unsealed JSON text (what the value cache decodes)."""
+        return self.plain_items if self.plain_items is not None else self.items or ()
 
 
-def encode_changes(changes: Mapping[str, ChannelChange]) -> list[EncodedChange]:
+def channel_slot(sealer: Sealer, thread_id: str, channel: str, *, item: bool) -> Slot:
+    """Where a channel's stored values are sealed: a whole value, or each item of a list on its own."""
+    return sealer.slot(thread_id, "item" if item else "value", channel)
+
+
+def encode_changes(
+    changes: Mapping[str, ChannelChange], sealer: Sealer = PLAIN, thread_id: str = ""
+) -> list[EncodedChange]:
     """Encode every change, so that nothing is written if any value cannot be stored.
+
+    With a keyring each whole value, and each appended item on its own, is
+    sealed to its thread and channel.
 
     Raises:
         SerializationError: naming the channel (and item index) and the type.
@@ -567,13 +728,20 @@ def encode_changes(changes: Mapping[str, ChannelChange]) -> list[EncodedChange]:
         # store) and lone surrogates are refused on every backend alike.
         checks.text(name, "a channel name")
         if isinstance(change, Replace):
-            encoded.append(EncodedChange(name, value=serde.encode(change.value, where=f"channel {name!r}")))
+            text = serde.encode(change.value, where=f"channel {name!r}")
+            slot = channel_slot(sealer, thread_id, name, item=False)
+            encoded.append(EncodedChange(name, value=slot.seal_text(text)))
         elif isinstance(change, Extend):
             items = tuple(
                 serde.encode(item, where=f"channel {name!r} item {index}")
                 for index, item in enumerate(change.items)
             )
-            encoded.append(EncodedChange(name, items=items))
+            if sealer.cipher is None:
+                encoded.append(EncodedChange(name, items=items))
+            else:
+                slot = channel_slot(sealer, thread_id, name, item=True)
+                sealed = tuple(slot.seal_text(text) for text in items)
+                encoded.append(EncodedChange(name, items=sealed, plain_items=items))
         else:
             raise TypeError(f"unknown channel change {change!r} for channel {name!r}")
     return encoded
@@ -652,13 +820,36 @@ def check_thread(thread_id: str, checkpoint: Checkpoint) -> None:
         )
 
 
-def encode_fields(checkpoint: Checkpoint) -> dict[str, str]:
-    """A checkpoint's non-channel parts as JSON text, keyed by stored column name."""
+def same_plan_and_pauses(
+    sealer: Sealer, checkpoint: Checkpoint, stored: tuple[Any, Any], fields: Mapping[str, str]
+) -> bool:
+    """Whether a stored checkpoint's (next, pending) are those :func:`encode_fields` just made.
+
+    For a retried commit meeting itself. Compared opened: sealed texts differ
+    on every write (a fresh nonce), and Postgres returns JSON in its own order.
+    """
+    where = {"thread_id": checkpoint.thread_id, "checkpoint_id": checkpoint.id}
+    return decode_next(stored[0], sealer=sealer, **where) == decode_next(
+        fields["next_text"], sealer=sealer, **where
+    ) and decode_pending(stored[1], sealer=sealer, **where) == decode_pending(
+        fields["pending_text"], sealer=sealer, **where
+    )
+
+
+def encode_fields(checkpoint: Checkpoint, sealer: Sealer = PLAIN) -> dict[str, str]:
+    """A checkpoint's non-channel parts as JSON text, keyed by stored column name (values sealed)."""
     # Most checkpoints carry no pause, no journals and no chain: skip the encoder for those.
+    thread_id, checkpoint_id = checkpoint.thread_id, checkpoint.id
     return {
-        "next_text": encode_next(checkpoint.next) if checkpoint.next else "[]",
-        "pending_text": encode_pending(checkpoint.pending) if checkpoint.pending else "[]",
-        "journals_text": encode_task_journals(checkpoint.task_journals) if checkpoint.task_journals else "{}",
+        "next_text": encode_next(checkpoint.next, sealer.slot(thread_id, "input", checkpoint_id))
+        if checkpoint.next
+        else "[]",
+        "pending_text": encode_pending(checkpoint.pending, sealer.slot(thread_id, "pause", checkpoint_id))
+        if checkpoint.pending
+        else "[]",
+        "journals_text": encode_task_journals(checkpoint.task_journals, sealer, thread_id, checkpoint_id)
+        if checkpoint.task_journals
+        else "{}",
         "chain_text": encode_chain(checkpoint.journal_chain) if checkpoint.journal_chain else "[]",
         "metadata_text": serde.encode(
             dict(checkpoint.metadata), where=f"the metadata of checkpoint {checkpoint.id!r}"

@@ -38,6 +38,7 @@ from ..types import (
     task_id_for,
 )
 from .holds import Hold, HoldLostError, LocalHolds, busy_error
+from .rotation import Rotating
 
 __all__ = [
     "ANY_LATEST",
@@ -77,7 +78,7 @@ def journal_view(
     return tuple(merged.values())
 
 
-class Checkpointer(abc.ABC):
+class Checkpointer(Rotating, abc.ABC):
     """Where threads keep their checkpoints and their tasks' journals.
 
     Implementations are safe to share between threads. Thread ids are opaque

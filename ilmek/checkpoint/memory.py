@@ -17,7 +17,8 @@ from typing import Any
 
 import attrs
 
-from .. import checks, serde
+from .. import checks
+from ..crypto import Keyring, RekeyCallback, RekeyProgress
 from ..errors import CheckpointNotFoundError, ConcurrentUpdateError
 from ..types import (
     ChannelChange,
@@ -42,6 +43,8 @@ from ._delta import (
     read_channels,
     write_channels,
 )
+from ._rekeying import Resealer
+from ._sealing import Sealer
 from .base import (
     ANY_LATEST,
     Checkpointer,
@@ -84,13 +87,15 @@ class _Thread:
     status: str = "done"
     #: The earliest deadline or timer of the latest checkpoint's pauses (epoch seconds).
     due_at: float | None = None
-    #: The last run's failure or cancel (cleared by the next commit).
-    error: ThreadError | ThreadCancel | None = None
+    #: The last run's failure or cancel as stored text, sealed as SQL stores it (cleared by the next commit).
+    outcome_text: str | None = None
     ids: list[str] = attrs.Factory(list)
     checkpoints: dict[str, _StoredCheckpoint] = attrs.Factory(dict)
     blobs: dict[int, str] = attrs.Factory(dict)
     logs: dict[int, LogInfo] = attrs.Factory(dict)
     items: dict[int, list[str]] = attrs.Factory(dict)
+    #: The channel of each blob and log (what their values are sealed to), for rekey.
+    channels: dict[tuple[str, int], str] = attrs.Factory(dict)
     journals: dict[tuple[str, str], dict[str, str]] = attrs.Factory(dict)
 
 
@@ -99,6 +104,7 @@ class _Store:
 
     def __init__(self, owner: InMemoryCheckpointer) -> None:
         self._owner = owner
+        self.sealer = owner._sealer
 
     def _thread(self, thread_id: str) -> _Thread:
         return self._owner._threads[thread_id]
@@ -106,16 +112,18 @@ class _Store:
     def insert_blob(self, thread_id: str, channel: str, text: str) -> int:
         blob_id = self._owner._next_id()
         self._thread(thread_id).blobs[blob_id] = text
+        self._thread(thread_id).channels["b", blob_id] = channel
         return blob_id
 
     def fetch_blobs(self, thread_id: str, blob_ids: Sequence[int]) -> dict[int, Any]:
         blobs = self._thread(thread_id).blobs
-        return {i: serde.decode(blobs[i]) for i in blob_ids if i in blobs}
+        return {i: blobs[i] for i in blob_ids if i in blobs}
 
     def create_log(self, thread_id: str, channel: str, parent_id: int | None, base: int, length: int) -> int:
         log_id = self._owner._next_id()
         thread = self._thread(thread_id)
         thread.logs[log_id] = LogInfo(log_id, parent_id, base)
+        thread.channels["l", log_id] = channel
         thread.items[log_id] = []
         return log_id
 
@@ -141,7 +149,7 @@ class _Store:
         found: dict[int, list[Any]] = {}
         for log_id, start, stop in spans:
             base = thread.logs[log_id].base
-            found[log_id] = [serde.decode(t) for t in thread.items[log_id][start - base : stop - base]]
+            found[log_id] = thread.items[log_id][start - base : stop - base]
         return found
 
 
@@ -150,10 +158,14 @@ class InMemoryCheckpointer(Checkpointer):
 
     Thread-safe. Use it in tests and scripts; use :class:`SqliteCheckpointer`
     or :class:`PostgresCheckpointer` for anything that must outlive the process.
+
+    Args:
+        cipher: An :class:`ilmek.crypto.Keyring`: values are sealed as on SQL (SPEC §7a).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, cipher: Keyring | None = None) -> None:
         super().__init__()
+        self._sealer = Sealer(cipher, "ilmek")
         self._lock = threading.RLock()
         self._threads: dict[str, _Thread] = {}
         self._ids = 0
@@ -193,15 +205,15 @@ class InMemoryCheckpointer(Checkpointer):
         checks.checkpoint_id(checkpoint.id, "checkpoint.id")
         # Encode everything before touching the store: a value that cannot be
         # stored must leave the thread as it was.
-        encoded = _records.encode_changes(changes) if changes is not None else None
-        stored_fields = _records.encode_fields(checkpoint)
-        recorded = _encode_entries(journal)
+        encoded = _records.encode_changes(changes, self._sealer, thread_id) if changes is not None else None
+        stored_fields = _records.encode_fields(checkpoint, self._sealer)
+        recorded = _encode_entries(self._sealer, thread_id, journal)
         with self._lock:
             self._local_holds.check(hold)
             thread = self._threads.get(thread_id)
             existing = thread.checkpoints.get(checkpoint.id) if thread is not None else None
             if existing is not None:
-                if _same_record(existing, checkpoint, stored_fields) and same_channels(
+                if _same_record(self._sealer, existing, checkpoint, stored_fields) and same_channels(
                     self._values(thread_id, existing), checkpoint.channels
                 ):
                     return  # this very commit already landed
@@ -223,7 +235,8 @@ class InMemoryCheckpointer(Checkpointer):
             keep: set[str] | None = None
             if encoded is None:
                 parent_values = self._values(thread_id, parent) if parent is not None else None
-                encoded = _records.encode_changes(diff_channels(parent_values, checkpoint.channels))
+                changed = diff_channels(parent_values, checkpoint.channels)
+                encoded = _records.encode_changes(changed, self._sealer, thread_id)
                 keep = set(checkpoint.channels)
             thread = self._touch(thread_id)
             parent_manifest = parent.manifest if parent else {}
@@ -242,7 +255,7 @@ class InMemoryCheckpointer(Checkpointer):
             bisect.insort(thread.ids, checkpoint.id)
             thread.checkpoints[checkpoint.id] = stored
             if thread.ids[-1] == checkpoint.id:
-                thread.status, thread.error = checkpoint.status, None
+                thread.status, thread.outcome_text = checkpoint.status, None
                 thread.due_at = _records.due_at(checkpoint.pending)
             thread.updated_at = utc_now()
             for task_id in drop_journals:
@@ -297,7 +310,7 @@ class InMemoryCheckpointer(Checkpointer):
             channels = LazyChannels(lambda: self._values(thread_id, stored))
         else:
             channels = self._values(thread_id, stored)
-        return _decoded_checkpoint(thread_id, stored, channels)
+        return _decoded_checkpoint(self._sealer, thread_id, stored, channels)
 
     # --- journals --------------------------------------------------------------------
 
@@ -313,9 +326,10 @@ class InMemoryCheckpointer(Checkpointer):
         thread = self._threads.get(scope[0])
         if thread is None:
             return []
-        texts = thread.journals.get((scope[1], scope[2]), {})
+        slot = _records.journal_slot(self._sealer, *scope)
+        texts = thread.journals.get((scope[1], scope[2]), {}).values()
         return [
-            _records.decode_entry(text, thread_id=scope[0], checkpoint_id=scope[1]) for text in texts.values()
+            _records.decode_entry(t, thread_id=scope[0], checkpoint_id=scope[1], slot=slot) for t in texts
         ]
 
     def _view(
@@ -324,9 +338,7 @@ class InMemoryCheckpointer(Checkpointer):
         carried: tuple[JournalEntry, ...] = ()
         chain: tuple[str, ...] = ()
         if isinstance(base, _StoredCheckpoint):
-            where = {"thread_id": thread_id, "checkpoint_id": base.id}
-            carried = _records.decode_task_journals(base.journals_text, **where).get(key, ())
-            chain = _records.decode_chain(base.chain_text, **where)
+            carried, chain = _carried_and_chain(self._sealer, thread_id, base, key)
         elif isinstance(base, Checkpoint):
             carried, chain = base.task_journals.get(key, ()), base.journal_chain
         return journal_view(carried, [self._own((thread_id, source, key)) for source in (*chain, base_id)])
@@ -335,8 +347,9 @@ class InMemoryCheckpointer(Checkpointer):
         self.put_journals({task_id: entries})
 
     def put_journals(self, journals: Mapping[str, Sequence[JournalEntry]]) -> None:
+        scopes = {task_id: self._scope(task_id) for task_id in journals}
         encoded = [
-            (self._scope(task_id), {e.key: _records.encode_entry(e, f"journal {task_id!r}") for e in entries})
+            (scopes[task_id], _entry_texts(self._sealer, scopes[task_id], entries, f"journal {task_id!r}"))
             for task_id, entries in journals.items()
         ]
         with self._lock:
@@ -377,7 +390,8 @@ class InMemoryCheckpointer(Checkpointer):
         return {key: entries for key, entries in found.items() if entries}
 
     def append_journal(self, hold: Hold, base_id: str, task_key: str, entry: JournalEntry) -> None:
-        text = _records.encode_entry(entry, f"task {task_key!r}")
+        scope = (hold.thread_id, base_id, task_key)
+        text = _entry_texts(self._sealer, scope, [entry], f"task {task_key!r}")[entry.key]
         with self._lock:
             self._local_holds.check(hold)
             own = self._touch_journals(hold.thread_id).setdefault((base_id, task_key), {})
@@ -386,32 +400,41 @@ class InMemoryCheckpointer(Checkpointer):
     def record_answers(
         self, hold: Hold, base_id: str, answers: Mapping[str, Sequence[JournalEntry]]
     ) -> dict[str, tuple[JournalEntry, ...]] | None:
-        encoded = {
-            key: {entry.key: _records.encode_entry(entry, f"task {key!r}") for entry in entries}
-            for key, entries in answers.items()
-        }
+        encoded = _encode_entries(self._sealer, hold.thread_id, (base_id, answers))
         with self._lock:
             self._local_holds.check(hold)
             journals = self._touch_journals(hold.thread_id)
-            for key, texts in encoded.items():
-                journals.setdefault((base_id, key), {}).update(texts)
+            for scope, texts in encoded.items():
+                journals.setdefault(scope, {}).update(texts)
         return None
 
     def record_failure(self, hold: Hold, error: ThreadError) -> None:
-        with self._lock:
-            self._local_holds.check(hold)
-            thread = self._threads.get(hold.thread_id)
-            if thread is not None and thread.ids:
-                thread.status, thread.error, thread.due_at = "error", error, None
-                thread.updated_at = utc_now()
+        self._record_outcome(hold, _records.encode_thread_error(error, self._sealer, hold.thread_id), "error")
 
     def record_cancel(self, hold: Hold, cancel: ThreadCancel) -> None:
+        self._record_outcome(hold, _records.encode_thread_cancel(cancel, self._sealer, hold.thread_id), None)
+
+    def _record_outcome(self, hold: Hold, text: str, status: str | None) -> None:
+        """Store the last run's failure or cancel record (a failure also sets the status)."""
         with self._lock:
             self._local_holds.check(hold)
             thread = self._threads.get(hold.thread_id)
             if thread is not None and thread.ids:
-                thread.error = cancel
+                thread.status, thread.outcome_text = status or thread.status, text
+                if status == "error":  # a failed run's thread waits for no deadline
+                    thread.due_at = None
                 thread.updated_at = utc_now()
+
+    def rekey(self, *, batch: int = 500, progress: RekeyCallback | None = None) -> RekeyProgress:
+        checks.count(batch, "batch", minimum=1)
+        resealer, done = Resealer(self._sealer), RekeyProgress()
+        for thread_id in builtins.list(self._threads):
+            with self._lock:  # one thread at a time: a run of another thread never waits longer
+                thread = self._threads.get(thread_id)
+                done = _rekey_thread(resealer, thread_id, thread, done) if thread else done
+            if progress is not None:
+                progress(done)
+        return done
 
     def delete_thread(self, thread_id: str) -> None:
         thread_id = checks.thread_id(thread_id)
@@ -425,7 +448,7 @@ class InMemoryCheckpointer(Checkpointer):
     def _infos(self) -> builtins.list[ThreadInfo]:
         with self._lock, self._local_holds.lock:
             return [
-                _thread_info(tid, thread, self._local_holds.holder(tid))
+                _thread_info(self._sealer, tid, thread, self._local_holds.holder(tid))
                 for tid, thread in self._threads.items()
                 if thread.ids or thread.metadata_text != "{}"
             ]
@@ -449,18 +472,7 @@ class InMemoryCheckpointer(Checkpointer):
         before = checks.moment(updated_before, "updated_before")
         after = checks.moment(updated_after, "updated_after")
         due = checks.moment(due_before, "due_before")
-        infos = self._infos()
-        if needle:
-            folded = needle.casefold()
-            infos = [i for i in infos if folded in i.id.casefold()]
-        if wanted:
-            infos = [i for i in infos if _records.metadata_matches(i.metadata, wanted)]
-        infos = [i for i in infos if _status_matches(i, status)]
-        if before is not None:
-            infos = [i for i in infos if i.updated_at.timestamp() < before]
-        if after is not None:
-            infos = [i for i in infos if i.updated_at.timestamp() >= after]
-        infos = _in_listed_order(infos, due)
+        infos = _in_listed_order(_matching(self._infos(), needle, wanted, status, before, after), due)
         end = None if limit is None else offset + limit
         return infos[offset:end]
 
@@ -470,7 +482,7 @@ class InMemoryCheckpointer(Checkpointer):
             thread = self._threads.get(thread_id)
             if thread is None or not (thread.ids or thread.metadata_text != "{}"):
                 return None
-            return _thread_info(thread_id, thread, self._local_holds.holder(thread_id))
+            return _thread_info(self._sealer, thread_id, thread, self._local_holds.holder(thread_id))
 
     def put_thread_metadata(self, thread_id: str, metadata: Mapping[str, Any]) -> None:
         thread_id = checks.thread_id(thread_id)
@@ -508,7 +520,7 @@ class InMemoryCheckpointer(Checkpointer):
             ref = stored.manifest.get(channel)
             if ref is None:
                 return []
-            return read_channel_slice(self._store, thread_id, ref, offset, limit)
+            return read_channel_slice(self._store, thread_id, channel, ref, offset, limit)
 
     def prune(self, thread_id: str, keep_last: int) -> int:
         thread_id = checks.thread_id(thread_id)
@@ -547,7 +559,9 @@ class InMemoryCheckpointer(Checkpointer):
             return len(chosen)
 
 
-def _decoded_checkpoint(thread_id: str, stored: _StoredCheckpoint, channels: Mapping[str, Any]) -> Checkpoint:
+def _decoded_checkpoint(
+    sealer: Sealer, thread_id: str, stored: _StoredCheckpoint, channels: Mapping[str, Any]
+) -> Checkpoint:
     """The checkpoint ``stored`` holds, its stored texts decoded (and checked) beside ``channels``."""
     where = {"thread_id": thread_id, "checkpoint_id": stored.id}
     return Checkpoint(
@@ -556,9 +570,9 @@ def _decoded_checkpoint(thread_id: str, stored: _StoredCheckpoint, channels: Map
         parent_id=stored.parent_id,
         plan_id=stored.plan_id,
         channels=channels,
-        next=_records.decode_next(stored.next_text, **where),
-        pending=_records.decode_pending(stored.pending_text, **where),
-        task_journals=_records.decode_task_journals(stored.journals_text, **where),
+        next=_records.decode_next(stored.next_text, sealer=sealer, **where),
+        pending=_records.decode_pending(stored.pending_text, sealer=sealer, **where),
+        task_journals=_records.decode_task_journals(stored.journals_text, sealer=sealer, **where),
         journal_chain=_records.decode_chain(stored.chain_text, **where),
         step=stored.step,
         ts=stored.ts,
@@ -566,10 +580,20 @@ def _decoded_checkpoint(thread_id: str, stored: _StoredCheckpoint, channels: Map
     )
 
 
-def _thread_info(thread_id: str, thread: _Thread, hold: Hold | None) -> ThreadInfo:
+def _carried_and_chain(
+    sealer: Sealer, thread_id: str, stored: _StoredCheckpoint, key: str
+) -> tuple[tuple[JournalEntry, ...], tuple[str, ...]]:
+    """The journal a stored checkpoint carries for task ``key``, and its journal chain."""
+    at = {"thread_id": thread_id, "checkpoint_id": stored.id}
+    carried = _records.decode_task_journals(stored.journals_text, sealer=sealer, **at).get(key, ())
+    return carried, _records.decode_chain(stored.chain_text, **at)
+
+
+def _thread_info(sealer: Sealer, thread_id: str, thread: _Thread, hold: Hold | None) -> ThreadInfo:
     """What the host API shows of a thread; ``hold`` is the local hold on it, if any."""
     latest = thread.checkpoints[thread.ids[-1]] if thread.ids else None
     running = hold is not None and not hold.released
+    outcome = _records.decode_thread_outcome(thread.outcome_text, thread_id=thread_id, sealer=sealer)
     return ThreadInfo(
         id=thread_id,
         created_at=thread.created_at,
@@ -578,11 +602,11 @@ def _thread_info(thread_id: str, thread: _Thread, hold: Hold | None) -> ThreadIn
         step=latest.step if latest is not None else 0,
         checkpoint_id=latest.id if latest is not None else None,
         metadata=_records.decode_metadata(thread.metadata_text, thread_id=thread_id, table="threads"),
-        error=thread.error if thread.status == "error" and isinstance(thread.error, ThreadError) else None,
+        error=outcome if thread.status == "error" and isinstance(outcome, ThreadError) else None,
         running=running,
         held_since=_moment(hold.acquired_at) if running and hold is not None else None,
         held_by=holder_of(hold.token) if running and hold is not None else None,
-        cancelled=thread.error if isinstance(thread.error, ThreadCancel) else None,
+        cancelled=outcome if isinstance(outcome, ThreadCancel) else None,
         due_at=_moment(thread.due_at) if thread.due_at is not None else None,
     )
 
@@ -617,6 +641,28 @@ def _in_listed_order(infos: builtins.list[ThreadInfo], due: float | None) -> bui
     return [i for _, i in sorted(due_by, key=lambda pair: (pair[0], pair[1].id))]
 
 
+def _matching(
+    infos: builtins.list[ThreadInfo],
+    needle: str | None,
+    wanted: Mapping[str, Any],
+    status: str | None,
+    before: float | None,
+    after: float | None,
+) -> builtins.list[ThreadInfo]:
+    """The threads ``list_threads`` filters for: id search, metadata, status and update times."""
+    if needle:
+        folded = needle.casefold()
+        infos = [i for i in infos if folded in i.id.casefold()]
+    if wanted:
+        infos = [i for i in infos if _records.metadata_matches(i.metadata, wanted)]
+    infos = [i for i in infos if _status_matches(i, status)]
+    if before is not None:
+        infos = [i for i in infos if i.updated_at.timestamp() < before]
+    if after is not None:
+        infos = [i for i in infos if i.updated_at.timestamp() >= after]
+    return infos
+
+
 def _status_matches(info: ThreadInfo, status: str | None) -> bool:
     if status is None:
         return True
@@ -626,25 +672,68 @@ def _status_matches(info: ThreadInfo, status: str | None) -> bool:
 
 
 def _encode_entries(
-    journal: tuple[str, Mapping[str, Sequence[JournalEntry]]] | None,
+    sealer: Sealer, thread_id: str, journal: tuple[str, Mapping[str, Sequence[JournalEntry]]] | None
 ) -> dict[tuple[str, str], dict[str, str]]:
     if journal is None:
         return {}
     base_id, entries = journal
     return {
-        (base_id, task_key): {
-            entry.key: _records.encode_entry(entry, f"task {task_key!r}") for entry in recorded
-        }
+        (base_id, task_key): _entry_texts(
+            sealer, (thread_id, base_id, task_key), recorded, f"task {task_key!r}"
+        )
         for task_key, recorded in entries.items()
     }
 
 
-def _same_record(existing: _StoredCheckpoint, checkpoint: Checkpoint, fields: Mapping[str, str]) -> bool:
+def _entry_texts(
+    sealer: Sealer, scope: _Scope, entries: Sequence[JournalEntry], where: str
+) -> dict[str, str]:
+    """The stored texts of entries of the journal at ``scope`` (thread, base checkpoint, task key), by key."""
+    slot = _records.journal_slot(sealer, *scope)
+    return {entry.key: _records.encode_entry(entry, where, slot) for entry in entries}
+
+
+def _same_record(
+    sealer: Sealer, existing: _StoredCheckpoint, checkpoint: Checkpoint, fields: Mapping[str, str]
+) -> bool:
     """Whether a stored checkpoint is this one (a retried commit that already landed)."""
     return (
         existing.parent_id == checkpoint.parent_id
         and existing.step == checkpoint.step
-        and existing.next_text == fields["next_text"]
-        and existing.pending_text == fields["pending_text"]
+        and _records.same_plan_and_pauses(
+            sealer, checkpoint, (existing.next_text, existing.pending_text), fields
+        )
         and existing.metadata_text == fields["metadata_text"]
+    )
+
+
+def _rekey_thread(resealer: Resealer, thread_id: str, thread: _Thread, done: RekeyProgress) -> RekeyProgress:
+    """Reseal every stored value of one thread under the current key; ``done`` counts them in."""
+    found: builtins.list[str | tuple[str, str, str] | None] = []
+    for blob_id, text in thread.blobs.items():
+        channel = thread.channels["b", blob_id]
+        found.append(new := resealer.channel_value(text, thread_id, channel, item=False))
+        thread.blobs[blob_id] = new or text
+    for log_id, texts in thread.items.items():
+        channel = thread.channels["l", log_id]
+        for index, text in enumerate(texts):
+            found.append(new := resealer.channel_value(text, thread_id, channel, item=True))
+            texts[index] = new or text
+    for (base_id, task_key), entries in thread.journals.items():
+        for key, text in entries.items():
+            found.append(new := resealer.entry(text, thread_id, base_id, task_key))
+            entries[key] = new or text
+    for stored in thread.checkpoints.values():
+        parts = resealer.checkpoint_parts(
+            (stored.next_text, stored.pending_text, stored.journals_text), thread_id, stored.id
+        )
+        found.append(parts)
+        if parts is not None:
+            stored.next_text, stored.pending_text, stored.journals_text = parts
+    if thread.outcome_text is not None:
+        found.append(new := resealer.outcome(thread.outcome_text, thread_id))
+        thread.outcome_text = new or thread.outcome_text
+    changed = sum(1 for item in found if item is not None)
+    return attrs.evolve(
+        done, checked=done.checked + len(found), rewritten=done.rewritten + changed, batches=done.batches + 1
     )

@@ -21,6 +21,7 @@ import weakref
 from typing import Any, ClassVar
 
 from .. import forks
+from ..crypto import Keyring
 from ..dbapi import Adapter, ErrorKind, LockedConnection, Session, Statement
 from ..errors import InvalidArgumentError, StorageError, TransientStorageError
 from .django import DjangoAdapter, check_sqlite_transaction_mode, is_django_connection
@@ -301,6 +302,8 @@ class SqliteCheckpointer(SqlCheckpointer):
             of in transactions of ilmek's own. Without it, ilmek refuses a
             connection on which you left a transaction open rather than
             commit your work.
+        cipher: An :class:`ilmek.crypto.Keyring`: every stored value is sealed
+            (AES-256-GCM) and bound to its place; see :doc:`/encryption`.
 
     The tables are created, or upgraded, when the checkpointer is built.
 
@@ -325,6 +328,7 @@ class SqliteCheckpointer(SqlCheckpointer):
         busy_timeout: float = 30.0,
         synchronous: str = "FULL",
         join_transaction: bool = False,
+        cipher: Keyring | None = None,
     ) -> None:
         table_prefix = validate_prefix(table_prefix)
         if sqlite3.sqlite_version_info < _MIN_VERSION:
@@ -360,7 +364,7 @@ class SqliteCheckpointer(SqlCheckpointer):
                 f"SqliteCheckpointer takes a path, ':memory:', a sqlite3.Connection or a Django SQLite "
                 f"connection, got {type(conn_or_path).__name__}"
             )
-        super().__init__(adapter, table_prefix=table_prefix, lease_seconds=lease_seconds)
+        super().__init__(adapter, table_prefix=table_prefix, lease_seconds=lease_seconds, cipher=cipher)
         try:
             self.ensure_schema()
         except BaseException:

@@ -153,6 +153,15 @@ def _store_options(parser: argparse.ArgumentParser, *, default: Any) -> None:
         default="ilmek" if default is None else default,
         help="the prefix of the store's tables (default: ilmek)",
     )
+    parser.add_argument(
+        "--keys-env",
+        metavar="VAR",
+        type=_text,
+        default=None if default is None else default,
+        help="the environment variable holding the store's keys (id:base64key,...; the first is "
+        "current), for a store encrypted at rest; never give a key itself on the command line. "
+        "Without it, sealed values show as sealed",
+    )
 
 
 def _json_option(parser: argparse.ArgumentParser, shape: str) -> None:

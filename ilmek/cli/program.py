@@ -24,6 +24,7 @@ from .gc import add_gc_parser
 from .history import add_history_parser
 from .operations import add_cancel_parser, add_delete_parser, add_prune_parser, add_recover_parser
 from .output import _complain
+from .rekey import add_rekey_parser
 from .schema import add_ddl_parser, add_migrate_parser
 from .stores import _secrets_in
 from .threads import add_show_parser, add_threads_parser
@@ -42,6 +43,7 @@ _COMMAND_PARSERS: Final[tuple[Callable[[Subcommands], None], ...]] = (
     add_cancel_parser,
     add_gc_parser,
     add_migrate_parser,
+    add_rekey_parser,
     add_web_parser,
     add_worker_parser,
     add_ddl_parser,

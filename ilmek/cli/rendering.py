@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 
+from ..crypto import Sealed
 from ..redact import printable_json
 from ..serde import Unregistered
 
@@ -107,6 +108,8 @@ def _displayable(value: Any, full: bool, depth: int = 0) -> Any:
         return value.isoformat()
     if isinstance(value, decimal.Decimal | uuid.UUID | _dt.timedelta):
         return str(value)
+    if isinstance(value, Sealed):
+        return f"<{value.label}>"
     if isinstance(value, Unregistered):
         # As stored, under the name the application registered it with.
         return {value.label: _displayable(value.stored, full, depth + 1)}

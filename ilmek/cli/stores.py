@@ -18,7 +18,7 @@ import contextlib
 import os
 import pathlib
 from collections.abc import Iterator, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 # The CLI's one import of the SQL checkpointer's module: the other modules of
 # ilmek.cli take these names from here (`as`: an explicit re-export).
@@ -28,6 +28,9 @@ from ..checkpoint.sql.statements import LIVE_HOLD as LIVE_HOLD
 from ..checkpoint.sqlite import DEFAULT_PATH, SqliteCheckpointer
 from ..connecting import sqlite_target, store_kind
 from ..errors import IlmekError, InvalidArgumentError, StorageError
+
+if TYPE_CHECKING:
+    from ..crypto import Keyring
 from ..redact import dsn_secrets, mask_dsn
 from .failures import _CommandFailed
 from .output import _one_line, _shorten
@@ -63,7 +66,9 @@ def _sqlite_path(database: str) -> str:
     return database
 
 
-def open_checkpointer(database: str | os.PathLike[str], table_prefix: str = "ilmek") -> SqlCheckpointer:
+def open_checkpointer(
+    database: str | os.PathLike[str], table_prefix: str = "ilmek", *, cipher: Keyring | None = None
+) -> SqlCheckpointer:
     """Open the checkpointer a command line names: a SQLite path or a Postgres DSN.
 
     Args:
@@ -73,6 +78,7 @@ def open_checkpointer(database: str | os.PathLike[str], table_prefix: str = "ilm
             such as ``host=db dbname=shop`` (it must start with a libpq
             keyword; write ``./host=x.db`` for a file of that name).
         table_prefix: The prefix of the store's tables.
+        cipher: The store's keyring, if it is encrypted at rest.
 
     Returns:
         A checkpointer that owns its connections; close it when done.
@@ -90,11 +96,13 @@ def open_checkpointer(database: str | os.PathLike[str], table_prefix: str = "ilm
         from ..checkpoint.postgres import PostgresCheckpointer
 
         # libpq reads a URL only from the first character on.
-        return PostgresCheckpointer.connect(target.strip(), table_prefix=table_prefix)
-    return SqliteCheckpointer(_sqlite_path(target), table_prefix=table_prefix)
+        return PostgresCheckpointer.connect(target.strip(), table_prefix=table_prefix, cipher=cipher)
+    return SqliteCheckpointer(_sqlite_path(target), table_prefix=table_prefix, cipher=cipher)
 
 
-def _open_read_only(path: str, table_prefix: str, shown: str) -> tuple[SqlCheckpointer, Any]:
+def _open_read_only(
+    path: str, table_prefix: str, shown: str, cipher: Keyring | None
+) -> tuple[SqlCheckpointer, Any]:
     """A SQLite file opened read-only, at this ilmek's schema; the checkpointer and its connection.
 
     SQLite itself refuses every write on the connection (``mode=ro``), and the
@@ -142,7 +150,7 @@ def _open_read_only(path: str, table_prefix: str, shown: str) -> tuple[SqlCheckp
                 f"the {prefix}_* tables are at schema version {found}, this ilmek uses version {wanted}: "
                 + advice
             )
-        return SqliteCheckpointer(connection, table_prefix=table_prefix), connection
+        return SqliteCheckpointer(connection, table_prefix=table_prefix, cipher=cipher), connection
     except BaseException:
         connection.close()
         raise
@@ -205,7 +213,10 @@ def _opened(
                 exists = database == ":memory:" or pathlib.Path(database).expanduser().exists()
                 if not create and not exists:
                     raise _CommandFailed(f"no database at {shown} (nothing has been stored there yet)")
-            checkpointer = _open(database, args.table_prefix, shown, owned, read_only, pool_size, synchronous)
+            cipher = keyring_of(args)
+            checkpointer = _open(
+                database, args.table_prefix, shown, owned, read_only, pool_size, synchronous, cipher
+            )
         except StorageError as error:
             # The driver's own words (a refused connection, a malformed DSN, a file
             # that is not a database), chained under ilmek's: what the user needs.
@@ -239,10 +250,11 @@ def _open(
     read_only: bool,
     pool_size: int,
     synchronous: str,
+    cipher: Keyring | None,
 ) -> SqlCheckpointer:
     """The checkpointer for :func:`_opened`; what else it opens is closed by ``owned``."""
     if read_only and not _is_postgres(database):
-        checkpointer, connection = _open_read_only(database, table_prefix, shown)
+        checkpointer, connection = _open_read_only(database, table_prefix, shown, cipher)
         owned.callback(connection.close)
         return checkpointer
     if pool_size and _is_postgres(database):
@@ -251,10 +263,24 @@ def _open(
             from ..checkpoint.postgres import PostgresCheckpointer
 
             owned.callback(_close_pool, pool)
-            return PostgresCheckpointer(pool, table_prefix=table_prefix)
+            return PostgresCheckpointer(pool, table_prefix=table_prefix, cipher=cipher)
     if synchronous != "FULL" and not _is_postgres(database):
-        return SqliteCheckpointer(database, table_prefix=table_prefix, synchronous=synchronous)
-    return open_checkpointer(database, table_prefix)
+        return SqliteCheckpointer(database, table_prefix=table_prefix, synchronous=synchronous, cipher=cipher)
+    return open_checkpointer(database, table_prefix, cipher=cipher)
+
+
+def keyring_of(args: argparse.Namespace) -> Keyring | None:
+    """The keyring ``--keys-env VAR`` names (read from that variable), or ``None`` without the option.
+
+    Raises:
+        InvalidArgumentError: the variable is unset or malformed (never showing a key).
+    """
+    variable = getattr(args, "keys_env", None)
+    if not variable:
+        return None
+    from ..crypto import Keyring
+
+    return Keyring.from_env(variable)
 
 
 def _secrets_in(argv: Sequence[str]) -> tuple[str, ...]:

@@ -24,7 +24,7 @@ from typing import Any, Final
 
 import attrs
 
-from .. import serde
+from .. import crypto, serde
 from ..checkpoint.base import Checkpointer
 from ..checkpoint.sql import SqlCheckpointer
 from ..errors import SerializationError
@@ -192,8 +192,14 @@ def _name(plain: Any) -> str:
     return value if isinstance(value, str) and value else "?"
 
 
+class _Sealed:
+    """A preview's mark for a sealed payload: the checkpointer reads it instead."""
+
+
 def _preview_payload(plain: Any) -> Any:
     """A payload's preview, decoded; if some part of it cannot be, its question alone, or a note."""
+    if crypto.is_sealed(plain):
+        return _Sealed()
     try:
         return serde.from_jsonable(cut(plain))
     except SerializationError as error:
@@ -256,7 +262,13 @@ def latest_summary(checkpointer: Checkpointer, thread_id: str, *, pauses: bool) 
     )
     if not rows:
         return LatestSummary()
-    return LatestSummary(pauses=_preview_pauses(rows[0][0]) if pauses else (), graph=_graph_name(rows[0][1]))
+    previews = _preview_pauses(rows[0][0]) if pauses else ()
+    if any(isinstance(pause.payload, _Sealed) for pause in previews):
+        # A sealed payload is authenticated (a forged one does not open), so it is
+        # read whole, opened by the checkpointer (shown as sealed without its keys).
+        latest = checkpointer.list(thread_id, limit=1)
+        previews = latest[0].pending if latest else ()
+    return LatestSummary(pauses=previews, graph=_graph_name(rows[0][1]))
 
 
 def latest_pauses(checkpointer: Checkpointer, thread_id: str) -> tuple[Pending, ...]:

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 import attrs
 
+from ..crypto import Sealed
 from ..serde import Damaged, Unregistered
 
 __all__ = ["Rendered", "as_json_text", "label", "preview", "question_of", "render"]
@@ -99,6 +100,8 @@ def _scalar(value: Any) -> str | None:
         return str(value)
     if isinstance(value, Damaged):
         return _damaged_text(value)
+    if isinstance(value, Sealed):
+        return value.label
     if isinstance(value, Unregistered):
         if value.kind == "obj" and isinstance(value.stored, Mapping):
             return None

@@ -30,7 +30,8 @@ class Backend:
         self.tmp_path_factory = tmp_path_factory
         self.opened: list[Checkpointer] = []
 
-    def open(self) -> Checkpointer:
+    def open(self, **options: Any) -> Checkpointer:
+        """A checkpointer on the store; ``options`` are the backend's keywords (``cipher=``...)."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -41,10 +42,10 @@ class Backend:
 class MemoryBackend(Backend):
     shared: InMemoryCheckpointer | None = None
 
-    def open(self) -> Checkpointer:
-        # One process: every "reopen" sees the same memory.
+    def open(self, **options: Any) -> Checkpointer:
+        # One process: every "reopen" sees the same memory (options count on the first open).
         if self.shared is None:
-            self.shared = InMemoryCheckpointer()
+            self.shared = InMemoryCheckpointer(**options)
         return self.shared
 
 
@@ -55,8 +56,8 @@ class SqliteFileBackend(Backend):
         super().__init__(request, tmp_path_factory)
         self.path = tmp_path_factory.mktemp("sqlite") / "checkpoints.db"
 
-    def open(self) -> Checkpointer:
-        checkpointer = SqliteCheckpointer(self.path, lease_seconds=2.0)
+    def open(self, **options: Any) -> Checkpointer:
+        checkpointer = SqliteCheckpointer(self.path, lease_seconds=2.0, **options)
         self.opened.append(checkpointer)
         return checkpointer
 
@@ -64,9 +65,9 @@ class SqliteFileBackend(Backend):
 class SqliteMemoryBackend(MemoryBackend):
     """``:memory:`` lives in one connection: every reopen shares the one checkpointer."""
 
-    def open(self) -> Checkpointer:
+    def open(self, **options: Any) -> Checkpointer:
         if self.shared is None:
-            self.shared = SqliteCheckpointer(":memory:")  # type: ignore[assignment]
+            self.shared = SqliteCheckpointer(":memory:", **options)  # type: ignore[assignment]
             self.opened.append(self.shared)  # type: ignore[arg-type]
         return self.shared  # type: ignore[return-value]
 
@@ -79,10 +80,10 @@ class SqliteCallerConnectionBackend(Backend):
         self.path = tmp_path_factory.mktemp("sqlite-conn") / "app.db"
         self.connections: list[sqlite3.Connection] = []
 
-    def open(self) -> Checkpointer:
+    def open(self, **options: Any) -> Checkpointer:
         connection = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
         self.connections.append(connection)
-        checkpointer = SqliteCheckpointer(connection, lease_seconds=2.0)
+        checkpointer = SqliteCheckpointer(connection, lease_seconds=2.0, **options)
         self.opened.append(checkpointer)
         return checkpointer
 
@@ -105,8 +106,8 @@ class PostgresBackend(Backend):
     def client(self) -> Any:
         raise NotImplementedError
 
-    def open(self) -> Checkpointer:
-        checkpointer = PostgresCheckpointer(self.client(), lease_seconds=2.0)
+    def open(self, **options: Any) -> Checkpointer:
+        checkpointer = PostgresCheckpointer(self.client(), lease_seconds=2.0, **options)
         self.opened.append(checkpointer)
         return checkpointer
 

@@ -23,7 +23,7 @@ from ilmek.demo import CART, build_checkout_graph
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 COMMANDS = [
     "demo", "threads", "history", "show", "delete", "prune",
-    "recover", "cancel", "gc", "migrate", "ddl", "web", "worker",
+    "recover", "cancel", "gc", "migrate", "rekey", "ddl", "web", "worker",
 ]  # fmt: skip
 SERVING_COMMANDS = frozenset({"web", "worker"})
 """Commands that serve until Ctrl-C: tested on their own (``tests/integration/web/test_web_serve.py``),

@@ -20,6 +20,7 @@ import hashlib
 from typing import Any, ClassVar
 
 from ... import serde
+from ...crypto import Keyring
 from ...dbapi import Adapter, Session, Statement, describe_error, scrubbed
 from ...errors import InvalidArgumentError, StorageError
 from ...redact import dsn_secrets, mask_dsn, mask_secrets
@@ -337,6 +338,8 @@ class PostgresCheckpointer(SqlCheckpointer):
             which you left one open. A SQLAlchemy ``Connection`` or ``Session``
             always joins yours; Django's ``atomic`` decides for a Django
             connection; a pool or an ``Engine`` lends connections of their own.
+        cipher: An :class:`ilmek.crypto.Keyring`: every stored value is sealed
+            (AES-256-GCM) and bound to its place; see :doc:`/encryption`.
 
     The tables are not created until :meth:`migrate` runs (or an operator runs
     the SQL of :meth:`ddl`).
@@ -367,12 +370,14 @@ class PostgresCheckpointer(SqlCheckpointer):
         table_prefix: str = "ilmek",
         lease_seconds: float = 5.0,
         join_transaction: bool = False,
+        cipher: Keyring | None = None,
     ) -> None:
         table_prefix = validate_prefix(table_prefix)
         super().__init__(
             adapter_for(client, join_transaction=join_transaction),
             table_prefix=table_prefix,
             lease_seconds=lease_seconds,
+            cipher=cipher,
         )
 
     @classmethod

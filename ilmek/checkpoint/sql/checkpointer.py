@@ -25,14 +25,18 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
+from ... import checks
+from ...crypto import Keyring, RekeyCallback, RekeyProgress
 from ...dbapi import Adapter, Session
 from ...errors import InvalidArgumentError
 from ...types import ChannelChange, Checkpoint, JournalEntry, ThreadCancel, ThreadError, ThreadInfo
+from .._sealing import Sealer
 from ..base import ANY_LATEST, Checkpointer, _AnyLatest
 from ..holds import INHERITED, Hold
 from .holds import HoldRows, SqlHold
 from .journals import Journals
 from .reads import Reads
+from .rekeying import Rekeying
 from .schema import Migration, Schema, drop_sql, schema_sql, upgrade_sql
 from .statements import Statements, format_sql, validate_prefix
 from .supersteps import Supersteps
@@ -74,11 +78,20 @@ class SqlCheckpointer(Checkpointer):
     WRITES_IN_ONE_STATEMENT: ClassVar[bool] = False
     AUTO_MIGRATE: ClassVar[bool] = False
 
-    def __init__(self, adapter: Adapter, *, table_prefix: str = "ilmek", lease_seconds: float = 5.0) -> None:
+    def __init__(
+        self,
+        adapter: Adapter,
+        *,
+        table_prefix: str = "ilmek",
+        lease_seconds: float = 5.0,
+        cipher: Keyring | None = None,
+    ) -> None:
         super().__init__()
         # Unquoted SQL identifiers ignore case (Postgres folds them, SQLite
         # compares them case-blind): "Billing" and "billing" are one prefix.
         self.table_prefix = validate_prefix(table_prefix).lower()
+        #: How stored values are sealed (SPEC §7a); bound to the prefix: a row copied elsewhere does not open.
+        self.sealer = Sealer(cipher, self.table_prefix)
         if (
             isinstance(lease_seconds, bool)
             or not isinstance(lease_seconds, (int, float))
@@ -363,6 +376,10 @@ class SqlCheckpointer(Checkpointer):
         limit: int | None = None,
     ) -> int:
         return self._threads.delete_threads(updated_before=updated_before, status=status, limit=limit)
+
+    def rekey(self, *, batch: int = 500, progress: RekeyCallback | None = None) -> RekeyProgress:
+        batch = checks.count(batch, "batch", minimum=1) or 1
+        return Rekeying(self, self.statements).run(batch, progress)
 
     def delete_idle_thread(self, thread_id: str) -> None:
         self._threads.delete_idle_thread(thread_id)

@@ -19,6 +19,7 @@ from ...dbapi import Session
 from ...errors import ConcurrentUpdateError
 from ...types import Checkpoint, JournalEntry, ThreadCancel, ThreadError, split_task_id
 from .. import _records
+from .._sealing import Sealer
 from ..base import concurrent_update_error, journal_view
 from ..holds import Hold
 from .calls import FunctionCall, LongWay, entry_rows
@@ -88,7 +89,8 @@ class Journals:
             if task_key is not None:
                 params["task_key"] = task_key
             for base_id, key, stored in session.query(self._statements.built(template, len(chunk)), **params):
-                entry = _records.decode_entry(stored, thread_id=thread_id, checkpoint_id=base_id)
+                slot = _records.journal_slot(self._owner.sealer, thread_id, base_id, key)
+                entry = _records.decode_entry(stored, thread_id=thread_id, checkpoint_id=base_id, slot=slot)
                 found.setdefault((base_id, key), []).append(entry)
         return found
 
@@ -118,8 +120,9 @@ class Journals:
 
     def append_journal(self, hold: Hold, base_id: str, task_key: str, entry: JournalEntry) -> None:
         """See :meth:`ilmek.checkpoint.base.Checkpointer.append_journal`."""
-        text = _records.encode_entry(entry, f"task {task_key!r}")
         thread_id = hold.thread_id
+        slot = _records.journal_slot(self._owner.sealer, thread_id, base_id, task_key)
+        text = _records.encode_entry(entry, f"task {task_key!r}", slot)
         started = time.monotonic()
         renew = hold.renewal_due()
 
@@ -148,12 +151,19 @@ class Journals:
         self, hold: Hold, base_id: str, answers: Mapping[str, Sequence[JournalEntry]]
     ) -> dict[str, tuple[JournalEntry, ...]]:
         """See :meth:`ilmek.checkpoint.base.Checkpointer.record_answers`."""
+        thread_id = hold.thread_id
+        sealer = self._owner.sealer
         encoded = [
-            (key, _records.stored_key(entry.key), _records.encode_entry(entry, f"task {key!r}"))
+            (
+                key,
+                _records.stored_key(entry.key),
+                _records.encode_entry(
+                    entry, f"task {key!r}", _records.journal_slot(sealer, thread_id, base_id, key)
+                ),
+            )
             for key, entries in answers.items()
             for entry in entries
         ]
-        thread_id = hold.thread_id
         started = time.monotonic()
         taking = isinstance(hold, SqlHold) and not hold.taken
         if self._owner.WRITES_IN_ONE_STATEMENT and isinstance(hold, SqlHold):
@@ -173,7 +183,9 @@ class Journals:
             except LongWay:
                 pass
             else:
-                return _recorded_journals(returned, thread_id=thread_id, base_id=base_id)
+                return _recorded_journals(
+                    returned, thread_id=thread_id, base_id=base_id, sealer=self._owner.sealer
+                )
 
         rows = self._owner.transact(
             lambda session: self._answer_long_way(session, hold, base_id, encoded, taking, started),
@@ -183,7 +195,10 @@ class Journals:
             takes_hold=True,
         )
         return _recorded_journals(
-            [(task_key, entry) for task_key, _entry_key, entry in rows], thread_id=thread_id, base_id=base_id
+            [(task_key, entry) for task_key, _entry_key, entry in rows],
+            thread_id=thread_id,
+            base_id=base_id,
+            sealer=self._owner.sealer,
         )
 
     def _answer_long_way(
@@ -212,7 +227,9 @@ class Journals:
             # resume's answer, or a step that acted on it. The run judged
             # its answers by what it read; under the hold it reads again.
             recorded = session.query(named("base_entries"), thread_id=thread_id, base_id=base_id)
-            if not _only_these(recorded, encoded, thread_id=thread_id, base_id=base_id):
+            if not _only_these(
+                recorded, encoded, thread_id=thread_id, base_id=base_id, sealer=self._owner.sealer
+            ):
                 raise answered_meanwhile_error(thread_id, base_id)
             session.after_commit(lambda: self._holds.took(hold, started))
         else:
@@ -270,7 +287,7 @@ class Journals:
 
     def record_failure(self, hold: Hold, error: ThreadError) -> None:
         """See :meth:`ilmek.checkpoint.base.Checkpointer.record_failure`."""
-        text = _records.encode_thread_error(error)
+        text = _records.encode_thread_error(error, self._owner.sealer, hold.thread_id)
 
         def work(session: Session) -> None:
             self._holds.fence(session, hold)
@@ -285,7 +302,7 @@ class Journals:
 
     def record_cancel(self, hold: Hold, cancel: ThreadCancel) -> None:
         """See :meth:`ilmek.checkpoint.base.Checkpointer.record_cancel`."""
-        text = _records.encode_thread_cancel(cancel)
+        text = _records.encode_thread_cancel(cancel, self._owner.sealer, hold.thread_id)
 
         def work(session: Session) -> None:
             self._holds.fence(session, hold)
@@ -299,16 +316,15 @@ class Journals:
 
     def put_journals(self, journals: Mapping[str, Sequence[JournalEntry]]) -> None:
         """See :meth:`ilmek.checkpoint.base.Checkpointer.put_journals`."""
-        encoded = [
-            (
-                task_scope(task_id),
-                [
-                    (_records.stored_key(entry.key), _records.encode_entry(entry, f"journal {task_id!r}"))
-                    for entry in entries
-                ],
-            )
-            for task_id, entries in journals.items()
-        ]
+        encoded = []
+        for task_id, entries in journals.items():
+            scope = task_scope(task_id)
+            slot = _records.journal_slot(self._owner.sealer, *scope)
+            rows = [
+                (_records.stored_key(entry.key), _records.encode_entry(entry, f"journal {task_id!r}", slot))
+                for entry in entries
+            ]
+            encoded.append((scope, rows))
         if not encoded:
             return
         named = self._statements.named
@@ -346,7 +362,9 @@ class Journals:
                 sources = [base_id]
                 if rows:
                     where = {"thread_id": thread_id, "checkpoint_id": base_id}
-                    carried = _records.decode_task_journals(rows[0][8], **where).get(task_key, ())
+                    carried = _records.decode_task_journals(
+                        rows[0][8], sealer=self._owner.sealer, **where
+                    ).get(task_key, ())
                     sources = [*_records.decode_chain(rows[0][9], **where), base_id]
                 stored = self.entries(session, thread_id, sources, task_key)
                 entries = journal_view(carried, [stored.get((source, task_key), ()) for source in sources])
@@ -381,6 +399,7 @@ def _only_these(
     *,
     thread_id: str,
     base_id: str,
+    sealer: Sealer,
 ) -> bool:
     """Whether the rows recorded from a pause are, at most, the answers about to be written.
 
@@ -392,7 +411,18 @@ def _only_these(
     mine = {(task_key, entry_key): text for task_key, entry_key, text in encoded}
     for task_key, entry_key, stored in recorded:
         text = mine.get((task_key, entry_key))
-        if text is None or not _records.json_equal(
+        if text is None:
+            return False
+        if sealer.cipher is not None:
+            # Sealed texts differ on every write (a fresh nonce): compare what they hold.
+            slot = _records.journal_slot(sealer, thread_id, base_id, task_key)
+            opened = [
+                _records.decode_entry(found, thread_id=thread_id, checkpoint_id=base_id, slot=slot)
+                for found in (stored, text)
+            ]
+            if opened[0] != opened[1]:
+                return False
+        elif not _records.json_equal(
             _records.load_plain(stored, thread_id=thread_id, checkpoint_id=base_id, table="journals"),
             _records.load_plain(text),
         ):
@@ -401,7 +431,7 @@ def _only_these(
 
 
 def _recorded_journals(
-    pairs: Iterable[Sequence[Any]], *, thread_id: str, base_id: str
+    pairs: Iterable[Sequence[Any]], *, thread_id: str, base_id: str, sealer: Sealer
 ) -> dict[str, tuple[JournalEntry, ...]]:
     """(task key, stored entry) pairs, in the order recorded, as entries by task key.
 
@@ -417,6 +447,7 @@ def _recorded_journals(
                 table="journals",
             )
         task_key, stored = pair
-        entry = _records.decode_entry(stored, thread_id=thread_id, checkpoint_id=base_id)
+        slot = _records.journal_slot(sealer, thread_id, base_id, str(task_key))
+        entry = _records.decode_entry(stored, thread_id=thread_id, checkpoint_id=base_id, slot=slot)
         found.setdefault(str(task_key), []).append(entry)
     return {key: tuple(entries) for key, entries in found.items()}

@@ -62,7 +62,7 @@ class Reads:
 
     def store(self, session: Session) -> SqlDeltaStore:
         """The delta primitives inside ``session``."""
-        return SqlDeltaStore(self._statements, session)
+        return SqlDeltaStore(self._statements, session, self._owner.sealer)
 
     def remember_manifest(self, thread_id: str, checkpoint_id: str, manifest: dict[str, ChannelRef]) -> None:
         """Remember a committed checkpoint's manifest (it never changes)."""
@@ -138,7 +138,7 @@ class Reads:
             values = self.channel_values(session, thread_id, manifest, found_id)
             if not session.joined:
                 session.after_commit(lambda: self.remember_manifest(thread_id, found_id, manifest))
-            return checkpoint_from_row(thread_id, row, values)
+            return checkpoint_from_row(thread_id, row, values, self._owner.sealer)
 
         result: Checkpoint | None = self._owner.transact(
             work, what="read a checkpoint", thread_id=thread_id, write=False, hold=hold
@@ -169,7 +169,10 @@ class Reads:
 
         rows = self._owner.transact(work, what="list checkpoints", thread_id=thread_id, write=False)
         return [
-            checkpoint_from_row(thread_id, row, self._lazy_values(thread_id, row[0], row[5])) for row in rows
+            checkpoint_from_row(
+                thread_id, row, self._lazy_values(thread_id, row[0], row[5]), self._owner.sealer
+            )
+            for row in rows
         ]
 
     def _lazy_values(self, thread_id: str, checkpoint_id: str, stored_manifest: Any) -> LazyChannels:
@@ -227,7 +230,7 @@ class Reads:
             if ref is None:
                 return []
             try:
-                return read_channel_slice(self.store(session), thread_id, ref, offset, limit)
+                return read_channel_slice(self.store(session), thread_id, channel, ref, offset, limit)
             except CorruptCheckpointError:
                 if found_id is not None and self.manifest(session, thread_id, found_id) is None:
                     raise _records.gone_error(thread_id, found_id) from None

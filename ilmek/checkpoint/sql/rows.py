@@ -14,6 +14,7 @@ from typing import Any
 
 from ...types import Checkpoint, ThreadCancel, ThreadError, ThreadInfo
 from .. import _records
+from .._sealing import PLAIN, Sealer
 from ..holds import holder_of
 
 __all__ = ["checkpoint_from_row", "epoch", "moment", "stored_int", "thread_from_row"]
@@ -59,8 +60,10 @@ def stored_int(value: Any, *, thread_id: str, table: str) -> int:
     return value
 
 
-def checkpoint_from_row(thread_id: str, row: Sequence[Any], channels: Mapping[str, Any]) -> Checkpoint:
-    """A checkpoint row (``CHECKPOINT_COLUMNS``) with its channel values."""
+def checkpoint_from_row(
+    thread_id: str, row: Sequence[Any], channels: Mapping[str, Any], sealer: Sealer = PLAIN
+) -> Checkpoint:
+    """A checkpoint row (``CHECKPOINT_COLUMNS``) with its channel values, its stored values opened."""
     checkpoint_id = row[0]
     where = {"thread_id": thread_id, "checkpoint_id": checkpoint_id}
     if not isinstance(checkpoint_id, str) or not isinstance(row[1], (str, type(None))):
@@ -73,16 +76,16 @@ def checkpoint_from_row(thread_id: str, row: Sequence[Any], channels: Mapping[st
         step=stored_int(row[3], thread_id=thread_id, table="checkpoints"),
         ts=moment(row[4], thread_id=thread_id, table="checkpoints"),
         channels=channels,
-        next=_records.decode_next(row[6], **where),
-        pending=_records.decode_pending(row[7], **where),
-        task_journals=_records.decode_task_journals(row[8], **where),
+        next=_records.decode_next(row[6], sealer=sealer, **where),
+        pending=_records.decode_pending(row[7], sealer=sealer, **where),
+        task_journals=_records.decode_task_journals(row[8], sealer=sealer, **where),
         journal_chain=_records.decode_chain(row[9], **where),
         metadata=_records.decode_metadata(row[10], **where),
     )
 
 
-def thread_from_row(row: Sequence[Any]) -> ThreadInfo:
-    """A thread row joined with its live hold (``THREAD_COLUMNS``)."""
+def thread_from_row(row: Sequence[Any], sealer: Sealer = PLAIN) -> ThreadInfo:
+    """A thread row joined with its live hold (``THREAD_COLUMNS``); a failure's sealed message opened."""
     thread_id = row[0]
     if not isinstance(thread_id, str):
         raise _records.corrupt("a thread id is not text", thread_id=None, table="threads")
@@ -90,7 +93,7 @@ def thread_from_row(row: Sequence[Any]) -> ThreadInfo:
     if status not in ("done", "interrupted", "unfinished", "error"):
         raise _records.corrupt(f"its status {status!r} is unknown", thread_id=thread_id, table="threads")
     held_since = row[8]
-    outcome = _records.decode_thread_outcome(row[7], thread_id=thread_id)
+    outcome = _records.decode_thread_outcome(row[7], thread_id=thread_id, sealer=sealer)
     return ThreadInfo(
         id=thread_id,
         created_at=moment(row[1], thread_id=thread_id, table="threads"),

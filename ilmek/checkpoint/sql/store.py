@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...dbapi import Session
-from .. import _records
 from .._delta import LogInfo
+from .._sealing import Sealer
 from .rows import stored_int
 from .statements import Statements, chunks
 
@@ -25,9 +25,10 @@ _ROWS = 100
 class SqlDeltaStore:
     """The delta primitives as queries inside one session."""
 
-    def __init__(self, statements: Statements, session: Session) -> None:
+    def __init__(self, statements: Statements, session: Session, sealer: Sealer) -> None:
         self._statements = statements
         self._session = session
+        self.sealer = sealer
 
     def insert_blob(self, thread_id: str, channel: str, text: str) -> int:
         rows = self._session.query(
@@ -47,7 +48,7 @@ class SqlDeltaStore:
                 **self._statements.in_params(chunk),
             )
             for blob_id, value in rows:
-                found[int(blob_id)] = _records.decode_value(value, thread_id=thread_id, table="blobs")
+                found[int(blob_id)] = value
         return found
 
     def create_log(self, thread_id: str, channel: str, parent_id: int | None, base: int, length: int) -> int:
@@ -118,7 +119,5 @@ class SqlDeltaStore:
                 f"WHERE l.thread_id = :thread_id AND ({clauses}) ORDER BY i.log_id, i.idx"
             )
             for log_id, value in self._session.query(statement, **params):
-                found.setdefault(int(log_id), []).append(
-                    _records.decode_value(value, thread_id=thread_id, table="items")
-                )
+                found.setdefault(int(log_id), []).append(value)
         return found

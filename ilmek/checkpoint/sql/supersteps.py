@@ -116,14 +116,19 @@ class Supersteps:
         thread_id = checks.thread_id(thread_id)
         _records.check_thread(thread_id, checkpoint)
         checks.checkpoint_id(checkpoint.id, "checkpoint.id")
-        fields = _records.encode_fields(checkpoint)
+        sealer = self._owner.sealer
+        fields = _records.encode_fields(checkpoint, sealer)
         recorded = (
             [
                 (
                     journal[0],
                     task_key,
                     _records.stored_key(entry.key),
-                    _records.encode_entry(entry, f"task {task_key!r}"),
+                    _records.encode_entry(
+                        entry,
+                        f"task {task_key!r}",
+                        _records.journal_slot(sealer, thread_id, journal[0], task_key),
+                    ),
                 )
                 for task_key, entries in journal[1].items()
                 for entry in entries
@@ -137,7 +142,7 @@ class Supersteps:
             fields=fields,
             expect_latest=expect_latest,
             hold=hold,
-            encoded=_records.encode_changes(changes) if changes is not None else None,
+            encoded=_records.encode_changes(changes, sealer, thread_id) if changes is not None else None,
             recorded=recorded,
             drops=[task_scope(task_id)[1:] for task_id in drop_journals],
             release_hold=release_hold,
@@ -347,7 +352,9 @@ class Supersteps:
         to_write = write.encoded
         if to_write is None:
             parent_values = self._reads.channel_values(session, thread_id, parent_manifest)
-            to_write = _records.encode_changes(diff_channels(parent_values, checkpoint.channels))
+            to_write = _records.encode_changes(
+                diff_channels(parent_values, checkpoint.channels), self._owner.sealer, thread_id
+            )
             keep = set(checkpoint.channels)
         manifest = write_channels(store, thread_id, parent_manifest, to_write, keep)
         return parent_manifest, manifest, to_write
@@ -394,8 +401,9 @@ class Supersteps:
         if not (
             parent_id == checkpoint.parent_id
             and step == checkpoint.step
-            and _records.load_plain(next_text, **where) == _records.load_plain(fields["next_text"])
-            and _records.load_plain(pending_text, **where) == _records.load_plain(fields["pending_text"])
+            and _records.same_plan_and_pauses(
+                self._owner.sealer, checkpoint, (next_text, pending_text), fields
+            )
             and _records.load_plain(metadata_text, **where) == _records.load_plain(fields["metadata_text"])
         ):
             return False

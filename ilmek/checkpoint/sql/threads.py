@@ -115,7 +115,7 @@ class Threads:
             what="list threads",
             write=False,
         )
-        infos = [thread_from_row(row) for row in rows]
+        infos = [thread_from_row(row, self._owner.sealer) for row in rows]
         if in_python:
             matching = [i for i in infos if _records.metadata_matches(i.metadata, in_python)]
             infos = matching[offset : None if limit is None else offset + limit]
@@ -133,7 +133,7 @@ class Threads:
             write=False,
             hold=hold,
         )
-        return thread_from_row(rows[0]) if rows else None
+        return thread_from_row(rows[0], self._owner.sealer) if rows else None
 
     def put_thread_metadata(self, thread_id: str, metadata: Mapping[str, Any]) -> None:
         """See :meth:`ilmek.checkpoint.base.Checkpointer.put_thread_metadata`."""

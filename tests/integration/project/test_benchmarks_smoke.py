@@ -142,6 +142,13 @@ def test_steps_prints_early_and_late_step_times_and_the_sql_of_a_step(tmp_path: 
     assert_headers(output, (*STEPS_HEADERS, "_journals (thread_id, base_id"))
 
 
+def test_crypto_prints_the_sealed_to_plain_ratio_and_the_bytes() -> None:
+    """bench_crypto.py: a superstep's time sealed against plain on SQLite, and the bytes each stores."""
+    output = run_script("bench_crypto.py", "--turns", "12", "--batches", "2")
+
+    assert_headers(output, ("ratio sealed/plain: time", "bytes/superstep", "per sealed 200-byte value"))
+
+
 def test_concurrency_on_sqlite_prints_rates_and_the_speed_up(tmp_path: pathlib.Path) -> None:
     """bench_concurrency.py --target sqlite compares 1 and N workers on one SQLite file."""
     output = run_script(

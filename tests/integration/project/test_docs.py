@@ -13,11 +13,13 @@ from __future__ import annotations
 import doctest
 import io
 import itertools
+import json
 import os
 import pathlib
 import re
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 
 import docutils.core
@@ -25,7 +27,10 @@ import psycopg2.pool
 import pytest
 
 from ilmek import END, START, PostgresCheckpointer, SchemaVersionError, channel, graph, run
+from tests.support.conftest_postgres import unavailable
+from tests.support.installed import modules_installed_by, requirement_name
 from tests.support.pgcluster import PostgresServer, dsn_to_url
+from tests.support.web_browser_support import browser, find_browser
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -47,12 +52,41 @@ def empty_database(postgres_server: PostgresServer) -> Iterator[str]:
     postgres_server.drop_database(name)
 
 
+DOCS_EXTRA = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+    "optional-dependencies"
+]["docs"]
+
+ONLY_THESE_MODULES = """
+import json, os, runpy, sys
+allowed = frozenset(json.loads(os.environ["ILMEK_DOCS_MODULES"]))
+
+class OnlyTheDocsExtra:
+    def find_spec(self, name, path=None, target=None):
+        top = name.partition(".")[0]
+        if top in allowed or top in sys.stdlib_module_names or top.startswith("_"):
+            return None
+        raise ModuleNotFoundError(f"{top} is not installed by ilmek[docs]", name=name)
+
+sys.meta_path.insert(0, OnlyTheDocsExtra())
+runpy.run_module("sphinx", run_name="__main__", alter_sys=True)
+"""
+"""``python -m sphinx`` in a process that can import only the stdlib and the modules given."""
+
+
 def sphinx(
-    builder: str, out: pathlib.Path, cwd: pathlib.Path, **env: str
+    builder: str, out: pathlib.Path, cwd: pathlib.Path, only_docs_extra: bool = False, **env: str
 ) -> subprocess.CompletedProcess[str]:
-    """``sphinx-build -W --keep-going -b BUILDER docs OUT`` with this interpreter, its output captured."""
+    """``sphinx-build -W --keep-going -b BUILDER docs OUT`` with this interpreter, its output captured.
+
+    With ``only_docs_extra``, the build can import nothing but the stdlib, ilmek and
+    what ``pip install -e '.[docs]'`` installs (the rest of the test extra is refused).
+    """
+    if only_docs_extra:
+        modules = modules_installed_by(["ilmek", *DOCS_EXTRA]) | {"ilmek"}
+        env = {**env, "ILMEK_DOCS_MODULES": json.dumps(sorted(modules))}
+    start = ["-c", ONLY_THESE_MODULES] if only_docs_extra else ["-m", "sphinx"]
     return subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", builder, str(DOCS), str(out)],
+        [sys.executable, *start, "-W", "--keep-going", "-q", "-b", builder, str(DOCS), str(out)],
         cwd=cwd,
         env={**os.environ, **env},
         capture_output=True,
@@ -128,13 +162,56 @@ def test_a_run_on_a_new_postgres_database_fails_until_migrate(empty_database: st
 # --- the Sphinx site -------------------------------------------------------------------------
 
 
-def test_the_docs_build_without_a_warning(tmp_path: pathlib.Path) -> None:
-    """``sphinx-build -W -b html docs`` succeeds: every page in a toctree, includes and docstrings sound."""
-    built = sphinx("html", tmp_path / "html", cwd=tmp_path)
-    assert 0 == built.returncode, built.stdout + built.stderr
-    assert "" == built.stderr.strip(), built.stderr
-    assert (tmp_path / "html" / "index.html").is_file()
-    assert (tmp_path / "html" / "api.html").is_file()
+@pytest.fixture(scope="module")
+def html_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, str]:
+    """The HTML site, built once for the module with only the docs extra importable; its folder and output."""
+    work = tmp_path_factory.mktemp("html")
+    built = sphinx("html", work / "html", cwd=work, only_docs_extra=True)
+    return work / "html", built.stdout + built.stderr if built.returncode else built.stderr.strip()
+
+
+def test_the_docs_build_without_a_warning(html_build: tuple[pathlib.Path, str]) -> None:
+    """``sphinx-build -W -b html docs`` succeeds with only the docs extra: toctrees, includes, docstrings."""
+    html, problems = html_build
+    assert "" == problems
+    assert (html / "index.html").is_file()
+    assert (html / "api.html").is_file()
+
+
+CUT_CODE = """
+return [...document.querySelectorAll('pre')]
+  .filter(block => block.scrollWidth > block.clientWidth + 1
+                || block.getBoundingClientRect().right > innerWidth)
+  .map(block => block.textContent.slice(0, 80));
+"""
+"""The code blocks of the page shown whose text runs past their box or the window."""
+
+
+@pytest.mark.parametrize("width", [1440, 390])
+def test_no_code_line_is_cut_on_a_wide_screen_or_a_phone(
+    html_build: tuple[pathlib.Path, str], width: int
+) -> None:
+    """In Chromium, every code block of the long-lined pages shows its whole text (it wraps, never clips)."""
+    pytest.importorskip("selenium")
+    if find_browser() is None:
+        unavailable("no chromium and chromedriver: apt-get install chromium chromium-driver")
+    html, problems = html_build
+    assert "" == problems
+    cut: dict[str, list[str]] = {}
+    with browser(width, 900) as driver:
+        for page in ["quickstart", "console", "cli", "api"]:
+            driver.get((html / f"{page}.html").as_uri())
+            assert driver.execute_script("return document.querySelectorAll('pre').length") > 0
+            cut[page] = driver.execute_script(CUT_CODE)
+    assert {page: [] for page in cut} == cut
+
+
+def test_the_readmes_docs_command_installs_sphinx_into_the_demos_virtualenv() -> None:
+    """README.rst builds the HTML with one line that first installs the docs extra, which holds Sphinx."""
+    readme = " ".join(README.read_text(encoding="utf-8").split())
+    assert "``.venv/bin/pip install -e '.[docs]' && .venv/bin/python -m sphinx docs build/docs``" in readme
+    assert ["sphinx"] == [requirement_name(requirement) for requirement in DOCS_EXTRA]
+    assert "sphinx" in modules_installed_by(DOCS_EXTRA)
 
 
 @pytest.mark.postgres

@@ -21,11 +21,16 @@ import subprocess
 import sys
 import tomllib
 from collections.abc import Iterator
+from typing import Any
 
 import docutils.core
 import psycopg2.pool
 import pytest
 
+import ilmek
+import ilmek.loading
+import ilmek.operations
+import ilmek.web
 from ilmek import END, START, PostgresCheckpointer, SchemaVersionError, channel, graph, run
 from tests.support.conftest_postgres import unavailable
 from tests.support.installed import modules_installed_by, requirement_name
@@ -178,6 +183,59 @@ def test_the_docs_build_without_a_warning(html_build: tuple[pathlib.Path, str]) 
     assert (html / "api.html").is_file()
 
 
+def search_index(html: pathlib.Path) -> dict[str, Any]:
+    """The site's search index, as Sphinx wrote it into ``searchindex.js``."""
+    text = (html / "searchindex.js").read_text(encoding="utf-8")
+    index: dict[str, Any] = json.loads(text[text.index("(") + 1 : text.rindex(")")])
+    return index
+
+
+def public_names() -> set[str]:
+    """Every name a user is told to import: ``ilmek.__all__`` and the public modules' ``__all__``."""
+    names = {f"ilmek.{name}" for name in ilmek.__all__}
+    for module in (ilmek.web, ilmek.operations, ilmek.serde, ilmek.loading):
+        names |= {f"{module.__name__}.{name}" for name in module.__all__}
+    names |= {"ilmek.mermaid.to_mermaid", "ilmek.web.serve.make_server", "ilmek.web.serve.serve"}
+    names |= {"ilmek.web.serve.ConsoleServer"}
+    # The operations re-exported from ilmek itself are documented there, under that name.
+    return names - {f"ilmek.operations.{name}" for name in ilmek.__all__}
+
+
+def test_every_public_name_is_in_the_api_reference(html_build: tuple[pathlib.Path, str]) -> None:
+    """Each name of ``ilmek.__all__`` (and ilmek.web's, operations', serde's) is documented on an API page."""
+    html, problems = html_build
+    assert "" == problems
+    index = search_index(html)
+    documented = {
+        f"{prefix}.{entry[4]}": index["docnames"][entry[0]]
+        for prefix, entries in index["objects"].items()
+        for entry in entries
+    }
+    assert {"ilmek.run", "ilmek.web.Console", "ilmek.connect"} <= public_names()
+    assert [] == sorted(public_names() - set(documented))
+    assert {"api/"} == {documented[name][:4] for name in public_names()}
+
+
+def test_the_api_reference_is_a_contents_list_of_short_pages_with_titles_of_their_own(
+    html_build: tuple[pathlib.Path, str],
+) -> None:
+    """api.html lists its pages; no page title is used twice, nor any title of an API page."""
+    html, problems = html_build
+    assert "" == problems
+    index = search_index(html)
+    pages = [name for name in index["docnames"] if name.startswith("api/")]
+    assert len(pages) >= 5
+    contents = (html / "api.html").read_text(encoding="utf-8")
+    assert all(f'href="{page}.html"' in contents for page in pages)
+    assert len(index["titles"]) == len(set(index["titles"]))
+    reused = {
+        title: [index["docnames"][found[0]] for found in places]
+        for title, places in index["alltitles"].items()
+        if len(places) > 1 and any(index["docnames"][found[0]].startswith("api") for found in places)
+    }
+    assert {"On this page"} >= set(reused)
+
+
 CUT_CODE = """
 return [...document.querySelectorAll('pre')]
   .filter(block => block.scrollWidth > block.clientWidth + 1
@@ -204,6 +262,23 @@ def test_no_code_line_is_cut_on_a_wide_screen_or_a_phone(
             assert driver.execute_script("return document.querySelectorAll('pre').length") > 0
             cut[page] = driver.execute_script(CUT_CODE)
     assert {page: [] for page in cut} == cut
+
+
+def test_each_api_page_is_a_few_screens_not_one_long_scroll(html_build: tuple[pathlib.Path, str]) -> None:
+    """At 1440 px, no page of the API reference is taller than 15,000 px (the one page was 43,500 px)."""
+    pytest.importorskip("selenium")
+    if find_browser() is None:
+        unavailable("no chromium and chromedriver: apt-get install chromium chromium-driver")
+    html, problems = html_build
+    assert "" == problems
+    pages = sorted(path.relative_to(html).as_posix() for path in (html / "api").glob("*.html"))
+    assert len(pages) >= 6
+    with browser(1440, 900) as driver:
+        heights = {}
+        for page in ["api.html", *pages]:
+            driver.get((html / page).as_uri())
+            heights[page] = driver.execute_script("return document.documentElement.scrollHeight")
+    assert {} == {page: height for page, height in heights.items() if height > 15_000}
 
 
 def test_the_readmes_docs_command_installs_sphinx_into_the_demos_virtualenv() -> None:

@@ -257,7 +257,7 @@ def test_no_code_line_is_cut_on_a_wide_screen_or_a_phone(
     assert "" == problems
     cut: dict[str, list[str]] = {}
     with browser(width, 900) as driver:
-        for page in ["quickstart", "console", "cli", "api"]:
+        for page in ["quickstart", "console", "cli", "flask", "api/web"]:
             driver.get((html / f"{page}.html").as_uri())
             assert driver.execute_script("return document.querySelectorAll('pre').length") > 0
             cut[page] = driver.execute_script(CUT_CODE)

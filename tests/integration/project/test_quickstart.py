@@ -131,7 +131,7 @@ def test_the_page_says_the_install_lines_first_and_shows_the_module_it_runs() ->
     install = [command.words for command in commands(blocks[0])]
     assert [
         ["python3", "-m", "venv", ".venv", "&&", ".", ".venv/bin/activate"],
-        ["pip", "install", "../ilmek"],
+        ["pip", "install", "../ilmek[postgres]"],
     ] == (install)
     (module,) = [block for block in blocks if block.caption == "approvals.py"]
     assert "def build():" in module.text

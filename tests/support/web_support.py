@@ -559,15 +559,13 @@ def fetch(url: str, host: str | None = None) -> tuple[int, str]:
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def start_web(
-    *argv: str, home: pathlib.Path, cwd: pathlib.Path = REPO_ROOT
-) -> tuple[subprocess.Popen[str], str]:
-    """``python -m ilmek web ...`` in a new process (in ``cwd``); the process and its first line (the URL)."""
+def start_web(*argv: str, home: pathlib.Path) -> tuple[subprocess.Popen[str], str]:
+    """``python -m ilmek web ...`` in a new process; the process and its first line (the URL)."""
     environment = {**os.environ, "HOME": str(home), "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
     environment.pop("ILMEK_DB", None)
     process = subprocess.Popen(
         [sys.executable, "-m", "ilmek", "web", *argv],
-        cwd=cwd,
+        cwd=REPO_ROOT,
         env=environment,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

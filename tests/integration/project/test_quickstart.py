@@ -29,7 +29,7 @@ import attrs
 import pytest
 
 from ilmek import SqliteCheckpointer
-from tests.support.web_support import fetch, start_web, stop_web, url_of
+from tests.support.web_support import fetch, stop_web, url_of
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -167,7 +167,16 @@ def test_two_processes_and_the_console_run_as_the_page_shows(tmp_path: pathlib.P
         assert (0, command.output) == (done.returncode, done.stdout.splitlines()), done.stderr
     web = shell[-1]
     # Port 0: the page's 8765 may be taken on this machine; the rest of the line is as shown.
-    process, first = start_web(*web.words[2:], "--port", "0", home=tmp_path, cwd=tmp_path)
+    process = subprocess.Popen(
+        in_a_new_process([*web.words, "--port", "0"]),
+        cwd=tmp_path,
+        env={**environment, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    first = process.stdout.readline()
     try:
         console = url_of(first)
         assert web.output == [first.rstrip("\n").replace(console, "http://127.0.0.1:8765/")]

@@ -236,6 +236,13 @@ def test_the_api_reference_is_a_contents_list_of_short_pages_with_titles_of_thei
     assert {"On this page"} >= set(reused)
 
 
+def need_chromium() -> None:
+    """Skip without Selenium or Chromium (fail under CI, as the console's browser tests do)."""
+    pytest.importorskip("selenium")
+    if find_browser() is None:
+        unavailable("no chromium and chromedriver: apt-get install chromium chromium-driver")
+
+
 CUT_CODE = """
 return [...document.querySelectorAll('pre')]
   .filter(block => block.scrollWidth > block.clientWidth + 1
@@ -250,9 +257,7 @@ def test_no_code_line_is_cut_on_a_wide_screen_or_a_phone(
     html_build: tuple[pathlib.Path, str], width: int
 ) -> None:
     """In Chromium, every code block of the long-lined pages shows its whole text (it wraps, never clips)."""
-    pytest.importorskip("selenium")
-    if find_browser() is None:
-        unavailable("no chromium and chromedriver: apt-get install chromium chromium-driver")
+    need_chromium()
     html, problems = html_build
     assert "" == problems
     cut: dict[str, list[str]] = {}
@@ -266,9 +271,7 @@ def test_no_code_line_is_cut_on_a_wide_screen_or_a_phone(
 
 def test_each_api_page_is_a_few_screens_not_one_long_scroll(html_build: tuple[pathlib.Path, str]) -> None:
     """At 1440 px, no page of the API reference is taller than 15,000 px (the one page was 43,500 px)."""
-    pytest.importorskip("selenium")
-    if find_browser() is None:
-        unavailable("no chromium and chromedriver: apt-get install chromium chromium-driver")
+    need_chromium()
     html, problems = html_build
     assert "" == problems
     pages = sorted(path.relative_to(html).as_posix() for path in (html / "api").glob("*.html"))

@@ -41,17 +41,20 @@ def install_lines(path: str) -> list[str]:
 
 
 def requirements_of(command: str) -> list[str]:
-    """What ``pip install -e '.[a,b]' pkg`` asks for: ilmek's dependencies, its extras', and pkg."""
-    words = shlex.split(command)
-    assert [".venv/bin/pip", "install"] == words[:2], command
-    wanted = ["attrs"]
-    for word in words[2:]:
-        if word == "-e":
+    """What one ``pip install`` command asks for: for ilmek attrs and its extras' packages, others as named."""
+    found = re.search(r"pip install ([^#&]+)", command)
+    assert found is not None, command
+    wanted: list[str] = []
+    for word in shlex.split(found.group(1)):
+        if word.startswith("-"):
             continue
-        if local := re.fullmatch(r"\.\[([a-z,]+)\]", word):
-            wanted += [req for extra in local.group(1).split(",") for req in EXTRAS[extra]]
-        else:
+        # ilmek itself: ``.``, ``../ilmek``, ``'.[postgres]'``, ``'dist/ilmek-0.1.0-....whl[postgres]'``.
+        local = re.fullmatch(r"(?:\.|[^\[]*ilmek[^\[]*)(?:\[([a-z,]+)\])?", word)
+        if local is None:
             wanted.append(word)
+            continue
+        extras = [extra for extra in (local.group(1) or "").split(",") if extra]
+        wanted += ["attrs", *(requirement for extra in extras for requirement in EXTRAS[extra])]
     return wanted
 
 
@@ -131,24 +134,11 @@ def third_party_modules_shown(text: str) -> set[str]:
 
 def requirements_said(text: str) -> list[str]:
     """Everything the page's ``pip install`` lines ask for: ilmek (attrs), its extras, other packages."""
-    wanted: list[str] = []
     # Inline literals, paired left to right (one may break its line: ``pip install\nilmek[otel]``),
     # and the $ lines of console blocks.
     commands = [" ".join(found.group(1).split()) for found in re.finditer(r"``(.+?)``", text, re.S)]
     commands += [line for line in text.splitlines() if line.lstrip().startswith("$ ")]
-    for found in (found for command in commands for found in re.finditer(r"pip install ([^#&]+)", command)):
-        for word in shlex.split(found.group(1)):
-            if word.startswith("-"):
-                continue
-            local = re.fullmatch(r"(?:\.|[^\[]*ilmek[^\[]*)(?:\[([a-z,]+)\])?", word)
-            if local is None:
-                wanted.append(word)
-                continue
-            wanted += [
-                "attrs",
-                *(req for extra in (local.group(1) or "").split(",") if extra for req in EXTRAS[extra]),
-            ]
-    return wanted
+    return [found for command in commands if "pip install " in command for found in requirements_of(command)]
 
 
 def test_the_page_reader_finds_imports_and_install_lines() -> None:

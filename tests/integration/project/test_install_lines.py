@@ -41,7 +41,7 @@ def install_lines(path: str) -> list[str]:
 
 
 def requirements_of(command: str) -> list[str]:
-    """What one ``pip install`` command asks for: for ilmek attrs and its extras' packages, others as named."""
+    """What one ``pip install`` command asks for: for ilmek attrs and its extras' packages, others as is."""
     found = re.search(r"pip install ([^#&]+)", command)
     assert found is not None, command
     wanted: list[str] = []

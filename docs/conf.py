@@ -52,4 +52,10 @@ html_title = f"ilmek {release}"
 html_theme_options = {
     "description": "Stateful graphs, checkpointed to the database you already run",
     "fixed_sidebar": True,
+    # Alabaster's 940 px leaves a 1440 px screen half empty and cuts code lines:
+    # a wider page, and _static/ilmek.css wraps what is still too long.
+    "page_width": "1180px",
+    "body_max_width": "none",
 }
+html_static_path = ["_static"]
+html_css_files = ["ilmek.css"]

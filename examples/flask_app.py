@@ -12,9 +12,13 @@ The side effects (orders, charges) are rows in the same database, written
 inside journaled steps: ilmek records each step's result, so a step never
 runs twice for one thread.
 
-From the root of a clone, with the project's interpreter (``bash
-scripts/test`` installs Flask into ``.venv``), run it on SQLite
-(``checkout.db`` in the current folder)::
+From the root of a clone, with the project's interpreter: after ``bash
+scripts/demo`` has made ``.venv``, one line installs Flask and psycopg2 into
+it::
+
+    .venv/bin/pip install -e '.[postgres]' flask
+
+Run it on SQLite (``checkout.db`` in the current folder)::
 
     .venv/bin/python examples/flask_app.py
 

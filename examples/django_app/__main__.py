@@ -1,13 +1,18 @@
 """Run the Django example from the root of a clone, with the project's interpreter (``.venv``).
 
-Creates ilmek's tables and the shop's, then runs a Django management
-command: ``runserver`` when none is given::
+After ``bash scripts/demo`` has made ``.venv``, one line installs Django and
+psycopg2 into it::
+
+    .venv/bin/pip install -e '.[postgres]' django
+
+The example creates ilmek's tables and the shop's, then runs a Django
+management command: ``runserver`` when none is given::
 
     DATABASE_URL=postgresql://localhost/shop .venv/bin/python -m examples.django_app
     DATABASE_URL=postgresql://localhost/shop .venv/bin/python -m examples.django_app runserver 8001
     DATABASE_URL=postgresql://localhost/shop .venv/bin/python -m examples.django_app check
 
-(``bash scripts/test`` installs Django and psycopg2 into ``.venv``). Then::
+Then::
 
     curl -X POST localhost:8000/checkout -d '{"thread_id": "order-1", "cart": ["coffee", "mug"]}'
     curl -X POST localhost:8000/checkout/order-1/approve -d '{"answer": "yes"}'

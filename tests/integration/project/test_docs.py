@@ -13,19 +13,29 @@ from __future__ import annotations
 import doctest
 import io
 import itertools
+import json
 import os
 import pathlib
 import re
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
+from typing import Any
 
 import docutils.core
 import psycopg2.pool
 import pytest
 
+import ilmek
+import ilmek.loading
+import ilmek.operations
+import ilmek.web
 from ilmek import END, START, PostgresCheckpointer, SchemaVersionError, channel, graph, run
+from tests.support.conftest_postgres import unavailable
+from tests.support.installed import modules_installed_by, requirement_name
 from tests.support.pgcluster import PostgresServer, dsn_to_url
+from tests.support.web_browser_support import browser, find_browser
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -47,12 +57,41 @@ def empty_database(postgres_server: PostgresServer) -> Iterator[str]:
     postgres_server.drop_database(name)
 
 
+DOCS_EXTRA = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+    "optional-dependencies"
+]["docs"]
+
+ONLY_THESE_MODULES = """
+import json, os, runpy, sys
+allowed = frozenset(json.loads(os.environ["ILMEK_DOCS_MODULES"]))
+
+class OnlyTheDocsExtra:
+    def find_spec(self, name, path=None, target=None):
+        top = name.partition(".")[0]
+        if top in allowed or top in sys.stdlib_module_names or top.startswith("_"):
+            return None
+        raise ModuleNotFoundError(f"{top} is not installed by ilmek[docs]", name=name)
+
+sys.meta_path.insert(0, OnlyTheDocsExtra())
+runpy.run_module("sphinx", run_name="__main__", alter_sys=True)
+"""
+"""``python -m sphinx`` in a process that can import only the stdlib and the modules given."""
+
+
 def sphinx(
-    builder: str, out: pathlib.Path, cwd: pathlib.Path, **env: str
+    builder: str, out: pathlib.Path, cwd: pathlib.Path, only_docs_extra: bool = False, **env: str
 ) -> subprocess.CompletedProcess[str]:
-    """``sphinx-build -W --keep-going -b BUILDER docs OUT`` with this interpreter, its output captured."""
+    """``sphinx-build -W --keep-going -b BUILDER docs OUT`` with this interpreter, its output captured.
+
+    With ``only_docs_extra``, the build can import nothing but the stdlib, ilmek and
+    what ``pip install -e '.[docs]'`` installs (the rest of the test extra is refused).
+    """
+    if only_docs_extra:
+        modules = modules_installed_by(["ilmek", *DOCS_EXTRA]) | {"ilmek"}
+        env = {**env, "ILMEK_DOCS_MODULES": json.dumps(sorted(modules))}
+    start = ["-c", ONLY_THESE_MODULES] if only_docs_extra else ["-m", "sphinx"]
     return subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", builder, str(DOCS), str(out)],
+        [sys.executable, *start, "-W", "--keep-going", "-q", "-b", builder, str(DOCS), str(out)],
         cwd=cwd,
         env={**os.environ, **env},
         capture_output=True,
@@ -128,13 +167,129 @@ def test_a_run_on_a_new_postgres_database_fails_until_migrate(empty_database: st
 # --- the Sphinx site -------------------------------------------------------------------------
 
 
-def test_the_docs_build_without_a_warning(tmp_path: pathlib.Path) -> None:
-    """``sphinx-build -W -b html docs`` succeeds: every page in a toctree, includes and docstrings sound."""
-    built = sphinx("html", tmp_path / "html", cwd=tmp_path)
-    assert 0 == built.returncode, built.stdout + built.stderr
-    assert "" == built.stderr.strip(), built.stderr
-    assert (tmp_path / "html" / "index.html").is_file()
-    assert (tmp_path / "html" / "api.html").is_file()
+@pytest.fixture(scope="module")
+def html_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, str]:
+    """The HTML site, built once for the module with only the docs extra importable; its folder and output."""
+    work = tmp_path_factory.mktemp("html")
+    built = sphinx("html", work / "html", cwd=work, only_docs_extra=True)
+    return work / "html", built.stdout + built.stderr if built.returncode else built.stderr.strip()
+
+
+def test_the_docs_build_without_a_warning(html_build: tuple[pathlib.Path, str]) -> None:
+    """``sphinx-build -W -b html docs`` succeeds with only the docs extra: toctrees, includes, docstrings."""
+    html, problems = html_build
+    assert "" == problems
+    assert (html / "index.html").is_file()
+    assert (html / "api.html").is_file()
+
+
+def search_index(html: pathlib.Path) -> dict[str, Any]:
+    """The site's search index, as Sphinx wrote it into ``searchindex.js``."""
+    text = (html / "searchindex.js").read_text(encoding="utf-8")
+    index: dict[str, Any] = json.loads(text[text.index("(") + 1 : text.rindex(")")])
+    return index
+
+
+def public_names() -> set[str]:
+    """Every name a user is told to import: ``ilmek.__all__`` and the public modules' ``__all__``."""
+    names = {f"ilmek.{name}" for name in ilmek.__all__}
+    for module in (ilmek.web, ilmek.operations, ilmek.serde, ilmek.loading):
+        names |= {f"{module.__name__}.{name}" for name in module.__all__}
+    names |= {"ilmek.mermaid.to_mermaid", "ilmek.web.serve.make_server", "ilmek.web.serve.serve"}
+    names |= {"ilmek.web.serve.ConsoleServer"}
+    # The operations re-exported from ilmek itself are documented there, under that name.
+    return names - {f"ilmek.operations.{name}" for name in ilmek.__all__}
+
+
+def test_every_public_name_is_in_the_api_reference(html_build: tuple[pathlib.Path, str]) -> None:
+    """Each name of ``ilmek.__all__`` (and ilmek.web's, operations', serde's) is documented on an API page."""
+    html, problems = html_build
+    assert "" == problems
+    index = search_index(html)
+    documented = {
+        f"{prefix}.{entry[4]}": index["docnames"][entry[0]]
+        for prefix, entries in index["objects"].items()
+        for entry in entries
+    }
+    assert {"ilmek.run", "ilmek.web.Console", "ilmek.connect"} <= public_names()
+    assert [] == sorted(public_names() - set(documented))
+    assert {"api/"} == {documented[name][:4] for name in public_names()}
+
+
+def test_the_api_reference_is_a_contents_list_of_short_pages_with_titles_of_their_own(
+    html_build: tuple[pathlib.Path, str],
+) -> None:
+    """api.html lists its pages; no page title is used twice, nor any title of an API page."""
+    html, problems = html_build
+    assert "" == problems
+    index = search_index(html)
+    pages = [name for name in index["docnames"] if name.startswith("api/")]
+    assert len(pages) >= 5
+    contents = (html / "api.html").read_text(encoding="utf-8")
+    assert all(f'href="{page}.html"' in contents for page in pages)
+    assert len(index["titles"]) == len(set(index["titles"]))
+    reused = {
+        title: [index["docnames"][found[0]] for found in places]
+        for title, places in index["alltitles"].items()
+        if len(places) > 1 and any(index["docnames"][found[0]].startswith("api") for found in places)
+    }
+    assert {"On this page"} >= set(reused)
+
+
+def need_chromium() -> None:
+    """Skip without Selenium or Chromium (fail under CI, as the console's browser tests do)."""
+    pytest.importorskip("selenium")
+    if find_browser() is None:
+        unavailable("no chromium and chromedriver: apt-get install chromium chromium-driver")
+
+
+CUT_CODE = """
+return [...document.querySelectorAll('pre')]
+  .filter(block => block.scrollWidth > block.clientWidth + 1
+                || block.getBoundingClientRect().right > innerWidth)
+  .map(block => block.textContent.slice(0, 80));
+"""
+"""The code blocks of the page shown whose text runs past their box or the window."""
+
+
+@pytest.mark.parametrize("width", [1440, 390])
+def test_no_code_line_is_cut_on_a_wide_screen_or_a_phone(
+    html_build: tuple[pathlib.Path, str], width: int
+) -> None:
+    """In Chromium, every code block of the long-lined pages shows its whole text (it wraps, never clips)."""
+    need_chromium()
+    html, problems = html_build
+    assert "" == problems
+    cut: dict[str, list[str]] = {}
+    with browser(width, 900) as driver:
+        for page in ["quickstart", "console", "cli", "flask", "api/web"]:
+            driver.get((html / f"{page}.html").as_uri())
+            assert driver.execute_script("return document.querySelectorAll('pre').length") > 0
+            cut[page] = driver.execute_script(CUT_CODE)
+    assert {page: [] for page in cut} == cut
+
+
+def test_each_api_page_is_a_few_screens_not_one_long_scroll(html_build: tuple[pathlib.Path, str]) -> None:
+    """At 1440 px, no page of the API reference is taller than 15,000 px (the one page was 43,500 px)."""
+    need_chromium()
+    html, problems = html_build
+    assert "" == problems
+    pages = sorted(path.relative_to(html).as_posix() for path in (html / "api").glob("*.html"))
+    assert len(pages) >= 6
+    with browser(1440, 900) as driver:
+        heights = {}
+        for page in ["api.html", *pages]:
+            driver.get((html / page).as_uri())
+            heights[page] = driver.execute_script("return document.documentElement.scrollHeight")
+    assert {} == {page: height for page, height in heights.items() if height > 15_000}
+
+
+def test_the_readmes_docs_command_installs_sphinx_into_the_demos_virtualenv() -> None:
+    """README.rst builds the HTML with one line that first installs the docs extra, which holds Sphinx."""
+    readme = " ".join(README.read_text(encoding="utf-8").split())
+    assert "``.venv/bin/pip install -e '.[docs]' && .venv/bin/python -m sphinx docs build/docs``" in readme
+    assert ["sphinx"] == [requirement_name(requirement) for requirement in DOCS_EXTRA]
+    assert "sphinx" in modules_installed_by(DOCS_EXTRA)
 
 
 @pytest.mark.postgres

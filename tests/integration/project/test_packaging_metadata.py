@@ -2,48 +2,32 @@
 
 from __future__ import annotations
 
-import ast
 import configparser
 import importlib.metadata
 import pathlib
 import re
 import shutil
 import subprocess
-import sys
 import tomllib
 
 import pytest
 
 import ilmek
+from tests.support.installed import requirement_name, third_party_imports
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
 
-LOCAL_MODULES = {"ilmek", "tests", "examples", "_common"}
-"""Names imported from this tree (``_common`` is the benchmarks' shared module)."""
 
-
-def requirement_name(requirement: str) -> str:
-    """The normalized distribution name of a requirement (``psycopg[binary]>=3.1`` -> ``psycopg``)."""
-    match = re.match(r"[A-Za-z0-9._-]+", requirement)
-    assert match is not None, requirement
-    return re.sub(r"[-_.]+", "-", match.group()).lower()
-
-
-def third_party_imports(*folders: str) -> set[str]:
-    """Top-level modules imported by the Python files under ``folders``, less the stdlib and this tree."""
-    names: set[str] = set()
-    for folder in folders:
-        for path in (ROOT / folder).rglob("*.py"):
-            if "node_modules" in path.parts:
-                continue  # npm packages scripts/test installs (katex ships Python scripts)
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if isinstance(node, ast.Import):
-                    names.update(alias.name.partition(".")[0] for alias in node.names)
-                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                    names.add(node.module.partition(".")[0])
-    return names - set(sys.stdlib_module_names) - LOCAL_MODULES - {"__future__"}
+def extras_named_by(requirements: list[str]) -> list[str]:
+    """The extras of ilmek itself that ``requirements`` pull in (``ilmek[docs,lint]`` -> docs, lint)."""
+    return [
+        extra.strip()
+        for requirement in requirements
+        if (match := re.fullmatch(r"ilmek\[([^\]]+)\]", requirement))
+        for extra in match.group(1).split(",")
+    ]
 
 
 def test_classifiers_name_exactly_the_python_versions_tox_tests() -> None:
@@ -66,8 +50,9 @@ def test_the_test_extra_installs_everything_the_tests_examples_and_benchmarks_im
     """Every third-party module that tests/, examples/ or benchmarks/ import comes from a declared package."""
     extras = PROJECT["optional-dependencies"]
     declared = {requirement_name(req) for req in [*PROJECT["dependencies"], *extras["test"]]}
-    if "ilmek" in declared:  # the test extra pulls others in by name: ilmek[lint]
-        declared |= {requirement_name(req) for req in extras["lint"]}
+    # The test extra pulls others in by name: ilmek[docs,lint].
+    for named in extras_named_by(extras["test"]):
+        declared |= {requirement_name(req) for req in extras[named]}
     providers = importlib.metadata.packages_distributions()
     undeclared = {
         module: sorted(providers.get(module, ["(not installed)"]))

@@ -137,42 +137,85 @@ def test_a_stream_ended_inside_a_step_keeps_the_thread_until_the_step_is_recorde
     assert outcome["refused"] > 0
 
 
-def test_a_step_still_running_after_its_run_ended_leaves_the_hold_to_lapse(
-    store: Store, tmp_path: Any
+def interrupt_when(started: threading.Event) -> list[float]:
+    """Once ``started`` is set, a Ctrl-C (SIGINT) lands on the main thread; returns where its time goes."""
+    sent: list[float] = []
+
+    def fire() -> None:
+        assert started.wait(30)
+        time.sleep(0.1)
+        sent.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=fire, daemon=True).start()
+    return sent
+
+
+@pytest.mark.parametrize(
+    ("connection", "ending"), [("pool", "close"), ("pool", "ctrl-c"), ("one-connection", "ctrl-c")]
+)
+def test_a_step_outlasting_its_closed_stream_keeps_the_thread_until_it_is_recorded(
+    store: Store, tmp_path: Any, connection: str, ending: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A step that outlasts the wait (longer than the lease): the run leaves its hold to lapse instead of
-    giving it back, so no other run gets the thread while the step may still act within the lease."""
+    """A stream closed (or Ctrl-C'd while it waits for the next event) while its step's function runs six
+    leases, with another process trying the thread all along: the hold is renewed until the step returned
+    and its record landed, then given back, so the other process replays the step instead of running it
+    again beside the first. On a pool the end returns after one lease (the keeping is handed over, and the
+    warning says so); on one connection bound to the caller's thread (where no event reaches the reader
+    during a step, so only a Ctrl-C can end it there) the end returns once the step is recorded."""
     effects = str(tmp_path / "effects.txt")
+    lease, seconds = 0.4, 2.4
+    other = SecondProcess(store, effects, "long")
+    if connection == "pool":
+        checkpointer = store.open(lease_seconds=lease)
+    else:
+        kind = "sqlite-connection" if store.kind == "sqlite" else "psycopg2-connection"
+        checkpointer = thread_bound_checkpointer(kind, store, lease)
     started = threading.Event()
-    checkpointer = store.open(lease_seconds=0.6)
-    events = stream(slow_charge_graph(effects, started, 3.0), {}, thread_id="long", checkpointer=checkpointer)
-    for event in events:
-        if event.type == "custom":  # emitted from inside the step's function
-            break
-    assert started.is_set()
-    events.close()  # type: ignore[attr-defined]
-    ended = time.monotonic()
-    other = store.open(lease_seconds=0.6)
-    # Right after the end (the step is still in its function): the thread is not free.
-    with pytest.raises(ThreadBusyError):
-        run(slow_charge_graph(effects), None, thread_id="long", checkpointer=other)
-    assert time.monotonic() - ended < 0.6
-    # Once the lease lapsed it is: that step's record never landed, so it runs again (at least once).
-    time.sleep(1.0)
-    assert "done" == run(slow_charge_graph(effects), None, thread_id="long", checkpointer=other).status
-    assert 2 == effect_count(effects)
+    events = stream(
+        slow_charge_graph(effects, started, seconds), {}, thread_id="long", checkpointer=checkpointer
+    )
+    with caplog.at_level(logging.INFO, logger="ilmek"):
+        if ending == "close":
+            for event in events:
+                if event.type == "custom":  # emitted from inside the step's function
+                    break
+            began = time.monotonic()
+            events.close()  # type: ignore[attr-defined]
+        else:
+            sent = interrupt_when(started)
+            with pytest.raises(KeyboardInterrupt):
+                for _ in events:
+                    pass
+            [began] = sent
+        waited = time.monotonic() - began
+        outcome = other.outcome()
+    assert ("done", {"receipt": "charged"}) == (outcome["status"], outcome["state"])
+    assert 1 == effect_count(effects)
+    assert outcome["refused"] > 0
+    if connection == "pool":
+        assert waited < seconds - lease, waited
+        [said] = [r.getMessage() for r in caplog.records if "still running" in r.getMessage()]
+        assert "given back once it returns and its record is written" in said, said
+    else:
+        assert waited > seconds - 2 * lease, waited
 
 
 # --- a reader that stops reading, on clients bound to the caller's thread -----------------------------
 
 
 def thread_bound_checkpointer(kind: str, store: Store, lease: float) -> Checkpointer:
-    """A checkpointer whose storage only the caller's thread may use (nothing renews its hold meanwhile)."""
+    """A checkpointer whose storage only the caller's thread may use (nothing renews its hold meanwhile):
+    a ``sqlite3`` connection, a psycopg2 connection or a generic ``execute`` client of the caller's."""
     if kind == "sqlite-connection":
         SqliteCheckpointer(store.path).close()
         connection = sqlite3.connect(store.path, check_same_thread=False, timeout=30, isolation_level=None)
         store.closing.append(connection)
         return SqliteCheckpointer(connection, lease_seconds=lease)
+    if kind == "psycopg2-connection":
+        own = psycopg2.connect(store.dsn)
+        store.closing.append(own)
+        return PostgresCheckpointer(own, lease_seconds=lease)
     client = ExecuteClient(store.dsn)
     store.closing.append(client)
     return PostgresCheckpointer(client, lease_seconds=lease)

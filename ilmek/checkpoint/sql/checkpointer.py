@@ -122,6 +122,14 @@ class SqlCheckpointer(Checkpointer):
         """
         return True
 
+    def transaction_id(self, session: Session) -> object | None:
+        """What tells the session's transaction from any later one, once it wrote (``None``: nothing can).
+
+        A hold taken inside the caller's transaction lasts as long as that
+        transaction; this is how the run sees it ended.
+        """
+        return None
+
     def table_exists(self, session: Session, table: str) -> bool:
         """Whether ``table`` exists (the dialect knows how to ask)."""
         raise NotImplementedError
@@ -215,6 +223,8 @@ class SqlCheckpointer(Checkpointer):
                 raise hold.mark_lost(INHERITED)
             if write and not hold.taken and not takes_hold:
                 hold.take()
+            if hold.joined_in is not None:
+                work = self._holds.within_joined(hold, work)
             with hold.lock:
                 return self._adapter.run(
                     work,

@@ -79,6 +79,7 @@ class TaskRunner:
         self._stepping: dict[int, int] = {}
         #: The run ended with the hold kept past it: running steps record themselves.
         self._handed_over = False
+        self._unrecorded = _Unrecorded(setup.thread_id)
         #: What to do once the last of them is over, after the run ended.
         self._on_idle: Callable[[], None] | None = None
         self.gate: StepGate = _Steps(self)
@@ -101,7 +102,7 @@ class TaskRunner:
         hold = self._keeper.hold
 
         def persist(entry: JournalEntry) -> None:
-            self._ask_driver(lambda: cp.append_journal(hold, base_id, task_key, entry))
+            self._ask_driver(self._unrecorded.kept(lambda: cp.append_journal(hold, base_id, task_key, entry)))
 
         return persist
 
@@ -149,20 +150,7 @@ class TaskRunner:
                 self._on_idle = None
         self._queue.put(StepLeft())
         if idle is not None:
-            self._call_when_idle(idle)
-
-    def _call_when_idle(self, callback: Callable[[], None]) -> None:
-        """Run what waited for the last step (giving the thread back); never raise into the step."""
-        try:
-            callback()
-        except Exception as error:
-            logger("ilmek.run").warning(
-                "could not give back the hold on thread %r once its last step returned "
-                "(it lapses with its lease): %s",
-                self._setup.thread_id,
-                error,
-                extra={"thread_id": self._setup.thread_id},
-            )
+            _give_back_quietly(self._setup.thread_id, idle)
 
     def when_idle(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once no step function of the ended run is running (now, if none is)."""
@@ -170,7 +158,7 @@ class TaskRunner:
             if self._in_flight:
                 self._on_idle = callback
                 return
-        self._call_when_idle(callback)
+        _give_back_quietly(self._setup.thread_id, callback)
 
     def steps_running(self) -> int:
         """How many step functions of the run are running now."""
@@ -409,6 +397,7 @@ class TaskRunner:
         stopped = True
         try:
             while True:
+                self._unrecorded.write_again()
                 self._serve_waiting()
                 if not self.steps_running():
                     break
@@ -445,6 +434,63 @@ class TaskRunner:
                 return
             if isinstance(message, Request):
                 self._serve(message)
+
+
+def _give_back_quietly(thread_id: str, give_back: Callable[[], None]) -> None:
+    """Give the thread back once the last step of an ended run returned; never raise into that step."""
+    try:
+        give_back()
+    except Exception as error:
+        logger("ilmek.run").warning(
+            "could not give back the hold on thread %r once its last step returned (it lapses with its "
+            "lease): %s",
+            thread_id,
+            error,
+            extra={"thread_id": thread_id},
+        )
+
+
+class _Unrecorded:
+    """Records of finished steps that a Ctrl-C interrupted: the run's end writes them again.
+
+    The step already had its effect; dropping its record would let the next
+    run of the thread repeat it.
+    """
+
+    __slots__ = ("_records", "_thread_id")
+
+    def __init__(self, thread_id: str) -> None:
+        self._thread_id = thread_id
+        self._records: list[Callable[[], None]] = []
+
+    def kept(self, record: Callable[[], None]) -> Callable[[], None]:
+        """``record``, remembered for :meth:`write_again` if Ctrl-C or SystemExit interrupts it."""
+
+        def recording() -> None:
+            try:
+                record()
+            except Exception:
+                raise
+            except BaseException:
+                self._records.append(record)
+                raise
+
+        return recording
+
+    def write_again(self) -> None:
+        """Write the interrupted records (on the driving thread, while the run still holds the thread)."""
+        while self._records:
+            record = self._records.pop(0)
+            try:
+                record()
+            except Exception as error:
+                logger("ilmek.run").warning(
+                    "a step of thread %r ran, but its record could not be written after a Ctrl-C (%s); "
+                    "a later run of the thread runs that step again",
+                    self._thread_id,
+                    error,
+                    extra={"thread_id": self._thread_id},
+                )
 
 
 def _shorter(left: float | None, renewal: float | None) -> float | None:

@@ -201,6 +201,82 @@ def test_a_step_outlasting_its_closed_stream_keeps_the_thread_until_it_is_record
         assert waited > seconds - 2 * lease, waited
 
 
+# --- Ctrl-C while a step's record is written ----------------------------------------------------------------
+
+
+class InterruptedRecord(psycopg2.extensions.connection):  # type: ignore[misc]
+    """A pooled connection on which a Ctrl-C lands as the next statement recording a step is sent."""
+
+    armed = False
+
+    def cursor(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["cursor_factory"] = _InterruptedRecordCursor
+        return super().cursor(*args, **kwargs)
+
+
+class _InterruptedRecordCursor(psycopg2.extensions.cursor):  # type: ignore[misc]
+    def execute(self, query: Any, params: Any = None) -> Any:
+        if InterruptedRecord.armed and "INSERT INTO ilmek_journals" in str(query):
+            InterruptedRecord.armed = False
+            raise KeyboardInterrupt
+        return super().execute(query, params)
+
+
+class InterruptedSqliteRecord(sqlite3.Connection):
+    """A caller's sqlite3 connection where a Ctrl-C lands as the next statement recording a step is sent."""
+
+    armed = False
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        if InterruptedSqliteRecord.armed and sql.startswith("INSERT INTO ilmek_journals"):
+            InterruptedSqliteRecord.armed = False
+            raise KeyboardInterrupt
+        return super().execute(sql, *args)
+
+
+@pytest.mark.parametrize("reading", ["stream", "run"])
+def test_a_ctrl_c_while_a_steps_record_is_written_still_records_it(
+    store: Store, tmp_path: Any, reading: str
+) -> None:
+    """A Ctrl-C lands on the thread writing a finished step's record (a pool on Postgres, the caller's
+    connection on SQLite; the driver serving a worker in a stream, the node's own thread in run()): the run
+    still ends with KeyboardInterrupt, but the record is written before the thread is given back, so the
+    next run replays the step instead of charging again."""
+    effects = str(tmp_path / "effects.txt")
+    armed: Any
+    if store.kind == "sqlite":
+        SqliteCheckpointer(store.path).close()
+        connection = sqlite3.connect(store.path, factory=InterruptedSqliteRecord, check_same_thread=False)
+        connection.isolation_level = None
+        store.closing.append(connection)
+        checkpointer: Checkpointer = SqliteCheckpointer(connection, lease_seconds=5.0)
+        armed = InterruptedSqliteRecord
+    else:
+        pool = psycopg2.pool.ThreadedConnectionPool(1, 4, store.dsn, connection_factory=InterruptedRecord)
+        store.pools.append(pool)
+        checkpointer = PostgresCheckpointer(pool, lease_seconds=5.0)
+        armed = InterruptedRecord
+    g = slow_charge_graph(effects)
+
+    def interrupted_run() -> None:
+        if reading == "stream":
+            for _ in stream(g, {}, thread_id="ctrl-c", checkpointer=checkpointer):
+                pass
+        else:
+            run(g, {}, thread_id="ctrl-c", checkpointer=checkpointer)
+
+    armed.armed = True
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            interrupted_run()
+    finally:
+        was_armed, armed.armed = armed.armed, False
+    assert not was_armed, "no Ctrl-C landed: the test attacked nothing"
+    again = run(g, None, thread_id="ctrl-c", checkpointer=store.open())
+    assert ("done", {"receipt": "charged"}) == (again.status, again.state)
+    assert 1 == effect_count(effects)
+
+
 # --- a reader that stops reading, on clients bound to the caller's thread -----------------------------
 
 

@@ -277,6 +277,85 @@ def test_a_ctrl_c_while_a_steps_record_is_written_still_records_it(
     assert 1 == effect_count(effects)
 
 
+# --- one renewal blocked on a row lock ----------------------------------------------------------------------
+
+
+def waiting_charge_graph(effects: str, seconds: float) -> CompiledGraph:
+    """One node that emits ``waiting``, then a step appending ``charge`` to ``effects`` for ``seconds``."""
+
+    def pay(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        ctx.emit("waiting")
+
+        def charge() -> str:
+            with open(effects, "a", encoding="utf-8") as out:
+                out.write("charge\n")
+            time.sleep(seconds)
+            return "charged"
+
+        return {"receipt": ctx.step("charge", charge)}
+
+    return (
+        graph("waiting-pay", {"receipt": channel.last_write()})
+        .node("pay", pay)
+        .edge(START, "pay")
+        .edge("pay", END)
+        .compile()
+    )
+
+
+@pytest.mark.postgres
+def test_a_renewal_blocked_on_a_row_lock_stalls_no_other_holds_renewal(
+    postgres_dsn: str, tmp_path: Any
+) -> None:
+    """Two streams whose readers are away while their steps run, so only the keeper renews their holds;
+    another session locks the first hold's row (SELECT ... FOR UPDATE) for several leases, blocking that
+    renewal: the second hold is still renewed on time, so another run trying the second thread all along is
+    refused until its step is recorded, and no step runs twice."""
+    lease = 0.4
+    effects = {name: str(tmp_path / f"{name}.txt") for name in ("locked", "free")}
+    pool = psycopg2.pool.ThreadedConnectionPool(1, 8, postgres_dsn)
+    other_pool = psycopg2.pool.ThreadedConnectionPool(1, 4, postgres_dsn)
+    locker = psycopg2.connect(postgres_dsn)
+    try:
+        checkpointer = PostgresCheckpointer(pool, lease_seconds=lease)
+        checkpointer.migrate()
+        streams = {}
+        for name in effects:
+            events = stream(
+                waiting_charge_graph(effects[name], 8 * lease), {}, thread_id=name, checkpointer=checkpointer
+            )
+            for event in events:
+                if event.type == "custom":
+                    break
+            streams[name] = events
+        with locker.cursor() as cursor:  # a transaction left open, holding the row lock
+            cursor.execute("SELECT owner FROM ilmek_holds WHERE thread_id = 'locked' FOR UPDATE")
+        other = PostgresCheckpointer(other_pool, lease_seconds=lease)
+        refused, taken = 0, []
+        deadline = time.monotonic() + 5 * lease
+        while time.monotonic() < deadline and not taken:
+            try:
+                taken.append(
+                    run(
+                        waiting_charge_graph(effects["free"], 0.0), None, thread_id="free", checkpointer=other
+                    )
+                )
+            except ThreadBusyError:
+                refused += 1
+                time.sleep(0.05)
+        locker.rollback()
+        for events in streams.values():
+            for _ in events:
+                pass
+    finally:
+        locker.close()
+        pool.closeall()
+        other_pool.closeall()
+    assert [] == taken, "another run took a thread whose hold the keeper should have renewed"
+    assert refused > 0
+    assert [1, 1] == [effect_count(path) for path in effects.values()]
+
+
 # --- a reader that stops reading, on clients bound to the caller's thread -----------------------------
 
 

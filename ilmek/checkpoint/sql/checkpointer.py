@@ -25,7 +25,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
-from ...dbapi import Adapter, Session
+from ...dbapi import Adapter, Pin, Session
 from ...errors import InvalidArgumentError
 from ...types import ChannelChange, Checkpoint, JournalEntry, ThreadCancel, ThreadError, ThreadInfo
 from ..base import ANY_LATEST, Checkpointer, _AnyLatest
@@ -121,6 +121,15 @@ class SqlCheckpointer(Checkpointer):
             Whether the lock was taken (always, where writers are serialized anyway).
         """
         return True
+
+    def commits_seen(self, pin: Pin) -> object | None:
+        """What changes whenever another connection commits to the database (``None``: nothing cheap can).
+
+        Read on the run's connection: equal to the value seen at the last
+        check of a hold, nobody can have changed the hold's row since, and
+        the check before a step needs no query.
+        """
+        return None
 
     def transaction_id(self, session: Session) -> object | None:
         """What tells the session's transaction from any later one, once it wrote (``None``: nothing can).

@@ -77,6 +77,9 @@ class SqlHold(Hold):
         #: back deletes the row, whoever commits the transaction.
         self.row_written = False
         self.joined_in: object | None = None
+        #: What the checkpointer's ``commits_seen`` said just before the last
+        #: check of the hold that found it the run's.
+        self.commits_at_check: object | None = None
         #: The thread's status and updated_at as this run's last commit left
         #: them (None until a commit of this run set them): under the hold
         #: nobody else changes them, so a move that keeps both needs not
@@ -282,7 +285,13 @@ class HoldRows:
         With less left than :data:`~ilmek.checkpoint.holds.RECORD_MARGIN` of
         the lease (a process that slept, a machine that was suspended), the
         lease is renewed first, which fails if another run took the thread.
+        Where the checkpointer can tell that no other connection committed
+        since the last check (SQLite), nothing can have changed the row, and
+        no query is made.
         """
+        seen = self._owner.commits_seen(hold.pin)
+        if seen is not None and seen == hold.commits_at_check:
+            return
         rows = self._owner.transact(
             lambda session: session.query(
                 self._statements.named("hold_lease_left"),
@@ -300,6 +309,7 @@ class HoldRows:
         left = rows[0][0]
         if not isinstance(left, (int, float)) or left < self._owner.lease_seconds * RECORD_MARGIN:
             self.renew(hold)
+        hold.commits_at_check = seen
 
     def confirm_joined(self, hold: SqlHold) -> None:
         """Check that the caller's transaction the hold was taken in is still the one open.

@@ -311,7 +311,7 @@ def test_a_renewal_blocked_on_a_row_lock_stalls_no_other_holds_renewal(
     another session locks the first hold's row (SELECT ... FOR UPDATE) for several leases, blocking that
     renewal: the second hold is still renewed on time, so another run trying the second thread all along is
     refused until its step is recorded, and no step runs twice."""
-    lease = 0.4
+    lease = 1.0  # its last three quarters (the slack of a renewal) outlast a loaded machine's delays
     effects = {name: str(tmp_path / f"{name}.txt") for name in ("locked", "free")}
     pool = psycopg2.pool.ThreadedConnectionPool(1, 8, postgres_dsn)
     other_pool = psycopg2.pool.ThreadedConnectionPool(1, 4, postgres_dsn)
@@ -322,7 +322,7 @@ def test_a_renewal_blocked_on_a_row_lock_stalls_no_other_holds_renewal(
         streams = {}
         for name in effects:
             events = stream(
-                waiting_charge_graph(effects[name], 8 * lease), {}, thread_id=name, checkpointer=checkpointer
+                waiting_charge_graph(effects[name], 5 * lease), {}, thread_id=name, checkpointer=checkpointer
             )
             for event in events:
                 if event.type == "custom":
@@ -332,7 +332,7 @@ def test_a_renewal_blocked_on_a_row_lock_stalls_no_other_holds_renewal(
             cursor.execute("SELECT owner FROM ilmek_holds WHERE thread_id = 'locked' FOR UPDATE")
         other = PostgresCheckpointer(other_pool, lease_seconds=lease)
         refused, taken = 0, []
-        deadline = time.monotonic() + 5 * lease
+        deadline = time.monotonic() + 3 * lease
         while time.monotonic() < deadline and not taken:
             try:
                 taken.append(
@@ -354,6 +354,69 @@ def test_a_renewal_blocked_on_a_row_lock_stalls_no_other_holds_renewal(
     assert [] == taken, "another run took a thread whose hold the keeper should have renewed"
     assert refused > 0
     assert [1, 1] == [effect_count(path) for path in effects.values()]
+
+
+# --- ilmek delete --force under a live run ------------------------------------------------------------------
+
+
+def test_a_thread_deleted_by_force_under_a_live_sqlite_run_lets_it_start_no_step(tmp_path: Any) -> None:
+    """``ilmek delete --force`` (the real command, in its own process) deletes a thread while its run, on a
+    SQLite file, is between two steps with a fresh lease: the run's next step is refused (HoldLostError)
+    before its effect, instead of running on a thread that is gone while a new run may already act on the
+    same thread id."""
+    path = tmp_path / "live.db"
+    calls = Calls()
+    between = threading.Event()
+    go_on = threading.Event()
+
+    def work(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        ctx.step("first", calls.hit, "first")
+        between.set()
+        assert go_on.wait(30)
+        ctx.step("second", calls.hit, "second")
+        return {"log": ["done"]}
+
+    g = graph("forced", {"log": channel.append()}).node("work", work).edge(START, "work").compile()
+    checkpointer = SqliteCheckpointer(path, lease_seconds=60.0)
+    failures: list[BaseException] = []
+
+    def drive() -> None:
+        try:
+            run(g, {}, thread_id="forced", checkpointer=checkpointer)
+        except BaseException as error:
+            failures.append(error)
+
+    driver = threading.Thread(target=drive)
+    driver.start()
+    try:
+        assert between.wait(30)
+        deleted = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ilmek",
+                "delete",
+                "forced",
+                "--db",
+                str(path),
+                "--yes",
+                "--force",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+        )
+        assert 0 == deleted.returncode, deleted.stderr
+        assert json.loads(deleted.stdout)["forced"] is True
+    finally:
+        go_on.set()
+        driver.join(30)
+    checkpointer.close()
+    [failure] = failures
+    assert isinstance(failure, HoldLostError), failure
+    assert {"first": 1} == dict(calls)
 
 
 # --- a reader that stops reading, on clients bound to the caller's thread -----------------------------

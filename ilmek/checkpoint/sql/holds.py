@@ -78,8 +78,9 @@ class SqlHold(Hold):
         self.row_written = False
         self.joined_in: object | None = None
         #: What the checkpointer's ``commits_seen`` said just before the last
-        #: check of the hold that found it the run's.
-        self.commits_at_check: object | None = None
+        #: check of the hold that found it the run's, and until when (wall
+        #: clock, the database's judge on SQLite) that check saw the lease run.
+        self.last_check: tuple[object, float] | None = None
         #: The thread's status and updated_at as this run's last commit left
         #: them (None until a commit of this run set them): under the hold
         #: nobody else changes them, so a move that keeps both needs not
@@ -286,11 +287,13 @@ class HoldRows:
         the lease (a process that slept, a machine that was suspended), the
         lease is renewed first, which fails if another run took the thread.
         Where the checkpointer can tell that no other connection committed
-        since the last check (SQLite), nothing can have changed the row, and
-        no query is made.
+        since the last check (SQLite), nothing can have changed the row: while
+        the lease that check saw still has the margin left, no query is made.
         """
+        margin = self._owner.lease_seconds * RECORD_MARGIN
         seen = self._owner.commits_seen(hold.pin)
-        if seen is not None and seen == hold.commits_at_check:
+        last = hold.last_check
+        if seen is not None and last is not None and seen == last[0] and time.time() + margin < last[1]:
             return
         rows = self._owner.transact(
             lambda session: session.query(
@@ -307,9 +310,10 @@ class HoldRows:
         if not rows:
             raise hold.mark_lost(HOLD_GONE)
         left = rows[0][0]
-        if not isinstance(left, (int, float)) or left < self._owner.lease_seconds * RECORD_MARGIN:
+        if not isinstance(left, (int, float)) or left < margin:
             self.renew(hold)
-        hold.commits_at_check = seen
+            left = self._owner.lease_seconds
+        hold.last_check = None if seen is None else (seen, time.time() + left)
 
     def confirm_joined(self, hold: SqlHold) -> None:
         """Check that the caller's transaction the hold was taken in is still the one open.

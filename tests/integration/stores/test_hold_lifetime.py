@@ -753,6 +753,45 @@ def test_a_step_starts_only_with_lease_left_to_record_it(postgres_dsn: str) -> N
     assert left > 2.0, left
 
 
+#: The wall clock in seconds since the epoch, as SQLite computes it (any version).
+NOW_IN_SQLITE = "((julianday('now') - 2440587.5) * 86400.0)"
+
+
+def test_a_sqlite_step_starts_only_with_lease_left_to_record_it(tmp_path: Any) -> None:
+    """On SQLite too: another connection leaves the run's lease about to lapse (as a machine suspended past
+    it would find it) while the node is between steps; the check before the next step sees the commit, reads
+    the lease, and renews it, so the step's record can still land under it."""
+    path = tmp_path / "margin.db"
+    left_before: list[float] = []
+
+    def query(sql: str) -> list[tuple[Any, ...]]:
+        connection = sqlite3.connect(path)
+        try:
+            with connection:
+                return connection.execute(sql).fetchall()
+        finally:
+            connection.close()
+
+    def work(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        ctx.step("first", lambda: None)
+        query(f"UPDATE ilmek_holds SET expires_at = {NOW_IN_SQLITE} + 0.2")
+
+        def charge() -> float:
+            [(left,)] = query(f"SELECT expires_at - {NOW_IN_SQLITE} FROM ilmek_holds")
+            left_before.append(left)
+            return float(left)
+
+        return {"left": ctx.step("charge", charge)}
+
+    checkpointer = SqliteCheckpointer(path, lease_seconds=4.0)
+    g = graph("margin", {"left": channel.last_write()}).node("work", work).edge(START, "work").compile()
+    result = run(g, {}, thread_id="margin", checkpointer=checkpointer)
+    checkpointer.close()
+    assert "done" == result.status
+    [left] = left_before
+    assert left > 2.0, left
+
+
 # --- the keeper and a connection the caller uses too --------------------------------------------------------
 
 

@@ -143,9 +143,10 @@ class Hold:
     #: caller's thread), everything goes through the thread driving the run.
     any_thread: bool = False
     #: Whether a step's effect waits for the database to confirm the hold
-    #: (Postgres: holders on other machines judge the lease by the
-    #: database's clock, and this machine's monotonic clock does not count a
-    #: suspended virtual machine's sleep).
+    #: (Postgres and SQLite: another process may have taken or deleted the
+    #: thread, holders judge the lease by the database's clock or the wall
+    #: clock, and this machine's monotonic clock does not count a suspended
+    #: virtual machine's sleep).
     confirms_each_step: bool = False
 
     def __init__(self, thread_id: str, token: str, *, lease_seconds: float | None = None) -> None:

@@ -126,7 +126,7 @@ class HoldKeeper:
             if self.can_outlive_run():
                 logger("ilmek.run").warning(
                     "a step of thread %r was still running when its run ended; the thread stays held "
-                    "(its hold renewed) and is given back once it returns and its record is written",
+                    "(its hold kept) and is given back once it returns and its record is written",
                     thread_id,
                     extra={"thread_id": thread_id},
                 )

@@ -11,6 +11,7 @@ real Postgres server with real SQLAlchemy and Django.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -21,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import psycopg2
 import psycopg2.pool
 import pytest
 import sqlalchemy
@@ -153,27 +155,51 @@ def engine(postgres_dsn: str) -> Iterator[Any]:
     created.dispose()
 
 
+@contextlib.contextmanager
+def joined_client(kind: str, engine: Any, postgres_dsn: str) -> Iterator[tuple[PostgresCheckpointer, Any]]:
+    """A checkpointer writing inside the caller's transaction, and what commits it (opening the next one):
+    a SQLAlchemy Session, or a psycopg2 connection with ``join_transaction=True``."""
+    if kind == "sqlalchemy-session":
+        with sqlalchemy.orm.Session(engine) as session:
+            yield PostgresCheckpointer(session, lease_seconds=LEASE), session.commit
+        return
+    connection = psycopg2.connect(postgres_dsn)
+
+    def commit_and_begin() -> None:
+        connection.commit()
+        with connection.cursor() as cursor:  # the caller's next transaction, for ilmek to join
+            cursor.execute("SELECT 1")
+
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        yield PostgresCheckpointer(connection, join_transaction=True, lease_seconds=LEASE), commit_and_begin
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlalchemy-session", "psycopg2-joined"])
 def test_a_consumer_committing_at_each_checkpoint_event_stops_the_joined_run(
-    engine: Any, other_worker: Callable[[str, str], OtherWorker], tmp_path: Any
+    engine: Any, postgres_dsn: str, other_worker: Callable[[str, str], OtherWorker], tmp_path: Any, kind: str
 ) -> None:
-    """A stream through the caller's SQLAlchemy Session whose consumer commits the session at each
-    ``checkpoint`` event: the commit ends the transaction the hold lived in, so the run's next step is
-    refused (HoldLostError) rather than run under a lease nobody can renew; another worker trying the thread
-    all along gets it after the lease, and every step's effect happens once."""
+    """A stream through the caller's SQLAlchemy Session (or psycopg2 connection with join_transaction=True)
+    whose consumer commits at each ``checkpoint`` event: the commit ends the transaction the hold lived in,
+    so the run's next step is refused (HoldLostError) rather than run under a lease nobody can renew;
+    another worker trying the thread all along gets it after the lease, and every step's effect happens
+    once."""
     effects = str(tmp_path / "effects.txt")
     other = other_worker(effects, "consumer-commits")
-    with sqlalchemy.orm.Session(engine) as session:
-        checkpointer = PostgresCheckpointer(session, lease_seconds=LEASE)
+    with joined_client(kind, engine, postgres_dsn) as (checkpointer, commit):
         events = stream(two_step_graph(effects), {}, thread_id="consumer-commits", checkpointer=checkpointer)
 
         def read_committing_at_each_checkpoint() -> None:
             for event in events:
                 if event.type == "checkpoint":
-                    session.commit()
+                    commit()
 
         with pytest.raises(HoldLostError, match="consumer-commits"):
             read_committing_at_each_checkpoint()
-        session.commit()
+        commit()
     assert ("done", ["first", "second"]) == other.outcome()
     assert {"first": 1, "second": 1} == effects_of(effects)
     assert other.refused > 0

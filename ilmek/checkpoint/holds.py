@@ -143,9 +143,10 @@ class Hold:
     #: caller's thread), everything goes through the thread driving the run.
     any_thread: bool = False
     #: Whether a step's effect waits for the database to confirm the hold
-    #: (Postgres: holders on other machines judge the lease by the
-    #: database's clock, and this machine's monotonic clock does not count a
-    #: suspended virtual machine's sleep).
+    #: (Postgres and SQLite: another process may have taken or deleted the
+    #: thread, holders judge the lease by the database's clock or the wall
+    #: clock, and this machine's monotonic clock does not count a suspended
+    #: virtual machine's sleep).
     confirms_each_step: bool = False
 
     def __init__(self, thread_id: str, token: str, *, lease_seconds: float | None = None) -> None:
@@ -395,6 +396,9 @@ class LocalHolds:
 class Keeper:
     """One daemon thread that renews, on time, the holds that may be renewed from it.
 
+    Each renewal runs on a short-lived thread of its own, so one that waits
+    in the database stalls no other hold's.
+
     A run's driver renews its own hold whenever it runs; the keeper covers
     the time it does not (a stream whose reader has not asked for the next
     event yet, a node's long step). Holds are remembered only while
@@ -443,8 +447,16 @@ class Keeper:
             self._tend(hold)
 
     def _tend(self, hold: Hold) -> None:
+        """Renew ``hold`` on a thread of its own, so that a renewal blocked in the database (on a row lock,
+        a slow server) delays no other hold's; the hold is scheduled again once its renewal is over."""
         if hold.released or hold.lost or hold.inherited:
             return
+        try:
+            threading.Thread(target=self._renew, args=(hold,), name="ilmek-hold-renewal", daemon=True).start()
+        except RuntimeError:  # no new thread at interpreter shutdown: renew here
+            self._renew(hold)
+
+    def _renew(self, hold: Hold) -> None:
         if hold.lock.acquire(blocking=False):
             try:
                 hold.renew_if_due()
@@ -459,6 +471,7 @@ class Keeper:
                 # when due; look again a little later either way.
                 wait = hold.seconds_until_renewal() or 0.0
                 heapq.heappush(self._heap, (time.monotonic() + max(wait, 0.05), next(self._order), hold))
+                self._wake.notify()
 
 
 KEEPER = Keeper()

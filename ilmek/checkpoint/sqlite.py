@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 from .. import forks
 from ..crypto import Keyring
-from ..dbapi import Adapter, ErrorKind, LockedConnection, Session, Statement
+from ..dbapi import Adapter, ErrorKind, LockedConnection, Pin, Session, Statement
 from ..errors import InvalidArgumentError, StorageError, TransientStorageError
 from .django import DjangoAdapter, check_sqlite_transaction_mode, is_django_connection
 from .sql import Migration, SqlCheckpointer, copy_v1_journals, validate_prefix
@@ -318,6 +318,19 @@ class SqliteCheckpointer(SqlCheckpointer):
     SCHEMA_VERSION: ClassVar[int] = 3
     AUTO_MIGRATE: ClassVar[bool] = True
     REWRITES_ASSIGNED_INDEXES: ClassVar[bool] = True
+    # A step's effect waits for a check of the hold: a thread deleted by force
+    # (ilmek delete --force) or taken over starts no step. It costs no query
+    # while no other connection committed (PRAGMA data_version, commits_seen).
+    CONFIRMS_EACH_STEP: ClassVar[bool] = True
+
+    def commits_seen(self, pin: Pin) -> object | None:
+        try:
+            with pin.connection() as connection:
+                [(version,)] = connection.execute("PRAGMA data_version").fetchall()
+        except Exception:  # the full check that follows says what is wrong
+            return None
+        # The connection itself is part of it: another connection's numbers say nothing of this one.
+        return (connection, version)
 
     def __init__(
         self,

@@ -90,7 +90,7 @@ def _cmd_delete(args: argparse.Namespace) -> int:
                 raise _CommandFailed(
                     f"a run holds thread {_q(args.thread)} now: nothing deleted. Stop the run "
                     f"first with: ilmek cancel {_shell_word(args.thread)}; or pass --force to "
-                    "delete the thread under it (the run then fails at its next write)"
+                    "delete the thread under it (the run then fails at its next step or write)"
                 ) from None
     if args.json:
         _print_json({"thread": args.thread, "deleted": True, "forced": args.force})
@@ -122,7 +122,7 @@ def add_delete_parser(commands: Subcommands) -> None:
     delete.add_argument(
         "--force",
         action="store_true",
-        help="delete it even while a run holds it (that run then fails at its next write)",
+        help="delete it even while a run holds it (that run then fails at its next step or write)",
     )
     _json_option(delete, '{"thread", "deleted": true, "forced"} (a question asked goes to stderr)')
 

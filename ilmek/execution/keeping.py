@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
 
 from ..checkpoint.holds import Hold, HoldLostError
 from ..errors import IlmekError
 from ..logs import logger
 from .setup import RunSetup
 
-#: How long a run that ends waits for its running steps when its hold has
-#: no lease (inside the caller's transaction).
+#: How long a run that ends waits for its running steps, before it hands its
+#: hold over, when the hold has no lease (one kept in this process's memory).
 _UNLEASED_WAIT = 5.0
 
 #: How long the driver waits before it tries again a renewal that failed
@@ -93,36 +92,67 @@ class HoldKeeper:
             return str(reason) or type(reason).__name__
         return str(reason) if reason is not None else "aborted"
 
-    def close_wait(self) -> float:
-        """How long a run that ends waits for its running steps: one lease (the hold stays live meanwhile)."""
+    def can_outlive_run(self) -> bool:
+        """Whether the hold can be kept, and given back, without the thread that drives the run.
+
+        True where its storage may be used from any thread: the process's
+        keeper renews it, and a step still running when the run ends records
+        itself and gives the thread back once it returns.
+        """
+        return self.hold.any_thread
+
+    def close_wait(self) -> float | None:
+        """How long a run that ends waits for its running steps (``None``: until they return).
+
+        A hold that can outlive the run is kept by the driver for one lease,
+        then handed over (so a closed stream returns promptly); one bound to
+        the driving thread can be kept by nobody else, so the end waits.
+        """
+        if not self.can_outlive_run():
+            return None
         lease = self.hold.lease_seconds
         return lease if lease is not None else _UNLEASED_WAIT
 
-    def let_go(self, *, stopped: bool, when_idle: Callable[[Callable[[], None]], None]) -> None:
-        """Give the thread back once the run's steps ``stopped``; else leave the hold to lapse.
+    def let_go(self, *, stopped: bool) -> bool:
+        """Give the thread back once the run's steps ``stopped``; else say who keeps the hold.
 
-        A hold that cannot lapse (one kept in this process only) is given
-        back by ``when_idle`` instead, once the last running step is over.
+        Returns:
+            Whether the hold is kept past the run: the caller gives it back
+            once the last running step returns and is recorded.
         """
         hold = self.hold
+        thread_id = self._setup.thread_id
         if not stopped and not hold.released:
-            logger("ilmek.run").warning(
-                "a step of thread %r was still running when its run ended; the thread stays held "
-                "until the step is over or its lease lapses, so that no other run repeats it beside it",
-                self._setup.thread_id,
-                extra={"thread_id": self._setup.thread_id},
+            if self.can_outlive_run():
+                logger("ilmek.run").warning(
+                    "a step of thread %r was still running when its run ended; the thread stays held "
+                    "(its hold kept) and is given back once it returns and its record is written",
+                    thread_id,
+                    extra={"thread_id": thread_id},
+                )
+                return True
+            lapses = (
+                "ends with the caller's transaction"
+                if hold.lease_seconds is None
+                else f"lapses within {hold.lease_seconds:g} s"
             )
-            if hold.lease_seconds is None and hold.any_thread:
-                when_idle(hold.release)
-            else:
-                hold.abandon()
-            return
+            logger("ilmek.run").warning(
+                "the run of thread %r was interrupted while a step was still running; its hold is no longer "
+                "kept and %s, after which another run may take the thread and repeat that step if it is "
+                "still running",
+                thread_id,
+                lapses,
+                extra={"thread_id": thread_id},
+            )
+            hold.abandon()
+            return False
         try:
             hold.release()
         except Exception as error:
             logger("ilmek.run").warning(
                 "could not give back the hold on thread %r (it lapses with its lease): %s",
-                self._setup.thread_id,
+                thread_id,
                 error,
-                extra={"thread_id": self._setup.thread_id},
+                extra={"thread_id": thread_id},
             )
+        return False

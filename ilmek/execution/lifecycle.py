@@ -10,6 +10,7 @@ empty, a pause, a failure, a cancel or the recursion limit ends the run.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
@@ -144,12 +145,13 @@ class Run:
         )
         cp = setup.checkpointer
         holding = cp.deferred_hold if defer else cp.hold
-        with holding(setup.thread_id) as hold:
+        with contextlib.ExitStack() as holding_it:
+            hold = holding_it.enter_context(holding(setup.thread_id))
             driving = _Driving(self, hold)
             try:
                 yield from driving.drive()
             finally:
-                driving.let_go()
+                driving.let_go(holding_it)
 
 
 @attrs.define(eq=False)
@@ -189,22 +191,25 @@ class _Driving:
     def setup(self) -> RunSetup:
         return self.run.setup
 
-    def let_go(self) -> None:
+    def let_go(self, holding: contextlib.ExitStack) -> None:
         """The run is over, however it ended: stop its tasks, then give the thread back.
 
         The thread is given back only once no step function of the run is
-        running (each running step is waited for, up to a lease, and its
-        record written); a step still running after that keeps the hold
-        abandoned, to lapse with its lease, rather than let another run
-        repeat the step beside it. Giving back never raises over the run's
-        own outcome.
+        running and each one's record is written. The end waits for them
+        (and keeps the hold meanwhile); where the hold can be kept without
+        this thread, it waits one lease at most, then leaves the hold kept
+        and ``holding`` (which gives it back) to the last running step, so
+        a closed stream returns promptly. Only a wait interrupted on a hold
+        bound to this thread (a second Ctrl-C) leaves the hold to lapse.
+        Giving back never raises over the run's own outcome.
         """
         stopped = False
         try:
             stopped = self.runner.close(wait_seconds=self.keeper.close_wait())
         finally:
             # Interrupted while waiting (a second Ctrl-C) counts as still running.
-            self.keeper.let_go(stopped=stopped, when_idle=self.runner.when_idle)
+            if self.keeper.let_go(stopped=stopped):
+                self.runner.when_idle(holding.pop_all().close)
 
     def drive(self) -> Iterator[Event]:
         setup, hold = self.setup, self.hold

@@ -13,7 +13,10 @@ run is open and holds its thread, and the runner counts the functions
 running. Closing the run (a stream closed or collected, Ctrl-C, an error)
 first refuses new steps, then waits for the running ones and records what
 they return, and only then may the thread be given back
-(:meth:`TaskRunner.close`). Where the hold cannot be renewed while the
+(:meth:`TaskRunner.close`). Where the hold can be kept without the driver,
+the wait is bounded: a step still running after it records itself from its
+own thread, and the thread is given back once it returns
+(:meth:`TaskRunner.when_idle`). Where the hold cannot be renewed while the
 driver is away (a connection bound to the caller's thread), the driver does
 not hand an event to the stream's reader while a step is running: a
 suspended reader can never let the lease lapse under a step whose record
@@ -71,6 +74,12 @@ class TaskRunner:
         self._inline = False
         #: Step functions let through and not yet over (recorded, or raised).
         self._in_flight = 0
+        #: How many of them run on each thread (by ident): after the run is
+        #: handed over, only these may still record, from their own thread.
+        self._stepping: dict[int, int] = {}
+        #: The run ended with the hold kept past it: running steps record themselves.
+        self._handed_over = False
+        self._unrecorded = _Unrecorded(setup.thread_id)
         #: What to do once the last of them is over, after the run ended.
         self._on_idle: Callable[[], None] | None = None
         self.gate: StepGate = _Steps(self)
@@ -93,7 +102,7 @@ class TaskRunner:
         hold = self._keeper.hold
 
         def persist(entry: JournalEntry) -> None:
-            self._ask_driver(lambda: cp.append_journal(hold, base_id, task_key, entry))
+            self._ask_driver(self._unrecorded.kept(lambda: cp.append_journal(hold, base_id, task_key, entry)))
 
         return persist
 
@@ -105,20 +114,21 @@ class TaskRunner:
         meanwhile, see ``_collect``); elsewhere the step is counted here.
         """
         hold = self._keeper.hold
+        stepper = threading.get_ident()
         if hold.lost:
             hold.verify()
         if not hold.any_thread:
-            self._ask_driver(self._admit_checked)
+            self._ask_driver(lambda: self._admit_checked(stepper))
             return
         if hold.must_confirm():
             self._ask_driver(hold.verify)
-        self._admit()
+        self._admit(stepper)
 
-    def _admit_checked(self) -> None:
+    def _admit_checked(self, stepper: int) -> None:
         self._keeper.hold.verify()
-        self._admit()
+        self._admit(stepper)
 
-    def _admit(self) -> None:
+    def _admit(self, stepper: int) -> None:
         with self._close_lock:
             if self._closing:
                 raise RunClosed(
@@ -126,16 +136,21 @@ class TaskRunner:
                     thread_id=self._setup.thread_id,
                 )
             self._in_flight += 1
+            self._stepping[stepper] = self._stepping.get(stepper, 0) + 1
 
     def _step_over(self) -> None:
+        stepper = threading.get_ident()
         with self._close_lock:
             self._in_flight -= 1
+            left = self._stepping.pop(stepper, 1) - 1
+            if left:
+                self._stepping[stepper] = left
             idle = self._on_idle if self._closed and not self._in_flight else None
             if idle is not None:
                 self._on_idle = None
         self._queue.put(StepLeft())
         if idle is not None:
-            idle()
+            _give_back_quietly(self._setup.thread_id, idle)
 
     def when_idle(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once no step function of the ended run is running (now, if none is)."""
@@ -143,7 +158,7 @@ class TaskRunner:
             if self._in_flight:
                 self._on_idle = callback
                 return
-        callback()
+        _give_back_quietly(self._setup.thread_id, callback)
 
     def steps_running(self) -> int:
         """How many step functions of the run are running now."""
@@ -309,11 +324,9 @@ class TaskRunner:
 
     def _on_driver(self, work: Callable[[], None]) -> None:
         on_driver = threading.get_ident() == self._driver
-        if on_driver or self._inline:
+        if (on_driver or self._inline) and not self._closed:
             # A task running inline (on the driving thread, or on a thread it
             # started): nobody else would serve the request.
-            if self._closed:
-                raise self._closed_error()
             if not on_driver and not self._keeper.hold.any_thread:
                 raise GraphError(
                     f"a thread that a node of thread {self._setup.thread_id!r} started took a step while "
@@ -324,9 +337,16 @@ class TaskRunner:
             return
         request = Request(work)
         with self._close_lock:
-            if self._closed:
-                raise self._closed_error()
-            self._queue.put(request)
+            # Once the run was handed over, a step that was running records
+            # itself, from its own thread; nothing else is written.
+            alone = self._handed_over and threading.get_ident() in self._stepping
+            if not alone:
+                if self._closed:
+                    raise self._closed_error()
+                self._queue.put(request)
+        if alone:
+            work()
+            return
         request.done.wait()
         if request.error is not None:
             raise request.error
@@ -357,13 +377,15 @@ class TaskRunner:
 
     # --- the end ------------------------------------------------------------------
 
-    def close(self, wait_seconds: float) -> bool:
+    def close(self, wait_seconds: float | None) -> bool:
         """End the run's tasks: no new step starts, running ones are waited for, then nothing is written.
 
-        While it waits (at most ``wait_seconds``) it keeps the hold and
-        records what running steps return: those steps already had their
-        effect. Tasks not started are cancelled; a task outside a step may
-        go on computing, but it can write nothing and start no step.
+        While it waits (at most ``wait_seconds``; ``None``: until no step
+        runs) it keeps the hold and records what running steps return: those
+        steps already had their effect. Tasks not started are cancelled; a
+        task outside a step may go on computing, but it can write nothing
+        and start no step. Where the hold can outlive the run, a step still
+        running afterwards records itself from its own thread.
 
         Returns:
             Whether no step function is running any more (else one still
@@ -371,32 +393,37 @@ class TaskRunner:
         """
         with self._close_lock:
             self._closing = True
-        deadline = time.monotonic() + wait_seconds
+        deadline = None if wait_seconds is None else time.monotonic() + wait_seconds
         stopped = True
         try:
             while True:
+                self._unrecorded.write_again()
                 self._serve_waiting()
                 if not self.steps_running():
                     break
-                left = deadline - time.monotonic()
-                if left <= 0:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
                     stopped = False
                     break
                 self._keeper.keep()
-                wait = self._keeper.seconds_until_renewal()
-                try:
-                    message = self._queue.get(timeout=left if wait is None else min(left, max(wait, 0.01)))
-                except queue.Empty:
-                    continue
-                if isinstance(message, Request):
-                    self._serve(message)
+                self._serve_next(_shorter(left, self._keeper.seconds_until_renewal()))
         finally:
             with self._close_lock:
                 self._closed = True
+                self._handed_over = self._keeper.can_outlive_run()
             self._serve_waiting()
             if self._pool is not None:
                 self._pool.shutdown(wait=False, cancel_futures=True)
         return stopped
+
+    def _serve_next(self, timeout: float | None) -> None:
+        """Wait up to ``timeout`` (``None``: for ever) for the next message; serve it if it is a request."""
+        try:
+            message = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return
+        if isinstance(message, Request):
+            self._serve(message)
 
     def _serve_waiting(self) -> None:
         """Serve every request already queued (a step that finished had its effect: record it)."""
@@ -407,6 +434,72 @@ class TaskRunner:
                 return
             if isinstance(message, Request):
                 self._serve(message)
+
+
+def _give_back_quietly(thread_id: str, give_back: Callable[[], None]) -> None:
+    """Give the thread back once the last step of an ended run returned; never raise into that step."""
+    try:
+        give_back()
+    except Exception as error:
+        logger("ilmek.run").warning(
+            "could not give back the hold on thread %r once its last step returned (it lapses with its "
+            "lease): %s",
+            thread_id,
+            error,
+            extra={"thread_id": thread_id},
+        )
+
+
+class _Unrecorded:
+    """Records of finished steps that a Ctrl-C interrupted: the run's end writes them again.
+
+    The step already had its effect; dropping its record would let the next
+    run of the thread repeat it.
+    """
+
+    __slots__ = ("_records", "_thread_id")
+
+    def __init__(self, thread_id: str) -> None:
+        self._thread_id = thread_id
+        self._records: list[Callable[[], None]] = []
+
+    def kept(self, record: Callable[[], None]) -> Callable[[], None]:
+        """``record``, remembered for :meth:`write_again` if Ctrl-C or SystemExit interrupts it."""
+
+        def recording() -> None:
+            try:
+                record()
+            except Exception:
+                raise
+            except BaseException:
+                self._records.append(record)
+                raise
+
+        return recording
+
+    def write_again(self) -> None:
+        """Write the interrupted records (on the driving thread, while the run still holds the thread)."""
+        while self._records:
+            record = self._records.pop(0)
+            try:
+                record()
+            except Exception as error:
+                logger("ilmek.run").warning(
+                    "a step of thread %r ran, but its record could not be written after a Ctrl-C (%s); "
+                    "a later run of the thread runs that step again",
+                    self._thread_id,
+                    error,
+                    extra={"thread_id": self._thread_id},
+                )
+
+
+def _shorter(left: float | None, renewal: float | None) -> float | None:
+    """How long the end may wait for a message: until its deadline, or its next renewal (``None``: either)."""
+    if renewal is not None:
+        renewal = max(renewal, 0.01)
+    if left is None or renewal is None:
+        return renewal if left is None else left
+    return min(left, renewal)
 
 
 class _Steps:

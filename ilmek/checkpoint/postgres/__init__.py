@@ -285,6 +285,8 @@ _UPGRADES: dict[int, list[Migration]] = {
 _TABLE_EXISTS = Statement("SELECT to_regclass(:name) IS NOT NULL")
 _TRY_XACT_LOCK = Statement("SELECT pg_try_advisory_xact_lock(:key)")
 _XACT_LOCK = Statement("SELECT pg_advisory_xact_lock(:key)")
+# NULL in a transaction that wrote nothing yet: never the id of the one a hold was taken in.
+_TRANSACTION_ID = Statement("SELECT txid_current_if_assigned()")
 
 
 def advisory_key(table_prefix: str, thread_id: str) -> int:
@@ -424,6 +426,10 @@ class PostgresCheckpointer(SqlCheckpointer):
             session.execute(_XACT_LOCK, key=key)
             return True
         return bool(session.query(_TRY_XACT_LOCK, key=key)[0][0])
+
+    def transaction_id(self, session: Session) -> object | None:
+        found: object | None = session.query(_TRANSACTION_ID)[0][0]
+        return found
 
     def metadata_filter(self, index: int, key: str, value: Any) -> tuple[str, dict[str, Any]]:
         # Containment lets the GIN index find candidates; jsonb equality then

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 from ... import checks
 from ...crypto import Keyring, RekeyCallback, RekeyProgress
-from ...dbapi import Adapter, Session
+from ...dbapi import Adapter, Pin, Session
 from ...errors import InvalidArgumentError
 from ...types import ChannelChange, Checkpoint, JournalEntry, ThreadCancel, ThreadError, ThreadInfo
 from .._sealing import Sealer
@@ -135,6 +135,23 @@ class SqlCheckpointer(Checkpointer):
         """
         return True
 
+    def commits_seen(self, pin: Pin) -> object | None:
+        """What changes whenever another connection commits to the database (``None``: nothing cheap can).
+
+        Read on the run's connection: equal to the value seen at the last
+        check of a hold, nobody can have changed the hold's row since, and
+        the check before a step needs no query.
+        """
+        return None
+
+    def transaction_id(self, session: Session) -> object | None:
+        """What tells the session's transaction from any later one, once it wrote (``None``: nothing can).
+
+        A hold taken inside the caller's transaction lasts as long as that
+        transaction; this is how the run sees it ended.
+        """
+        return None
+
     def table_exists(self, session: Session, table: str) -> bool:
         """Whether ``table`` exists (the dialect knows how to ask)."""
         raise NotImplementedError
@@ -228,6 +245,8 @@ class SqlCheckpointer(Checkpointer):
                 raise hold.mark_lost(INHERITED)
             if write and not hold.taken and not takes_hold:
                 hold.take()
+            if hold.joined_in is not None:
+                work = self._holds.within_joined(hold, work)
             with hold.lock:
                 return self._adapter.run(
                     work,

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, TypeVar
 
 from ... import checks, forks
 from ...dbapi import Adapter, Pin, Session
@@ -23,12 +23,21 @@ from .statements import Statements
 if TYPE_CHECKING:
     from .checkpointer import SqlCheckpointer
 
-__all__ = ["HOLD_GONE", "HoldRows", "SqlHold", "release_quietly"]
+__all__ = ["HOLD_GONE", "JOINED_ENDED", "HoldRows", "SqlHold", "release_quietly"]
+
+T = TypeVar("T")
 
 _LOG = logger("ilmek.storage")
 
 HOLD_GONE = "its hold row is gone: the thread was deleted, or its lease lapsed and another run took it"
 """Why a run's hold is lost when a fenced write or a check finds its row no longer the run's."""
+
+JOINED_ENDED = (
+    "it was taken inside your transaction, which ended (committed or rolled back) while the run went on, "
+    "so nothing can keep it: commit only after the run ends, or give ilmek a pool or an engine to run in "
+    "transactions of its own"
+)
+"""Why a hold taken inside the caller's transaction is lost once that transaction ended."""
 
 
 class SqlHold(Hold):
@@ -37,8 +46,12 @@ class SqlHold(Hold):
     Attributes:
         pin: The connection the run keeps, through which all its reads and
             writes go (one connection of a pool per run).
-        joined: Whether it was taken inside the caller's transaction, where
-            no other session can see it (nor needs to renew it).
+        joined_in: The caller's transaction the hold was taken in (its id),
+            or ``None`` for a hold taken in a transaction of ilmek's own.
+            Such a hold lasts as long as that transaction: once it ended
+            (committed, the row is seen by others with a lease nobody can
+            renew; rolled back, the row is gone) the run is refused its
+            next step and its next write (:meth:`HoldRows.within_joined`).
     """
 
     def __init__(
@@ -63,6 +76,11 @@ class SqlHold(Hold):
         #: not, in ilmek's transaction or the caller's): then giving the hold
         #: back deletes the row, whoever commits the transaction.
         self.row_written = False
+        self.joined_in: object | None = None
+        #: What the checkpointer's ``commits_seen`` said just before the last
+        #: check of the hold that found it the run's, and until when (wall
+        #: clock, the database's judge on SQLite) that check saw the lease run.
+        self.last_check: tuple[object, float] | None = None
         #: The thread's status and updated_at as this run's last commit left
         #: them (None until a commit of this run set them): under the hold
         #: nobody else changes them, so a move that keeps both needs not
@@ -80,11 +98,17 @@ class SqlHold(Hold):
             if self.taken:
                 self._rows.renew(self)
 
+    def must_confirm(self) -> bool:
+        # A hold in the caller's transaction is checked before every step: the caller may have committed.
+        return super().must_confirm() or (self.joined_in is not None and not self._released)
+
     def confirm(self) -> None:
         if self.lost:
             super().renew()  # raises HoldLostError
         with self.lock:
-            if self.taken:
+            if self.joined_in is not None:
+                self._rows.confirm_joined(self)
+            elif self.taken:
                 self._rows.confirm(self)
 
     def release(self) -> None:
@@ -168,6 +192,9 @@ class HoldRows:
 
     def take(self, session: Session, hold: SqlHold) -> None:
         """Inside a write: take the thread for ``hold``, or raise ThreadBusyError (rolling back)."""
+        if hold.joined_in is not None:
+            # Taken again by each write in the caller's transaction; never in a later one.
+            self._still_joined(session, hold)
         if not self._owner.advisory_lock(session, hold.thread_id, wait=False):
             raise busy_error(hold.thread_id)
         orphan = self._orphan_of(hold.thread_id)
@@ -185,6 +212,8 @@ class HoldRows:
         if not granted:
             raise busy_error(hold.thread_id)
         hold.row_written = True
+        if session.joined:
+            hold.joined_in = self._owner.transaction_id(session)
 
     def _orphan_of(self, thread_id: str) -> str | None:
         with self._orphans_lock:
@@ -257,7 +286,15 @@ class HoldRows:
         With less left than :data:`~ilmek.checkpoint.holds.RECORD_MARGIN` of
         the lease (a process that slept, a machine that was suspended), the
         lease is renewed first, which fails if another run took the thread.
+        Where the checkpointer can tell that no other connection committed
+        since the last check (SQLite), nothing can have changed the row: while
+        the lease that check saw still has the margin left, no query is made.
         """
+        margin = self._owner.lease_seconds * RECORD_MARGIN
+        seen = self._owner.commits_seen(hold.pin)
+        last = hold.last_check
+        if seen is not None and last is not None and seen == last[0] and time.time() + margin < last[1]:
+            return
         rows = self._owner.transact(
             lambda session: session.query(
                 self._statements.named("hold_lease_left"),
@@ -273,8 +310,33 @@ class HoldRows:
         if not rows:
             raise hold.mark_lost(HOLD_GONE)
         left = rows[0][0]
-        if not isinstance(left, (int, float)) or left < self._owner.lease_seconds * RECORD_MARGIN:
+        if not isinstance(left, (int, float)) or left < margin:
             self.renew(hold)
+            left = self._owner.lease_seconds
+        hold.last_check = None if seen is None else (seen, time.time() + left)
+
+    def confirm_joined(self, hold: SqlHold) -> None:
+        """Check that the caller's transaction the hold was taken in is still the one open.
+
+        Raises:
+            HoldLostError: it ended; the step must not run.
+        """
+        self._owner.transact(
+            lambda session: None, what="check the hold", thread_id=hold.thread_id, write=False, hold=hold
+        )
+
+    def within_joined(self, hold: SqlHold, work: Callable[[Session], T]) -> Callable[[Session], T]:
+        """``work``, refused once the caller's transaction the hold was taken in has ended."""
+
+        def checked(session: Session) -> T:
+            self._still_joined(session, hold)
+            return work(session)
+
+        return checked
+
+    def _still_joined(self, session: Session, hold: SqlHold) -> None:
+        if self._owner.transaction_id(session) != hold.joined_in:
+            raise hold.mark_lost(JOINED_ENDED)
 
     def delete(self, session: Session, hold: Hold) -> None:
         """Inside a write: delete the hold's row (the run's last write gives it back)."""

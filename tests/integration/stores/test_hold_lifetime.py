@@ -137,42 +137,303 @@ def test_a_stream_ended_inside_a_step_keeps_the_thread_until_the_step_is_recorde
     assert outcome["refused"] > 0
 
 
-def test_a_step_still_running_after_its_run_ended_leaves_the_hold_to_lapse(
-    store: Store, tmp_path: Any
+def interrupt_when(started: threading.Event) -> list[float]:
+    """Once ``started`` is set, a Ctrl-C (SIGINT) lands on the main thread; returns where its time goes."""
+    sent: list[float] = []
+
+    def fire() -> None:
+        assert started.wait(30)
+        time.sleep(0.1)
+        sent.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=fire, daemon=True).start()
+    return sent
+
+
+@pytest.mark.parametrize(
+    ("connection", "ending"), [("pool", "close"), ("pool", "ctrl-c"), ("one-connection", "ctrl-c")]
+)
+def test_a_step_outlasting_its_closed_stream_keeps_the_thread_until_it_is_recorded(
+    store: Store, tmp_path: Any, connection: str, ending: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A step that outlasts the wait (longer than the lease): the run leaves its hold to lapse instead of
-    giving it back, so no other run gets the thread while the step may still act within the lease."""
+    """A stream closed (or Ctrl-C'd while it waits for the next event) while its step's function runs six
+    leases, with another process trying the thread all along: the hold is renewed until the step returned
+    and its record landed, then given back, so the other process replays the step instead of running it
+    again beside the first. On a pool the end returns after one lease (the keeping is handed over, and the
+    warning says so); on one connection bound to the caller's thread (where no event reaches the reader
+    during a step, so only a Ctrl-C can end it there) the end returns once the step is recorded."""
     effects = str(tmp_path / "effects.txt")
+    lease, seconds = 0.4, 2.4
+    other = SecondProcess(store, effects, "long")
+    if connection == "pool":
+        checkpointer = store.open(lease_seconds=lease)
+    else:
+        kind = "sqlite-connection" if store.kind == "sqlite" else "psycopg2-connection"
+        checkpointer = thread_bound_checkpointer(kind, store, lease)
     started = threading.Event()
-    checkpointer = store.open(lease_seconds=0.6)
-    events = stream(slow_charge_graph(effects, started, 3.0), {}, thread_id="long", checkpointer=checkpointer)
-    for event in events:
-        if event.type == "custom":  # emitted from inside the step's function
-            break
-    assert started.is_set()
-    events.close()  # type: ignore[attr-defined]
-    ended = time.monotonic()
-    other = store.open(lease_seconds=0.6)
-    # Right after the end (the step is still in its function): the thread is not free.
-    with pytest.raises(ThreadBusyError):
-        run(slow_charge_graph(effects), None, thread_id="long", checkpointer=other)
-    assert time.monotonic() - ended < 0.6
-    # Once the lease lapsed it is: that step's record never landed, so it runs again (at least once).
-    time.sleep(1.0)
-    assert "done" == run(slow_charge_graph(effects), None, thread_id="long", checkpointer=other).status
-    assert 2 == effect_count(effects)
+    events = stream(
+        slow_charge_graph(effects, started, seconds), {}, thread_id="long", checkpointer=checkpointer
+    )
+    with caplog.at_level(logging.INFO, logger="ilmek"):
+        if ending == "close":
+            for event in events:
+                if event.type == "custom":  # emitted from inside the step's function
+                    break
+            began = time.monotonic()
+            events.close()  # type: ignore[attr-defined]
+        else:
+            sent = interrupt_when(started)
+            with pytest.raises(KeyboardInterrupt):
+                for _ in events:
+                    pass
+            [began] = sent
+        waited = time.monotonic() - began
+        outcome = other.outcome()
+    assert ("done", {"receipt": "charged"}) == (outcome["status"], outcome["state"])
+    assert 1 == effect_count(effects)
+    assert outcome["refused"] > 0
+    if connection == "pool":
+        assert waited < seconds - lease, waited
+        [said] = [r.getMessage() for r in caplog.records if "still running" in r.getMessage()]
+        assert "given back once it returns and its record is written" in said, said
+    else:
+        assert waited > seconds - 2 * lease, waited
+
+
+# --- Ctrl-C while a step's record is written ----------------------------------------------------------------
+
+
+class InterruptedRecord(psycopg2.extensions.connection):  # type: ignore[misc]
+    """A pooled connection on which a Ctrl-C lands as the next statement recording a step is sent."""
+
+    armed = False
+
+    def cursor(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["cursor_factory"] = _InterruptedRecordCursor
+        return super().cursor(*args, **kwargs)
+
+
+class _InterruptedRecordCursor(psycopg2.extensions.cursor):  # type: ignore[misc]
+    def execute(self, query: Any, params: Any = None) -> Any:
+        if InterruptedRecord.armed and "INSERT INTO ilmek_journals" in str(query):
+            InterruptedRecord.armed = False
+            raise KeyboardInterrupt
+        return super().execute(query, params)
+
+
+class InterruptedSqliteRecord(sqlite3.Connection):
+    """A caller's sqlite3 connection where a Ctrl-C lands as the next statement recording a step is sent."""
+
+    armed = False
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        if InterruptedSqliteRecord.armed and sql.startswith("INSERT INTO ilmek_journals"):
+            InterruptedSqliteRecord.armed = False
+            raise KeyboardInterrupt
+        return super().execute(sql, *args)
+
+
+@pytest.mark.parametrize("reading", ["stream", "run"])
+def test_a_ctrl_c_while_a_steps_record_is_written_still_records_it(
+    store: Store, tmp_path: Any, reading: str
+) -> None:
+    """A Ctrl-C lands on the thread writing a finished step's record (a pool on Postgres, the caller's
+    connection on SQLite; the driver serving a worker in a stream, the node's own thread in run()): the run
+    still ends with KeyboardInterrupt, but the record is written before the thread is given back, so the
+    next run replays the step instead of charging again."""
+    effects = str(tmp_path / "effects.txt")
+    armed: Any
+    if store.kind == "sqlite":
+        SqliteCheckpointer(store.path).close()
+        connection = sqlite3.connect(store.path, factory=InterruptedSqliteRecord, check_same_thread=False)
+        connection.isolation_level = None
+        store.closing.append(connection)
+        checkpointer: Checkpointer = SqliteCheckpointer(connection, lease_seconds=5.0)
+        armed = InterruptedSqliteRecord
+    else:
+        pool = psycopg2.pool.ThreadedConnectionPool(1, 4, store.dsn, connection_factory=InterruptedRecord)
+        store.pools.append(pool)
+        checkpointer = PostgresCheckpointer(pool, lease_seconds=5.0)
+        armed = InterruptedRecord
+    g = slow_charge_graph(effects)
+
+    def interrupted_run() -> None:
+        if reading == "stream":
+            for _ in stream(g, {}, thread_id="ctrl-c", checkpointer=checkpointer):
+                pass
+        else:
+            run(g, {}, thread_id="ctrl-c", checkpointer=checkpointer)
+
+    armed.armed = True
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            interrupted_run()
+    finally:
+        was_armed, armed.armed = armed.armed, False
+    assert not was_armed, "no Ctrl-C landed: the test attacked nothing"
+    again = run(g, None, thread_id="ctrl-c", checkpointer=store.open())
+    assert ("done", {"receipt": "charged"}) == (again.status, again.state)
+    assert 1 == effect_count(effects)
+
+
+# --- one renewal blocked on a row lock ----------------------------------------------------------------------
+
+
+def waiting_charge_graph(effects: str, seconds: float) -> CompiledGraph:
+    """One node that emits ``waiting``, then a step appending ``charge`` to ``effects`` for ``seconds``."""
+
+    def pay(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        ctx.emit("waiting")
+
+        def charge() -> str:
+            with open(effects, "a", encoding="utf-8") as out:
+                out.write("charge\n")
+            time.sleep(seconds)
+            return "charged"
+
+        return {"receipt": ctx.step("charge", charge)}
+
+    return (
+        graph("waiting-pay", {"receipt": channel.last_write()})
+        .node("pay", pay)
+        .edge(START, "pay")
+        .edge("pay", END)
+        .compile()
+    )
+
+
+@pytest.mark.postgres
+def test_a_renewal_blocked_on_a_row_lock_stalls_no_other_holds_renewal(
+    postgres_dsn: str, tmp_path: Any
+) -> None:
+    """Two streams whose readers are away while their steps run, so only the keeper renews their holds;
+    another session locks the first hold's row (SELECT ... FOR UPDATE) for several leases, blocking that
+    renewal: the second hold is still renewed on time, so another run trying the second thread all along is
+    refused until its step is recorded, and no step runs twice."""
+    lease = 1.0  # its last three quarters (the slack of a renewal) outlast a loaded machine's delays
+    effects = {name: str(tmp_path / f"{name}.txt") for name in ("locked", "free")}
+    pool = psycopg2.pool.ThreadedConnectionPool(1, 8, postgres_dsn)
+    other_pool = psycopg2.pool.ThreadedConnectionPool(1, 4, postgres_dsn)
+    locker = psycopg2.connect(postgres_dsn)
+    try:
+        checkpointer = PostgresCheckpointer(pool, lease_seconds=lease)
+        checkpointer.migrate()
+        streams = {}
+        for name in effects:
+            events = stream(
+                waiting_charge_graph(effects[name], 5 * lease), {}, thread_id=name, checkpointer=checkpointer
+            )
+            for event in events:
+                if event.type == "custom":
+                    break
+            streams[name] = events
+        with locker.cursor() as cursor:  # a transaction left open, holding the row lock
+            cursor.execute("SELECT owner FROM ilmek_holds WHERE thread_id = 'locked' FOR UPDATE")
+        other = PostgresCheckpointer(other_pool, lease_seconds=lease)
+        refused, taken = 0, []
+        deadline = time.monotonic() + 3 * lease
+        while time.monotonic() < deadline and not taken:
+            try:
+                taken.append(
+                    run(
+                        waiting_charge_graph(effects["free"], 0.0), None, thread_id="free", checkpointer=other
+                    )
+                )
+            except ThreadBusyError:
+                refused += 1
+                time.sleep(0.05)
+        locker.rollback()
+        for events in streams.values():
+            for _ in events:
+                pass
+    finally:
+        locker.close()
+        pool.closeall()
+        other_pool.closeall()
+    assert [] == taken, "another run took a thread whose hold the keeper should have renewed"
+    assert refused > 0
+    assert [1, 1] == [effect_count(path) for path in effects.values()]
+
+
+# --- ilmek delete --force under a live run ------------------------------------------------------------------
+
+
+def test_a_thread_deleted_by_force_under_a_live_sqlite_run_lets_it_start_no_step(tmp_path: Any) -> None:
+    """``ilmek delete --force`` (the real command, in its own process) deletes a thread while its run, on a
+    SQLite file, is between two steps with a fresh lease: the run's next step is refused (HoldLostError)
+    before its effect, instead of running on a thread that is gone while a new run may already act on the
+    same thread id."""
+    path = tmp_path / "live.db"
+    calls = Calls()
+    between = threading.Event()
+    go_on = threading.Event()
+
+    def work(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        ctx.step("first", calls.hit, "first")
+        between.set()
+        assert go_on.wait(30)
+        ctx.step("second", calls.hit, "second")
+        return {"log": ["done"]}
+
+    g = graph("forced", {"log": channel.append()}).node("work", work).edge(START, "work").compile()
+    checkpointer = SqliteCheckpointer(path, lease_seconds=60.0)
+    failures: list[BaseException] = []
+
+    def drive() -> None:
+        try:
+            run(g, {}, thread_id="forced", checkpointer=checkpointer)
+        except BaseException as error:
+            failures.append(error)
+
+    driver = threading.Thread(target=drive)
+    driver.start()
+    try:
+        assert between.wait(30)
+        deleted = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ilmek",
+                "delete",
+                "forced",
+                "--db",
+                str(path),
+                "--yes",
+                "--force",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+        )
+        assert 0 == deleted.returncode, deleted.stderr
+        assert json.loads(deleted.stdout)["forced"] is True
+    finally:
+        go_on.set()
+        driver.join(30)
+    checkpointer.close()
+    [failure] = failures
+    assert isinstance(failure, HoldLostError), failure
+    assert {"first": 1} == dict(calls)
 
 
 # --- a reader that stops reading, on clients bound to the caller's thread -----------------------------
 
 
 def thread_bound_checkpointer(kind: str, store: Store, lease: float) -> Checkpointer:
-    """A checkpointer whose storage only the caller's thread may use (nothing renews its hold meanwhile)."""
+    """A checkpointer whose storage only the caller's thread may use (nothing renews its hold meanwhile):
+    a ``sqlite3`` connection, a psycopg2 connection or a generic ``execute`` client of the caller's."""
     if kind == "sqlite-connection":
         SqliteCheckpointer(store.path).close()
         connection = sqlite3.connect(store.path, check_same_thread=False, timeout=30, isolation_level=None)
         store.closing.append(connection)
         return SqliteCheckpointer(connection, lease_seconds=lease)
+    if kind == "psycopg2-connection":
+        own = psycopg2.connect(store.dsn)
+        store.closing.append(own)
+        return PostgresCheckpointer(own, lease_seconds=lease)
     client = ExecuteClient(store.dsn)
     store.closing.append(client)
     return PostgresCheckpointer(client, lease_seconds=lease)
@@ -487,6 +748,45 @@ def test_a_step_starts_only_with_lease_left_to_record_it(postgres_dsn: str) -> N
         result = run(g, {}, thread_id="margin", checkpointer=checkpointer)
     finally:
         pool.closeall()
+    assert "done" == result.status
+    [left] = left_before
+    assert left > 2.0, left
+
+
+#: The wall clock in seconds since the epoch, as SQLite computes it (any version).
+NOW_IN_SQLITE = "((julianday('now') - 2440587.5) * 86400.0)"
+
+
+def test_a_sqlite_step_starts_only_with_lease_left_to_record_it(tmp_path: Any) -> None:
+    """On SQLite too: another connection leaves the run's lease about to lapse (as a machine suspended past
+    it would find it) while the node is between steps; the check before the next step sees the commit, reads
+    the lease, and renews it, so the step's record can still land under it."""
+    path = tmp_path / "margin.db"
+    left_before: list[float] = []
+
+    def query(sql: str) -> list[tuple[Any, ...]]:
+        connection = sqlite3.connect(path)
+        try:
+            with connection:
+                return connection.execute(sql).fetchall()
+        finally:
+            connection.close()
+
+    def work(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        ctx.step("first", lambda: None)
+        query(f"UPDATE ilmek_holds SET expires_at = {NOW_IN_SQLITE} + 0.2")
+
+        def charge() -> float:
+            [(left,)] = query(f"SELECT expires_at - {NOW_IN_SQLITE} FROM ilmek_holds")
+            left_before.append(left)
+            return float(left)
+
+        return {"left": ctx.step("charge", charge)}
+
+    checkpointer = SqliteCheckpointer(path, lease_seconds=4.0)
+    g = graph("margin", {"left": channel.last_write()}).node("work", work).edge(START, "work").compile()
+    result = run(g, {}, thread_id="margin", checkpointer=checkpointer)
+    checkpointer.close()
     assert "done" == result.status
     [left] = left_before
     assert left > 2.0, left

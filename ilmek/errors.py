@@ -34,7 +34,6 @@ __all__ = [
     "StorageError",
     "ThreadBusyError",
     "TransientStorageError",
-    "stored_at",
 ]
 
 

@@ -511,20 +511,32 @@ class Adapter(abc.ABC):
                     delay = min(delay * 2, self.retry_max_backoff)
                     attempt += 1
                     continue
-                advice = self.advice(error)
-                tail = f" {advice}" if advice else ""
-                if kind == "transient":
-                    raise TransientStorageError(
-                        f"could not {what}{where}: the database kept failing after {attempt} "
-                        f"tries ({describe_error(error)}); nothing was written. Try again later.{tail}",
-                        thread_id=thread_id,
-                        checkpoint_id=checkpoint_id,
-                    ) from error
-                raise StorageError(
-                    f"could not {what}{where}: {describe_error(error)}; nothing was written.{tail}",
-                    thread_id=thread_id,
-                    checkpoint_id=checkpoint_id,
-                ) from error
+                failure = self._failure(error, kind, what=f"{what}{where}", attempt=attempt, joined=joined)
+                failure.thread_id, failure.checkpoint_id = thread_id, checkpoint_id
+                raise failure from error
+
+    def _failure(
+        self, error: Exception, kind: ErrorKind, *, what: str, attempt: int, joined: bool
+    ) -> StorageError:
+        """The error :meth:`run` raises once it stops trying (its ids are set by the caller)."""
+        advice = self.advice(error)
+        tail = f" {advice}" if advice else ""
+        if kind == "permanent":
+            return StorageError(f"could not {what}: {describe_error(error)}; nothing was written.{tail}")
+        if joined:
+            # The failure ended ilmek's savepoint in a transaction that is the
+            # caller's to replay (or its connection is gone): a retry of ours
+            # could not bring back what that transaction held.
+            return TransientStorageError(
+                f"could not {what}: the database ended a statement inside your transaction "
+                f"({describe_error(error)}), and ilmek does not try again inside a transaction of yours. "
+                "Nothing of this call was written: roll it back (on a new connection if this one is "
+                f"closed) and run the whole transaction again.{tail}"
+            )
+        return TransientStorageError(
+            f"could not {what}: the database kept failing after {attempt} "
+            f"tries ({describe_error(error)}); nothing was written. Try again later.{tail}"
+        )
 
 
 CONNECTING = "ilmek_while_connecting"

@@ -184,6 +184,51 @@ def test_real_driver_errors_are_classified_by_sqlstate(counters: str, driver: st
     assert classify_postgres_error(ValueError("not a database error")) is None
 
 
+def error_after_idling(connect: Callable[[], Any], setting: str) -> BaseException:
+    """The error a connection meets after the server ended its session for idling too long (``setting``)."""
+    connection = connect()
+    try:
+        connection.autocommit = True
+        connection.cursor().execute(f"SET {setting} = '50ms'")
+        if setting == "idle_in_transaction_session_timeout":
+            connection.autocommit = False
+            connection.cursor().execute("SELECT 1")
+        time.sleep(0.5)
+        with pytest.raises(DRIVER_ERRORS) as caught:
+            connection.cursor().execute("SELECT 1")
+        return caught.value
+    finally:
+        connection.close()
+
+
+def sqlstate_of(error: BaseException) -> str | None:
+    return getattr(error, "pgcode", None) or getattr(error, "sqlstate", None)
+
+
+@pytest.mark.parametrize("driver", sorted(DRIVERS))
+def test_server_timeouts_and_cancels_are_transient(counters: str, driver: str) -> None:
+    """The server ending an idle session (57P05, 25P03) or cancelling a statement (statement_timeout,
+    pg_cancel_backend: 57014) is an outage a retry on a fresh connection gets past, not a permanent error."""
+
+    def connect() -> Any:
+        return DRIVERS[driver](counters)
+
+    idle = error_after_idling(connect, "idle_session_timeout")
+    idle_in_transaction = error_after_idling(connect, "idle_in_transaction_session_timeout")
+    timed_out = error_from(connect, "SET statement_timeout = '20ms'", "SELECT pg_sleep(5)")
+    cancelled = error_from(connect, "SELECT pg_cancel_backend(pg_backend_pid()), pg_sleep(5)")
+    expected = {"idle": "57P05", "idle in transaction": "25P03", "timeout": "57014", "cancel": "57014"}
+    if driver == "psycopg2":
+        # psycopg2 reads the server's farewell as a connection that broke, with no SQLSTATE.
+        expected.update({"idle": None, "idle in transaction": None})
+    errors = {"idle": idle, "idle in transaction": idle_in_transaction, "timeout": timed_out}
+    errors["cancel"] = cancelled
+    assert expected == {name: sqlstate_of(error) for name, error in errors.items()}
+    assert dict.fromkeys(errors, "transient") == {
+        name: classify_postgres_error(error) for name, error in errors.items()
+    }
+
+
 @pytest.fixture
 def login_refused_dsn(postgres_dsn: str) -> Iterator[str]:
     """A DSN whose role may not log in, and a password.

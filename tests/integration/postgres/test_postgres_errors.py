@@ -13,11 +13,13 @@ import psycopg
 import psycopg2
 import psycopg2.pool
 import pytest
+import sqlalchemy
 from psycopg2.extensions import make_dsn
 
 from ilmek import PostgresCheckpointer, StorageError, TransientStorageError
 from ilmek.checkpoint.postgres import adapter_for, classify_postgres_error
 from ilmek.dbapi import Session, Statement
+from tests.support.pgcluster import dsn_to_url
 from tests.support.postgres import query
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
@@ -268,3 +270,54 @@ def test_a_pool_whose_logins_are_refused_raises_a_permanent_storage_error(login_
         pool.closeall()
     assert "hunter2" not in str(caught.value)
     assert not isinstance(caught.value, TransientStorageError)
+
+
+@pytest.mark.parametrize("driver", ["psycopg2", "psycopg"])
+def test_an_engine_whose_first_connection_is_lost_while_sqlalchemy_probes_it_is_retried(
+    postgres_dsn: str, driver: str
+) -> None:
+    """SQLAlchemy's first connect probes the server (version, hstore) before ilmek gets the connection; a
+    connection lost there (a pooler's recycled server session) is transient like anywhere else: ilmek tries
+    again with another connection and the read succeeds, instead of a permanent "could not read" error."""
+    connect = DRIVERS[driver]
+    made: list[Any] = []
+
+    def creator() -> Any:
+        connection = connect(postgres_dsn)
+        made.append(connection)
+        if len(made) == 1:  # the first connection reaches SQLAlchemy dead, as a pooler may hand it out
+            pid = connection.info.backend_pid
+            query(postgres_dsn, "SELECT pg_terminate_backend(%s)", (pid,))
+            wait_until_gone(postgres_dsn, pid)
+        return connection
+
+    engine = sqlalchemy.create_engine(f"postgresql+{driver}://", creator=creator)
+    try:
+        assert PostgresCheckpointer(engine).get("never-run") is None
+    finally:
+        engine.dispose()
+    assert 2 == len(made)
+
+
+def wait_until_gone(dsn: str, pid: int) -> None:
+    deadline = time.monotonic() + 10
+    while query(dsn, "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)):
+        assert time.monotonic() < deadline, f"backend {pid} did not end"
+        time.sleep(0.01)
+
+
+def test_an_engine_whose_logins_are_refused_still_raises_a_permanent_storage_error(
+    login_refused_dsn: str,
+) -> None:
+    """Through a SQLAlchemy engine too, a login the server refuses is permanent: a lost connection is
+    transient, a refused one is not."""
+    engine = sqlalchemy.create_engine(
+        dsn_to_url(login_refused_dsn).replace("postgresql://", "postgresql+psycopg2://")
+    )
+    try:
+        with pytest.raises(StorageError) as caught:
+            PostgresCheckpointer(engine).get("any")
+    finally:
+        engine.dispose()
+    assert not isinstance(caught.value, TransientStorageError)
+    assert "hunter2" not in str(caught.value)

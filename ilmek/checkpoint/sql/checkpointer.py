@@ -25,8 +25,8 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
+from ... import checks
 from ...dbapi import Adapter, Session
-from ...errors import InvalidArgumentError
 from ...types import ChannelChange, Checkpoint, JournalEntry, ThreadCancel, ThreadError, ThreadInfo
 from ..base import ANY_LATEST, Checkpointer, _AnyLatest
 from ..holds import INHERITED, Hold
@@ -79,13 +79,7 @@ class SqlCheckpointer(Checkpointer):
         # Unquoted SQL identifiers ignore case (Postgres folds them, SQLite
         # compares them case-blind): "Billing" and "billing" are one prefix.
         self.table_prefix = validate_prefix(table_prefix).lower()
-        if (
-            isinstance(lease_seconds, bool)
-            or not isinstance(lease_seconds, (int, float))
-            or not lease_seconds > 0
-        ):
-            raise InvalidArgumentError(f"lease_seconds must be a positive number, got {lease_seconds!r}")
-        self.lease_seconds = float(lease_seconds)
+        self.lease_seconds = checks.seconds(lease_seconds, "lease_seconds", positive=True)
         self._adapter = adapter
         self.statements = Statements(type(self), self.table_prefix)
         self._schema = Schema(self, adapter, self.statements)

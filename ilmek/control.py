@@ -84,12 +84,12 @@ class RetryPolicy:
         max_backoff: The longest wait between attempts, in seconds.
         jitter: Each wait is drawn uniformly from ``[wait * (1 - jitter), wait]``
             so that many failing runs do not retry in step (from 0 to 1).
-
-    The waits and the factor are finite numbers from 0 to
-    ``threading.TIMEOUT_MAX`` (:data:`ilmek.checks.MAX_SECONDS`); anything else
-    (infinite, NaN, negative) raises :class:`~ilmek.errors.InvalidArgumentError`.
         retry_on: ``retry_on(exc) -> bool`` may veto a retry; ``None`` retries
             every ``Exception``.
+
+    The waits and the factor are finite numbers from 0 to
+    ``threading.TIMEOUT_MAX``; anything else (infinite, NaN, negative) raises
+    :class:`~ilmek.errors.InvalidArgumentError`.
     """
 
     max_attempts: int = attrs.field(default=3, validator=_check_attempts)

@@ -186,7 +186,7 @@ def test_real_driver_errors_are_classified_by_sqlstate(counters: str, driver: st
     assert classify_postgres_error(ValueError("not a database error")) is None
 
 
-def error_after_idling(connect: Callable[[], Any], setting: str) -> BaseException:
+def error_after_idling(connect: Callable[[], Any], dsn: str, setting: str) -> BaseException:
     """The error a connection meets after the server ended its session for idling too long (``setting``)."""
     connection = connect()
     try:
@@ -195,7 +195,7 @@ def error_after_idling(connect: Callable[[], Any], setting: str) -> BaseExceptio
         if setting == "idle_in_transaction_session_timeout":
             connection.autocommit = False
             connection.cursor().execute("SELECT 1")
-        time.sleep(0.5)
+        wait_until_gone(dsn, connection.info.backend_pid)
         with pytest.raises(DRIVER_ERRORS) as caught:
             connection.cursor().execute("SELECT 1")
         return caught.value
@@ -215,8 +215,8 @@ def test_server_timeouts_and_cancels_are_transient(counters: str, driver: str) -
     def connect() -> Any:
         return DRIVERS[driver](counters)
 
-    idle = error_after_idling(connect, "idle_session_timeout")
-    idle_in_transaction = error_after_idling(connect, "idle_in_transaction_session_timeout")
+    idle = error_after_idling(connect, counters, "idle_session_timeout")
+    idle_in_transaction = error_after_idling(connect, counters, "idle_in_transaction_session_timeout")
     timed_out = error_from(connect, "SET statement_timeout = '20ms'", "SELECT pg_sleep(5)")
     cancelled = error_from(connect, "SELECT pg_cancel_backend(pg_backend_pid()), pg_sleep(5)")
     expected = {"idle": "57P05", "idle in transaction": "25P03", "timeout": "57014", "cancel": "57014"}

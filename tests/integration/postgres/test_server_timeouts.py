@@ -157,16 +157,20 @@ def test_runs_on_a_pool_whose_idle_sessions_the_server_ends_finish_and_act_once(
     assert retries(caplog), "no session was ended: the test tested nothing"
 
 
+@pytest.mark.parametrize("whose", ["the caller's", "connect's own"])
 def test_a_single_connection_the_server_ended_for_idling_says_it_cannot_be_reopened(
-    postgres_dsn: str,
+    postgres_dsn: str, whose: str
 ) -> None:
-    """idle_session_timeout closes the caller's one connection while a step runs: the run fails with a
-    StorageError naming the thread, saying ilmek cannot reopen a connection of the caller's and what to pass
-    instead; the step's effect ran once."""
+    """idle_session_timeout closes the one connection (the caller's, or the one connect() opened) while a
+    step runs: the run fails with a StorageError naming the thread, saying ilmek cannot reopen it and what
+    to pass instead; the step's effect ran once."""
     calls = Calls()
     dsn = with_settings(postgres_dsn, unique("idle-one"), idle_session_timeout=IDLE_TIMEOUT)
-    with client("psycopg-connection", dsn) as connection:
-        checkpointer = PostgresCheckpointer(connection)
+    with contextlib.ExitStack() as stack:
+        if whose == "the caller's":
+            checkpointer = PostgresCheckpointer(stack.enter_context(client("psycopg-connection", dsn)))
+        else:
+            checkpointer = stack.enter_context(PostgresCheckpointer.connect(dsn))
         with pytest.raises(StorageError) as caught:
             run(
                 slow_steps(calls, steps=2, seconds=STEP_SECONDS),
@@ -175,6 +179,7 @@ def test_a_single_connection_the_server_ended_for_idling_says_it_cannot_be_reope
                 checkpointer=checkpointer,
             )
     message = str(caught.value)
+    assert ("PostgresCheckpointer.connect opened" in message) == (whose == "connect's own")
     assert "'ended'" in message
     assert "cannot be reopened by ilmek" in message
     assert "pass a pool" in message

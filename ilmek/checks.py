@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import threading
 from typing import Any
 
 from .errors import InvalidArgumentError
@@ -20,14 +21,17 @@ __all__ = [
     "MAX_KEY_BYTES",
     "MAX_LIMIT",
     "MAX_NAME_BYTES",
+    "MAX_SECONDS",
     "checkpoint_id",
     "count",
     "is_plain_text",
     "latest_or_checkpoint_id",
     "moment",
     "name_problem",
+    "number",
     "optional_checkpoint_id",
     "search_text",
+    "seconds",
     "task_id",
     "text",
     "thread_id",
@@ -54,6 +58,14 @@ MAX_NAME_BYTES = 128
 
 MAX_LIMIT = 2**31 - 1
 """The largest ``limit``, ``offset`` or ``keep_last`` accepted."""
+
+MAX_SECONDS = threading.TIMEOUT_MAX
+"""The longest duration accepted (a lease, a busy timeout, a retry's wait).
+
+It is what a thread or a queue can wait for (``threading.TIMEOUT_MAX``:
+about 292 years on Linux and macOS, 49 days on Windows); a longer wait
+would fail with ``OverflowError`` in the middle of a run.
+"""
 
 
 def _problem(value: str, limit: int | None = MAX_ID_BYTES) -> str | None:
@@ -165,6 +177,30 @@ def count(value: Any, name: str, *, minimum: int = 0, optional: bool = False) ->
     if not minimum <= value <= MAX_LIMIT:
         raise InvalidArgumentError(f"{name} must be between {minimum} and {MAX_LIMIT}, got {value}")
     return int(value)
+
+
+def number(
+    value: Any,
+    name: str,
+    *,
+    minimum: float = 0.0,
+    maximum: float = MAX_SECONDS,
+    above: bool = False,
+    unit: str = "",
+) -> float:
+    """A finite ``int`` or ``float`` (no ``bool``) from ``minimum`` (excluded if ``above``) to ``maximum``."""
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if is_number and (value > minimum if above else value >= minimum) and value <= maximum:  # NaN fails
+        return float(value)
+    least = f"more than {minimum:g}" if above else f"at least {minimum:g}"
+    most = f"threading.TIMEOUT_MAX ({maximum:g})" if maximum == MAX_SECONDS else f"{maximum:g}"
+    got = repr(value) if is_number else type(value).__name__
+    raise InvalidArgumentError(f"{name} must be a finite number{unit}, {least} and at most {most}, got {got}")
+
+
+def seconds(value: Any, name: str, *, positive: bool = False) -> float:
+    """A duration: finite seconds, from 0 (excluded when ``positive``) to :data:`MAX_SECONDS`."""
+    return number(value, name, above=positive, unit=" of seconds")
 
 
 def moment(value: Any, name: str) -> float | None:

@@ -7,6 +7,9 @@ from typing import Any
 
 import attrs
 
+from . import checks
+from .errors import InvalidArgumentError
+
 __all__ = ["Command", "RetryPolicy", "Send", "command", "send"]
 
 
@@ -52,7 +55,19 @@ def command(
 
 def _check_attempts(instance: RetryPolicy, attribute: attrs.Attribute[int], value: int) -> None:
     if value < 1:
-        raise ValueError(f"RetryPolicy.max_attempts must be at least 1, got {value}")
+        raise InvalidArgumentError(f"RetryPolicy.max_attempts must be at least 1, got {value}")
+
+
+def _check_seconds(instance: RetryPolicy, attribute: attrs.Attribute[float], value: float) -> None:
+    checks.seconds(value, f"RetryPolicy.{attribute.name}")
+
+
+def _check_factor(instance: RetryPolicy, attribute: attrs.Attribute[float], value: float) -> None:
+    checks.number(value, "RetryPolicy.factor")
+
+
+def _check_jitter(instance: RetryPolicy, attribute: attrs.Attribute[float], value: float) -> None:
+    checks.number(value, "RetryPolicy.jitter", maximum=1.0)
 
 
 @attrs.frozen(kw_only=True)
@@ -68,16 +83,20 @@ class RetryPolicy:
         factor: Each later wait is this many times the one before.
         max_backoff: The longest wait between attempts, in seconds.
         jitter: Each wait is drawn uniformly from ``[wait * (1 - jitter), wait]``
-            so that many failing runs do not retry in step.
+            so that many failing runs do not retry in step (from 0 to 1).
         retry_on: ``retry_on(exc) -> bool`` may veto a retry; ``None`` retries
             every ``Exception``.
+
+    The waits and the factor are finite numbers from 0 to
+    ``threading.TIMEOUT_MAX``; anything else (infinite, NaN, negative) raises
+    :class:`~ilmek.errors.InvalidArgumentError`.
     """
 
     max_attempts: int = attrs.field(default=3, validator=_check_attempts)
-    backoff: float = 0.2
-    factor: float = 2.0
-    max_backoff: float = 30.0
-    jitter: float = 0.0
+    backoff: float = attrs.field(default=0.2, validator=_check_seconds)
+    factor: float = attrs.field(default=2.0, validator=_check_factor)
+    max_backoff: float = attrs.field(default=30.0, validator=_check_seconds)
+    jitter: float = attrs.field(default=0.0, validator=_check_jitter)
     retry_on: Callable[[BaseException], bool] | None = attrs.field(default=None, eq=False)
 
     def should_retry(self, attempt: int, error: BaseException) -> bool:
@@ -88,7 +107,10 @@ class RetryPolicy:
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed ``attempt`` (1-based) before the next."""
-        wait = min(self.backoff * self.factor ** (attempt - 1), self.max_backoff)
+        try:
+            wait = min(self.backoff * self.factor ** (attempt - 1), self.max_backoff)
+        except OverflowError:  # the growth passed any float: the longest wait it is
+            wait = self.max_backoff if self.backoff > 0 else 0.0
         if self.jitter:
             import random  # on first use: ``import ilmek`` is 2 ms shorter without it
 

@@ -536,23 +536,34 @@ class Adapter(abc.ABC):
                     delay = min(delay * 2, self.retry_max_backoff)
                     attempt += 1
                     continue
-                advice = self.advice(error)
-                tail = f" {advice}" if advice else ""
-                said = describe_error(error, self.secrets)
                 scrubbed(error, self.secrets)
-                if kind == "transient":
-                    failing = f"kept failing after {attempt} tries" if attempt > 1 else "failed"
-                    raise TransientStorageError(
-                        f"could not {what}{where}: the database {failing} ({said}); nothing was written. "
-                        f"Try again later.{tail}",
-                        thread_id=thread_id,
-                        checkpoint_id=checkpoint_id,
-                    ) from error
-                raise StorageError(
-                    f"could not {what}{where}: {said}; nothing was written.{tail}",
-                    thread_id=thread_id,
-                    checkpoint_id=checkpoint_id,
-                ) from error
+                failure = self._failure(error, kind, what=f"{what}{where}", attempt=attempt, joined=joined)
+                failure.thread_id, failure.checkpoint_id = thread_id, checkpoint_id
+                raise failure from error
+
+    def _failure(
+        self, error: Exception, kind: ErrorKind, *, what: str, attempt: int, joined: bool
+    ) -> StorageError:
+        """The error :meth:`run` raises once it stops trying (its ids are set by the caller)."""
+        advice = self.advice(error)
+        tail = f" {advice}" if advice else ""
+        said = describe_error(error, self.secrets)
+        if kind == "permanent":
+            return StorageError(f"could not {what}: {said}; nothing was written.{tail}")
+        if joined:
+            # The failure ended ilmek's savepoint in a transaction that is the
+            # caller's to replay (or its connection is gone): a retry of ours
+            # could not bring back what that transaction held.
+            return TransientStorageError(
+                f"could not {what}: the database ended a statement inside your transaction "
+                f"({said}), and ilmek does not try again inside a transaction of yours. "
+                "Nothing of this call was written: roll it back (on a new connection if this one is "
+                f"closed) and run the whole transaction again.{tail}"
+            )
+        failing = f"kept failing after {attempt} tries" if attempt > 1 else "failed"
+        return TransientStorageError(
+            f"could not {what}: the database {failing} ({said}); nothing was written. Try again later.{tail}"
+        )
 
 
 CONNECTING = "ilmek_while_connecting"

@@ -81,8 +81,7 @@ def stalled_threads(
         older_than: Only threads last updated at least this many seconds ago.
         limit: At most this many, the least recently updated first.
     """
-    if isinstance(older_than, bool) or not isinstance(older_than, (int, float)) or older_than < 0:
-        raise InvalidArgumentError(f"older_than must be a number of seconds, got {older_than!r}")
+    older_than = checks.seconds(older_than, "older_than")
     limit = checks.count(limit, "limit", optional=True)
     found: list[ThreadInfo] = []
     for status in ("unfinished", "error"):

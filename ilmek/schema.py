@@ -72,9 +72,26 @@ def _marker_channel(cls: type, field: str, metadata: tuple[Any, ...]) -> Channel
             )
         elif any(item is marker for marker in _MARKERS):
             found.append(_MARKERS[item]())
+        elif callable(item) and not isinstance(item, type):
+            raise _foreign_fold(cls, field, item)
     if len(found) > 1:
         raise GraphError(f"field {field!r} of {cls.__qualname__} declares {len(found)} folds; give it one")
     return found[0] if found else None
+
+
+def _foreign_fold(cls: type, field: str, fold: Any) -> GraphError:
+    """A function in ``Annotated`` that ilmek would never call (``operator.add``, LangGraph's habit).
+
+    Left alone it would make a ``last_write`` field that silently keeps only
+    the last write; a class (some library's marker) is not taken for one.
+    """
+    name = getattr(fold, "__name__", None) or type(fold).__name__
+    return GraphError(
+        f"field {field!r} of {cls.__qualname__} is annotated with {name}, a function ilmek does not "
+        "call: such a field would keep only the last write. To fold writes with it, write "
+        f"Annotated[..., ilmek.reduce({name})] (it is called with None as the current value on the first "
+        "write); ilmek.append concatenates lists and ilmek.messages merges chat messages by id"
+    )
 
 
 def _channels_of_typed_dict(cls: type) -> dict[str, Channel]:
@@ -140,8 +157,10 @@ class StateSchema:
 
         Raises:
             GraphError: the definition is none of these, a map value is not a
-                channel, a ``TypedDict``'s annotations cannot be resolved, or
-                a field declares two folds.
+                channel, a ``TypedDict``'s annotations cannot be resolved, a
+                field declares two folds, or carries a function in
+                ``Annotated`` that is not ilmek's (``operator.add``: wrap it in
+                ``ilmek.reduce``).
         """
         if definition is None:
             return cls()

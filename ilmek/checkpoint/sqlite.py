@@ -20,7 +20,7 @@ import time
 import weakref
 from typing import Any, ClassVar
 
-from .. import forks
+from .. import checks, forks
 from ..crypto import Keyring
 from ..dbapi import Adapter, ErrorKind, LockedConnection, Pin, Session, Statement
 from ..errors import InvalidArgumentError, StorageError, TransientStorageError
@@ -351,8 +351,8 @@ class SqliteCheckpointer(SqlCheckpointer):
             )
         if not isinstance(synchronous, str) or synchronous.upper() not in _SYNCHRONOUS:
             raise InvalidArgumentError(f"synchronous must be one of {_SYNCHRONOUS}, got {synchronous!r}")
-        if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, (int, float)) or busy_timeout < 0:
-            raise InvalidArgumentError(f"busy_timeout must be a number of seconds, got {busy_timeout!r}")
+        busy_timeout = checks.seconds(busy_timeout, "busy_timeout")
+        checks.seconds(lease_seconds, "lease_seconds", positive=True)  # before a file is opened for nothing
         self.path: str | None
         adapter: Adapter
         if is_django_connection(conn_or_path, "sqlite"):

@@ -80,7 +80,11 @@ AXE_SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "axe" / "node_modules
 
 _RUN_AXE = """
 const done = arguments[arguments.length - 1];
-axe.run(document, {resultTypes: ['violations']}).then(
+// A page that reloads itself (data-refresh) waits while someone types: say so, so that no reload
+// replaces the document between axe's injection and its run, however slow a loaded machine makes it.
+document.dispatchEvent(new Event('input'));
+if (typeof window.axe === 'undefined') { (0, eval)(arguments[0]); }
+window.axe.run(document, {resultTypes: ['violations']}).then(
   results => done(results.violations.map(v => ({
     id: v.id, impact: v.impact, help: v.help,
     nodes: v.nodes.slice(0, 5).map(n => n.target.join(' ') + ' :: ' + n.failureSummary)}))),
@@ -89,12 +93,23 @@ axe.run(document, {resultTypes: ['violations']}).then(
 
 
 def axe_violations(driver: Any) -> list[dict[str, Any]]:
-    """What axe-core, run inside the page the browser shows, finds wrong with it (every rule on)."""
-    if not driver.execute_script("return typeof window.axe !== 'undefined'"):
-        driver.execute_script(AXE_SCRIPT.read_text(encoding="utf-8"))
+    """What axe-core, run inside the page the browser shows, finds wrong with it (every rule on).
+
+    axe is injected and run by one script, in one document, which then keeps the page from reloading
+    itself: a reload can come only before the script starts, and the script is then run again.
+    """
+    from selenium.common.exceptions import WebDriverException
+
     driver.set_script_timeout(60)
-    found: list[dict[str, Any]] = driver.execute_async_script(_RUN_AXE)
-    return found
+    source = AXE_SCRIPT.read_text(encoding="utf-8")
+    for attempt in range(3):
+        try:
+            found: list[dict[str, Any]] = driver.execute_async_script(_RUN_AXE, source)
+            return found
+        except WebDriverException:  # the page reloaded as the script began
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 def set_color_scheme(driver: Any, scheme: str) -> None:

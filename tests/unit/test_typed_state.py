@@ -7,6 +7,8 @@ graph is built.
 
 from __future__ import annotations
 
+import functools
+import operator
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired, Required, TypedDict
 
 import pytest
@@ -113,6 +115,66 @@ class ReduceWithoutFunction(TypedDict):
 
 class TwoFolds(TypedDict):
     log: Annotated[list[str], ilmek.append, ilmek.merge]
+
+
+def add_messages(left: list[Any], right: list[Any]) -> list[Any]:
+    """A user's own fold, as LangGraph users write one."""
+    return left + right
+
+
+class FoldedWithOperatorAdd(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+class FoldedWithALambda(TypedDict):
+    total: Annotated[int, lambda current, update: current + update]
+
+
+class FoldedWithOwnFunction(TypedDict):
+    messages: Annotated[list[Any], add_messages]
+
+
+class FoldedWithAPartial(TypedDict):
+    log: Required[Annotated[list[str], functools.partial(add_messages, [])]]
+
+
+@pytest.mark.parametrize(
+    ("schema", "field", "name"),
+    [
+        (FoldedWithOperatorAdd, "log", "add"),
+        (FoldedWithALambda, "total", "<lambda>"),
+        (FoldedWithOwnFunction, "messages", "add_messages"),
+        (FoldedWithAPartial, "log", "partial"),
+    ],
+)
+def test_a_function_in_annotated_that_is_not_an_ilmek_fold_is_a_graph_error(
+    schema: type, field: str, name: str
+) -> None:
+    """operator.add, a lambda, a user's add_messages: a callable ilmek would not call is refused (it used to
+    make a silent last_write field that kept only the last write), naming the field and ilmek.reduce(fn)."""
+    with pytest.raises(GraphError) as caught:
+        graph("folded", schema)
+    message = str(caught.value)
+    assert f"field {field!r} of {schema.__qualname__}" in message
+    assert name in message
+    assert "ilmek.reduce(" in message
+    assert "last write" in message
+
+
+class Marker:
+    """A class used as Annotated metadata by some other library (a class is callable, but no fold)."""
+
+
+class DocumentedOnly(TypedDict):
+    note: Annotated[str, "a description"]
+    size: Annotated[int, Marker, Marker(), 3, None]
+
+
+def test_metadata_that_is_not_a_function_is_left_to_other_tools() -> None:
+    """Strings, numbers, marker classes and their instances in Annotated are not ilmek's: last_write."""
+    assert {"note": "last_write", "size": "last_write"} == {
+        name: channel.kind for name, channel in graph("documented", DocumentedOnly).schema.channels.items()
+    }
 
 
 class Unresolvable(TypedDict):

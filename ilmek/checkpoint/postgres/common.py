@@ -184,6 +184,12 @@ class SingleConnectionAdapter(PostgresAdapter):
                 "parent's socket: open a new checkpointer in the child (PostgresCheckpointer.connect)"
             )
         if self.is_closed(self._shared.connection):
+            if self._owned:
+                raise ConnectionClosed(
+                    "the connection PostgresCheckpointer.connect opened is closed (the server ended its "
+                    "session); it cannot be reopened by ilmek: open a new checkpointer, or pass a pool (it "
+                    "replaces broken connections)"
+                )
             raise ConnectionClosed(
                 "the connection given to PostgresCheckpointer is closed; a connection of yours cannot be "
                 "reopened by ilmek: pass a pool (it replaces broken connections), or open a new connection "

@@ -1,9 +1,11 @@
 """Which Postgres failures are worth a retry, told by SQLSTATE and error class, never by text.
 
 Transient: serialization failures and deadlocks, lock timeouts, the server
-shutting down or starting up, too many clients, every connection exception
-(class 08), a connection that broke while in use, and a pool with no free
-connection. A connection refused while logging in is transient only once
+shutting down or starting up, too many clients, a session ended for idling
+or a statement cancelled by the server (its timeouts, ``pg_cancel_backend``),
+every connection exception (class 08), a connection that broke while in use
+(even one broken while a pool's first connect probed it), and a pool with no
+free connection. A connection refused while logging in is transient only once
 this client has worked before (the server is coming back); the first login
 failing (a wrong password, no such database) is permanent.
 """
@@ -18,8 +20,14 @@ from ...dbapi import ErrorKind, sqlstate, while_connecting
 __all__ = ["classify_postgres_error", "is_pool_exhausted", "is_pool_timeout", "sqlstate"]
 
 # Worth a retry: serialization failure, deadlock, lock not available, the
-# server shutting down (admin or crash) or starting up, too many clients.
-_TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57P01", "57P02", "57P03", "53300"})
+# server shutting down (admin or crash) or starting up, too many clients, a
+# session the server ended for idling (idle_session_timeout, or
+# idle_in_transaction_session_timeout), a statement it cancelled
+# (statement_timeout, pg_cancel_backend). Each ends only the transaction it
+# hit; a retry on a fresh connection starts clean.
+_TRANSIENT_SQLSTATES = frozenset(
+    {"40001", "40P01", "55P03", "57P01", "57P02", "57P03", "57P05", "25P03", "57014", "53300"}
+)
 _DRIVER_ROOTS = ("psycopg2", "psycopg", "psycopg_pool")
 
 

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from ...dbapi import Adapter, ConnectionClosed, Session, sqlstate
+from ...dbapi import Adapter, ConnectionClosed, ErrorKind, Session, sqlstate, while_connecting
 from ...errors import InvalidArgumentError
 from ...redact import connection_secrets
 from .common import PoolAdapter, PostgresAdapter
@@ -70,6 +70,30 @@ class EngineAdapter(PoolAdapter):
 
     def borrow(self) -> Any:
         return _EngineConnection(self._engine.raw_connection())
+
+    def classify(self, error: BaseException) -> ErrorKind | None:
+        kind = super().classify(error)
+        if kind == "permanent" and while_connecting(error) and self._lost_while_probed(error):
+            return "transient"
+        return kind
+
+    def _lost_while_probed(self, error: BaseException) -> bool:
+        """Whether a connection was lost during the engine's first-connect probes (version, hstore).
+
+        They run inside ``raw_connection()``, on a connection already open, so
+        what they raise looks like a failed login; a pooler's recycled server
+        session is met there. SQLAlchemy's dialect is what tells a lost
+        connection from a refused one (it reads the driver's words, which
+        ilmek does not).
+        """
+        dialect = self._engine.dialect
+        dbapi_error = getattr(getattr(dialect, "loaded_dbapi", None), "Error", None)
+        if not (isinstance(dbapi_error, type) and isinstance(error, dbapi_error)):
+            return False
+        try:
+            return bool(dialect.is_disconnect(error, None, None))
+        except Exception:
+            return False
 
     def roll_back(self, connection: Any) -> None:
         connection.proxy.rollback()

@@ -92,13 +92,7 @@ class SqlCheckpointer(Checkpointer):
         self.table_prefix = validate_prefix(table_prefix).lower()
         #: How stored values are sealed (SPEC §7a); bound to the prefix: a row copied elsewhere does not open.
         self.sealer = Sealer(cipher, self.table_prefix)
-        if (
-            isinstance(lease_seconds, bool)
-            or not isinstance(lease_seconds, (int, float))
-            or not lease_seconds > 0
-        ):
-            raise InvalidArgumentError(f"lease_seconds must be a positive number, got {lease_seconds!r}")
-        self.lease_seconds = float(lease_seconds)
+        self.lease_seconds = checks.seconds(lease_seconds, "lease_seconds", positive=True)
         self._adapter = adapter
         self.statements = Statements(type(self), self.table_prefix)
         self._schema = Schema(self, adapter, self.statements)

@@ -147,12 +147,20 @@ def test_a_pooled_connection_killed_while_idle_is_replaced_not_fatal(cluster: Po
         checkpointer = PostgresCheckpointer(pool)
         g = three_steps(Calls())
         assert "done" == run(g, {"log": ["start"]}, thread_id="idle-1", checkpointer=checkpointer).status
-        admin(
-            cluster,
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = 'postgres' "
-            "AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
-        )
-        time.sleep(0.2)
+        idle = [
+            pid
+            for (pid,) in admin(
+                cluster,
+                "SELECT pid FROM pg_stat_activity WHERE datname = 'postgres' "
+                "AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
+            )
+        ]
+        assert idle
+        admin(cluster, "SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", (idle,))
+        deadline = time.monotonic() + 30  # the kills land, however slow the machine
+        while admin(cluster, "SELECT 1 FROM pg_stat_activity WHERE pid = ANY(%s)", (idle,)):
+            assert time.monotonic() < deadline, "the killed backends did not end"
+            time.sleep(0.01)
         assert "done" == run(g, {"log": ["start"]}, thread_id="idle-2", checkpointer=checkpointer).status
     finally:
         pool.closeall()

@@ -13,11 +13,13 @@ import psycopg
 import psycopg2
 import psycopg2.pool
 import pytest
+import sqlalchemy
 from psycopg2.extensions import make_dsn
 
 from ilmek import PostgresCheckpointer, StorageError, TransientStorageError
 from ilmek.checkpoint.postgres import adapter_for, classify_postgres_error
 from ilmek.dbapi import Session, Statement
+from tests.support.pgcluster import dsn_to_url
 from tests.support.postgres import query
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
@@ -184,6 +186,51 @@ def test_real_driver_errors_are_classified_by_sqlstate(counters: str, driver: st
     assert classify_postgres_error(ValueError("not a database error")) is None
 
 
+def error_after_idling(connect: Callable[[], Any], dsn: str, setting: str) -> BaseException:
+    """The error a connection meets after the server ended its session for idling too long (``setting``)."""
+    connection = connect()
+    try:
+        connection.autocommit = True
+        connection.cursor().execute(f"SET {setting} = '50ms'")
+        if setting == "idle_in_transaction_session_timeout":
+            connection.autocommit = False
+            connection.cursor().execute("SELECT 1")
+        wait_until_gone(dsn, connection.info.backend_pid)
+        with pytest.raises(DRIVER_ERRORS) as caught:
+            connection.cursor().execute("SELECT 1")
+        return caught.value
+    finally:
+        connection.close()
+
+
+def sqlstate_of(error: BaseException) -> str | None:
+    return getattr(error, "pgcode", None) or getattr(error, "sqlstate", None)
+
+
+@pytest.mark.parametrize("driver", sorted(DRIVERS))
+def test_server_timeouts_and_cancels_are_transient(counters: str, driver: str) -> None:
+    """The server ending an idle session (57P05, 25P03) or cancelling a statement (statement_timeout,
+    pg_cancel_backend: 57014) is an outage a retry on a fresh connection gets past, not a permanent error."""
+
+    def connect() -> Any:
+        return DRIVERS[driver](counters)
+
+    idle = error_after_idling(connect, counters, "idle_session_timeout")
+    idle_in_transaction = error_after_idling(connect, counters, "idle_in_transaction_session_timeout")
+    timed_out = error_from(connect, "SET statement_timeout = '20ms'", "SELECT pg_sleep(5)")
+    cancelled = error_from(connect, "SELECT pg_cancel_backend(pg_backend_pid()), pg_sleep(5)")
+    expected = {"idle": "57P05", "idle in transaction": "25P03", "timeout": "57014", "cancel": "57014"}
+    if driver == "psycopg2":
+        # psycopg2 reads the server's farewell as a connection that broke, with no SQLSTATE.
+        expected.update({"idle": None, "idle in transaction": None})
+    errors = {"idle": idle, "idle in transaction": idle_in_transaction, "timeout": timed_out}
+    errors["cancel"] = cancelled
+    assert expected == {name: sqlstate_of(error) for name, error in errors.items()}
+    assert dict.fromkeys(errors, "transient") == {
+        name: classify_postgres_error(error) for name, error in errors.items()
+    }
+
+
 @pytest.fixture
 def login_refused_dsn(postgres_dsn: str) -> Iterator[str]:
     """A DSN whose role may not log in, and a password.
@@ -223,3 +270,54 @@ def test_a_pool_whose_logins_are_refused_raises_a_permanent_storage_error(login_
         pool.closeall()
     assert "hunter2" not in str(caught.value)
     assert not isinstance(caught.value, TransientStorageError)
+
+
+@pytest.mark.parametrize("driver", ["psycopg2", "psycopg"])
+def test_an_engine_whose_first_connection_is_lost_while_sqlalchemy_probes_it_is_retried(
+    postgres_dsn: str, driver: str
+) -> None:
+    """SQLAlchemy's first connect probes the server (version, hstore) before ilmek gets the connection; a
+    connection lost there (a pooler's recycled server session) is transient like anywhere else: ilmek tries
+    again with another connection and the read succeeds, instead of a permanent "could not read" error."""
+    connect = DRIVERS[driver]
+    made: list[Any] = []
+
+    def creator() -> Any:
+        connection = connect(postgres_dsn)
+        made.append(connection)
+        if len(made) == 1:  # the first connection reaches SQLAlchemy dead, as a pooler may hand it out
+            pid = connection.info.backend_pid
+            query(postgres_dsn, "SELECT pg_terminate_backend(%s)", (pid,))
+            wait_until_gone(postgres_dsn, pid)
+        return connection
+
+    engine = sqlalchemy.create_engine(f"postgresql+{driver}://", creator=creator)
+    try:
+        assert PostgresCheckpointer(engine).get("never-run") is None
+    finally:
+        engine.dispose()
+    assert 2 == len(made)
+
+
+def wait_until_gone(dsn: str, pid: int) -> None:
+    deadline = time.monotonic() + 10
+    while query(dsn, "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)):
+        assert time.monotonic() < deadline, f"backend {pid} did not end"
+        time.sleep(0.01)
+
+
+def test_an_engine_whose_logins_are_refused_still_raises_a_permanent_storage_error(
+    login_refused_dsn: str,
+) -> None:
+    """Through a SQLAlchemy engine too, a login the server refuses is permanent: a lost connection is
+    transient, a refused one is not."""
+    engine = sqlalchemy.create_engine(
+        dsn_to_url(login_refused_dsn).replace("postgresql://", "postgresql+psycopg2://")
+    )
+    try:
+        with pytest.raises(StorageError) as caught:
+            PostgresCheckpointer(engine).get("any")
+    finally:
+        engine.dispose()
+    assert not isinstance(caught.value, TransientStorageError)
+    assert "hunter2" not in str(caught.value)

@@ -28,7 +28,6 @@ from typing import Any, ClassVar
 from ... import checks
 from ...crypto import Keyring, RekeyCallback, RekeyProgress
 from ...dbapi import Adapter, Pin, Session
-from ...errors import InvalidArgumentError
 from ...types import ChannelChange, Checkpoint, JournalEntry, ThreadCancel, ThreadError, ThreadInfo
 from .._sealing import Sealer
 from ..base import ANY_LATEST, Checkpointer, _AnyLatest

@@ -7,10 +7,11 @@ characters) link to the value page, which shows them whole.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from ..types import Checkpoint, JournalEntry, ScheduledTask
 from .answers import shape_of
+from .conversation import conversation_block, conversation_of
 from .csrf import Guard
 from .diff import ChannelDiff, difference
 from .html import Markup, join, tag
@@ -21,7 +22,10 @@ from .reading import ThreadView
 from .tree import what_ran
 from .values import label, preview, question_of
 
-__all__ = ["checkpoint_panel", "metadata_chips", "pauses_form"]
+__all__ = ["STEPS_SHOWN", "checkpoint_panel", "metadata_chips", "pauses_form"]
+
+STEPS_SHOWN: Final = 25
+"""The most steps "Steps to here" lists; older ones are a link away."""
 
 
 def _scroll(table: Markup) -> Markup:
@@ -207,6 +211,14 @@ def _changes(view: ThreadView, links: Links) -> Markup:
     return join(tag("h3", {}, "Changes from its parent"), body)
 
 
+def _channel_value(view: ThreadView, links: Links, name: str, value: Any) -> Markup:
+    """A channel's value: a list of messages as a conversation, anything else as a value."""
+    said = conversation_of(value)
+    if said is not None:
+        return conversation_block(said, whole=_whole(view, links, name))
+    return value_block(value, whole=_whole(view, links, name))
+
+
 def _state(view: ThreadView, links: Links) -> Markup:
     channels = dict(view.selected.channels)
     if not channels:
@@ -216,7 +228,7 @@ def _state(view: ThreadView, links: Links) -> Markup:
             "tr",
             {},
             tag("th", {"class": "channel", "scope": "row"}, tag("code", {}, name)),
-            tag("td", {}, value_block(value, whole=_whole(view, links, name))),
+            tag("td", {}, _channel_value(view, links, name, value)),
         )
         for name, value in channels.items()
     ]
@@ -347,6 +359,15 @@ def _steps(view: ThreadView, links: Links) -> Markup | None:
         current = by_id.get(current.parent_id) if current.parent_id else None
     if len(chain) < 2:
         return None
+    # One page of steps; the older ones are the steps to the first checkpoint left out.
+    older = (
+        chain[STEPS_SHOWN].id
+        if len(chain) > STEPS_SHOWN
+        else chain[-1].parent_id
+        if chain[-1].parent_id is not None and chain[-1].parent_id not in by_id
+        else None
+    )
+    chain = chain[:STEPS_SHOWN]
     rows = []
     for checkpoint in chain:
         parent = by_id.get(checkpoint.parent_id) if checkpoint.parent_id else None
@@ -382,8 +403,19 @@ def _steps(view: ThreadView, links: Links) -> Markup | None:
         [tag("th", {"scope": "col"}, name) for name in ("Step", "Ran", "Pause", "When", "Checkpoint")],
     )
     return join(
-        tag("h3", {}, "Steps to here"),
+        tag("h3", {"id": "steps"}, "Steps to here"),
         _scroll(tag("table", {"class": "grid steps"}, tag("thead", {}, head), tag("tbody", {}, rows))),
+        tag(
+            "nav",
+            {"class": "pager steps-pager", "aria-label": "older steps"},
+            tag(
+                "a",
+                {"href": links.thread(view.thread_id, older, fragment="steps"), "rel": "next"},
+                f"Older steps → (to checkpoint {older})",
+            ),
+        )
+        if older is not None
+        else None,
     )
 
 

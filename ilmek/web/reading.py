@@ -332,6 +332,8 @@ class ThreadView:
             ``before`` id), when there are more than the tree lists.
         paged: The tree lists a page of older checkpoints, not the newest.
         next_waiting: The most recently updated other thread waiting for an answer.
+        reached: The checkpoints drawn from outside the tree's page: the
+            parents of its forks (they are in ``checkpoints`` too).
     """
 
     thread_id: str
@@ -351,6 +353,7 @@ class ThreadView:
     older: str | None = None
     paged: bool = False
     next_waiting: str | None = None
+    reached: frozenset[str] = frozenset()
 
 
 def _recorded_answer(journals: Mapping[str, tuple[JournalEntry, ...]], pause: Pending) -> JournalEntry | None:
@@ -389,12 +392,40 @@ def _listing(
     """
     paged = before is not None
     listed = checkpointer.list(thread_id, limit=TREE_LIMIT + 1, before=before)
-    if not paged and all(checkpoint.id != selected.id for checkpoint in listed):
+    # The 301st is listed only to tell whether more exist: a selected checkpoint there is not drawn.
+    if not paged and all(checkpoint.id != selected.id for checkpoint in listed[:TREE_LIMIT]):
         listed = [selected, *checkpointer.list(thread_id, limit=TREE_LIMIT, before=selected.id)]
         paged = True
     more = len(listed) > TREE_LIMIT
     listed = listed[:TREE_LIMIT]
     return listed, (listed[-1].id if more else None), paged
+
+
+FORK_PARENTS: Final = 20
+"""The most fork parents older than the tree's page that it fetches and draws."""
+
+
+def _fork_parents(checkpointer: Checkpointer, thread_id: str, listed: list[Checkpoint]) -> list[Checkpoint]:
+    """The checkpoints the listed forks start from that the page does not list (at most :data:`FORK_PARENTS`).
+
+    Without its parent a fork would be drawn as a root, and read as if it
+    continued whatever branch ends below it.
+    """
+    ids = {checkpoint.id for checkpoint in listed}
+    wanted = dict.fromkeys(
+        checkpoint.parent_id
+        for checkpoint in listed
+        if checkpoint.metadata.get("source") == "fork"
+        and checkpoint.parent_id is not None
+        and checkpoint.parent_id not in ids
+    )
+    found = []
+    for parent_id in list(wanted)[:FORK_PARENTS]:
+        assert parent_id is not None
+        parent = checkpointer.get(thread_id, parent_id)
+        if parent is not None:
+            found.append(parent)
+    return found
 
 
 def _tree_answers(
@@ -443,6 +474,7 @@ def read_thread(
     if selected is None:
         return None
     listed, older, paged = _listing(checkpointer, thread_id, selected, tree_before or None)
+    reached = _fork_parents(checkpointer, thread_id, listed)
     parent = checkpointer.get(thread_id, selected.parent_id) if selected.parent_id else None
     problems: list[str] = []
     journals = _journals(checkpointer, selected, problems)
@@ -474,7 +506,8 @@ def read_thread(
         thread_id=thread_id,
         info=thread_info(checkpointer, thread_id),
         latest=latest,
-        checkpoints=listed,
+        checkpoints=[*listed, *reached],
+        reached=frozenset(checkpoint.id for checkpoint in reached),
         truncated=older is not None or paged,
         selected=selected,
         parent=parent,

@@ -72,7 +72,10 @@ def _header(view: ThreadView, links: Links) -> Markup:
                 ),
                 ("Running since", when(info.held_since, now, absolute=True) if running and info else None),
                 ("Held by", info.held_by if running and info is not None and info.held_by else None),
-                ("Checkpoints", f"{len(view.checkpoints)}{'+' if view.truncated else ''}"),
+                (
+                    "Checkpoints",
+                    f"{len(view.checkpoints) - len(view.reached)}{'+' if view.truncated else ''}",
+                ),
             ]
         ),
         metadata_chips(info.metadata) if info is not None else None,
@@ -323,13 +326,19 @@ def _tree(view: ThreadView, links: Links) -> Markup:
                 failed_at=failed_at,
                 answers=view.answers,
                 recorded_at=view.latest.id if view.recorded else None,
+                reached=view.reached,
             ),
         ),
         tag(
             "p",
             {"class": "hint"},
             f"{len(view.checkpoints)} checkpoints drawn"
-            + (" (an older page)" if view.paged else f", the newest {len(view.checkpoints)}")
+            + (
+                " (an older page)"
+                if view.paged
+                else f", the newest {len(view.checkpoints) - len(view.reached)}"
+            )
+            + (f" and {len(view.reached)} a fork starts from" if view.reached else "")
             + ("; there are older ones." if view.older is not None else "."),
         )
         if view.truncated

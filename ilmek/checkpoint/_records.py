@@ -417,6 +417,7 @@ def encode_thread_error(error: ThreadError) -> str:
             "checkpoint_id": error.checkpoint_id,
             "at": error.at.timestamp(),
             "traceback": traceback,
+            "tasks": list(error.tasks),
         },
         where="the failure record",
     )
@@ -479,6 +480,10 @@ def decode_thread_outcome(stored: Any, *, thread_id: str) -> ThreadError | Threa
         or not all(_text_or_none(value) for value in (fields[2], fields[3], checkpoint_id))
     ):
         raise corrupt("its stored failure is malformed", thread_id=thread_id, table="threads")
+    # Records written before failures named their tasks have none.
+    tasks = plain.get("tasks", [])
+    if not isinstance(tasks, list) or not all(isinstance(key, str) for key in tasks):
+        raise corrupt("its stored failure names its tasks wrongly", thread_id=thread_id, table="threads")
     return ThreadError(
         type=fields[0],
         message=fields[1],
@@ -486,6 +491,7 @@ def decode_thread_outcome(stored: Any, *, thread_id: str) -> ThreadError | Threa
         checkpoint_id=checkpoint_id,
         at=moment,
         traceback=fields[3],
+        tasks=tuple(tasks),
     )
 
 

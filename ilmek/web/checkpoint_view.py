@@ -280,11 +280,25 @@ def _journal(entries: Sequence[JournalEntry], whole: Any) -> Markup:
     return _scroll(tag("table", {"class": "grid journal"}, tag("thead", {}, head), tag("tbody", {}, rows)))
 
 
+def _failure_mark(
+    task: ScheduledTask, raised: tuple[str, ...], failed_node: str | None, siblings: int
+) -> str | None:
+    """What a task's badge says of the failure: which tasks raised, when recorded; else its node failed."""
+    if raised:
+        if task.task_key not in raised:
+            return None
+        return "failed: raised the error above" if task.task_key == raised[0] else "failed too"
+    if failed_node is None or task.node != failed_node:
+        return None
+    return "failed" if siblings == 1 else f"its node failed ({siblings} tasks)"
+
+
 def _task(
     view: ThreadView, links: Links, task: ScheduledTask, failed_node: str | None, siblings: int
 ) -> Markup:
     entries = view.journals.get(task.task_key, ())
-    failed = failed_node is not None and task.node == failed_node
+    mark = _failure_mark(task, _raised(view), failed_node, siblings)
+    failed = mark is not None
 
     def whole(key: str) -> Any:
         return links.value(view.thread_id, view.selected.id, task=task.task_key, key=key)
@@ -298,19 +312,19 @@ def _task(
             tag("span", {"class": "node"}, task.node),
             tag("code", {"class": "muted"}, task.task_key) if task.task_key != task.node else None,
             tag("span", {"class": "badge k-send"}, "send") if task.is_send else None,
-            tag(
-                "span",
-                {"class": "badge s-error"},
-                "failed" if siblings == 1 else f"its node failed ({siblings} tasks)",
-            )
-            if failed
-            else None,
+            tag("span", {"class": "badge s-error"}, mark) if mark is not None else None,
         ),
         tag("div", {}, tag("span", {"class": "label"}, "input"), value_block(task.input))
         if task.is_send
         else None,
         _journal(entries, whole),
     )
+
+
+def _raised(view: ThreadView) -> tuple[str, ...]:
+    """The keys of the selected checkpoint's tasks that raised, as the failure records them (or none)."""
+    error = view.info.error if view.info is not None else None
+    return error.tasks if error is not None and _failed_node(view) is not None else ()
 
 
 def _failed_node(view: ThreadView) -> str | None:
@@ -334,8 +348,12 @@ def _tasks(view: ThreadView, links: Links) -> Markup:
         tag(
             "p",
             {"class": "hint warn"},
-            f"The run failed in node {failed_node}, which ran as {siblings} tasks here; the failure "
-            "records the node, not which of its tasks raised.",
+            f"The run failed in node {failed_node}, which ran as {siblings} tasks here; "
+            + (
+                "the task that raised is marked."
+                if _raised(view)
+                else "the failure (recorded by an earlier version) names the node, not which task raised."
+            ),
         )
         if siblings > 1
         else None,

@@ -18,6 +18,7 @@ from .html import Markup, join, tag
 from .layout import action_form, badge, facts, value_block, when
 from .links import Links
 from .pause_forms import pause_fields
+from .payload_fields import payload_fields
 from .reading import ThreadView
 from .tree import what_ran
 from .values import label, preview, question_of
@@ -241,7 +242,8 @@ def _asked(payload: Any) -> Markup:
     """What a pause asked: its question and draft as text when it has them, else the payload."""
     shape = shape_of(payload)
     if shape.draft is None:
-        return value_block(payload)
+        fields = payload_fields(payload)
+        return fields if fields is not None else value_block(payload)
     return join(
         tag("p", {"class": "asked-question"}, shape.question) if shape.question else None,
         value_block(shape.draft),

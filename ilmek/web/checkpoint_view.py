@@ -105,6 +105,20 @@ _PAUSE_STATES = {
 }
 
 
+def _status_badge(view: ThreadView) -> Markup:
+    """The shown checkpoint's status; a pause's says what became of it, as its pause table does.
+
+    A stored pause checkpoint reads ``interrupted`` forever; once answered
+    (a fork's first checkpoint is answered by the fork) or passed, a
+    ``waiting`` badge beside an ``answered`` table would contradict it.
+    """
+    states = {item.state for item in view.pauses}
+    if not states or "waiting" in states:
+        return badge(view.selected.status)
+    state = "answered" if states == {"answered"} else "passed"
+    return tag("span", {"class": f"badge p-{state}"}, "answered" if state == "answered" else "not answered")
+
+
 def _pause_states(view: ThreadView, links: Links, guard: Guard, actions_on: bool) -> Markup | None:
     selected = view.selected
     if not selected.pending:
@@ -458,7 +472,7 @@ def checkpoint_panel(view: ThreadView, links: Links, guard: Guard, actions_on: b
             [
                 ("Step", str(selected.step)),
                 ("Ran", what_ran(selected, parent)),
-                ("Status", badge(selected.status)),
+                ("Status", _status_badge(view)),
                 ("Written", when(selected.ts, absolute=True)),
                 (
                     "Parent",

@@ -234,3 +234,21 @@ def test_the_long_chat_page_is_short_readable_and_axe_clean(
     assert 0 == int(driver.execute_script("return document.documentElement.scrollWidth - window.innerWidth"))
     full_page_screenshot(driver, tmp_path / f"chat-{width}-{scheme}.png", width=width)
     assert [] == axe_violations(driver)
+
+
+def test_a_forks_first_checkpoint_is_badged_as_its_pause_table_reads(
+    console: str, store: SqliteCheckpointer
+) -> None:
+    """The fork's copy of the pause, which the fork answered: badge, pause table and tree say answered."""
+    fork = fork_of(store)
+    body = page(console, fork.id)
+    facts = re.search(r'<section class="panel detail".*?</dl>', body, re.S)
+    assert facts is not None
+    status = re.search(r"<dt>Status</dt><dd>(.*?)</dd>", facts.group(0), re.S)
+    assert status is not None
+    assert "answered" in status.group(1)
+    assert "waiting" not in status.group(1)
+    assert re.search(r'<span class="badge p-answered">answered</span>', body)
+    row = re.search(rf'<a href="[^"]*checkpoint={fork.id}"[^>]*>.*?</a>', body, re.S)
+    assert row is not None
+    assert "t-answered" in row.group(0)

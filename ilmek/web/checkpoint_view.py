@@ -14,7 +14,7 @@ from .answers import shape_of
 from .conversation import conversation_block, conversation_of
 from .csrf import Guard
 from .diff import ChannelDiff, difference
-from .html import Markup, join, tag
+from .html import Markup, escape, join, tag
 from .layout import action_form, badge, facts, value_block, when
 from .links import Links
 from .pause_forms import pause_fields
@@ -129,7 +129,7 @@ def _pause_states(view: ThreadView, links: Links, guard: Guard, actions_on: bool
             {},
             tag("td", {"class": "key"}, tag("code", {}, item.pause.id)),
             tag("td", {}, tag("span", {"class": f"badge p-{item.state}"}, _PAUSE_STATES[item.state])),
-            tag("td", {}, question_of(item.pause.payload, 80)),
+            tag("td", {"class": "question"}, escape(question_of(item.pause.payload, 80), keep_newlines=True)),
             tag(
                 "td",
                 {},
@@ -259,7 +259,9 @@ def _asked(payload: Any) -> Markup:
         fields = payload_fields(payload)
         return fields if fields is not None else value_block(payload)
     return join(
-        tag("p", {"class": "asked-question"}, shape.question) if shape.question else None,
+        tag("p", {"class": "asked-question"}, escape(shape.question, keep_newlines=True))
+        if shape.question
+        else None,
         value_block(shape.draft),
     )
 

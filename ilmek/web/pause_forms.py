@@ -200,7 +200,9 @@ def pause_fields(
             tag("span", {"class": "node"}, pause.node),
             tag("code", {"class": "pid"}, pause.id),
         ),
-        tag("p", {"class": "question"}, shape.question) if shape.question is not None else None,
+        tag("p", {"class": "question"}, escape(shape.question, keep_newlines=True))
+        if shape.question is not None
+        else None,
         draft_view,
         payload_block(pause.payload, shape),
         tag(

@@ -27,6 +27,7 @@ from .tree import answered_pauses, pause_state
 
 __all__ = [
     "GRAPH_SCAN",
+    "MATCH_COUNT",
     "STATUSES",
     "TREE_LIMIT",
     "UPDATED",
@@ -35,6 +36,7 @@ __all__ = [
     "InboxRow",
     "PauseView",
     "ThreadView",
+    "filtered",
     "graph_for",
     "inbox_query",
     "parse_metadata_filter",
@@ -78,6 +80,8 @@ UPDATED: Final = {
     "old30d": ("more than 30 days ago", None, 30 * 86400),
 }
 """The time filters: name -> (label, updated within so many seconds, updated longer ago than so many)."""
+MATCH_COUNT: Final = 1000
+"""The most matching threads a filtered list counts (more read as "1,000+")."""
 GRAPH_SCAN: Final = 1000
 """The most threads one page filtered by graph looks through (a graph is named by each checkpoint)."""
 
@@ -87,11 +91,13 @@ class InboxRow:
     """One thread on the threads page, with its open pauses if it waits for a person.
 
     Each pause's payload is a bounded preview (:func:`ilmek.web.previews.cut`), not the whole value.
+    ``ran``: the nodes whose superstep wrote its latest checkpoint (read for a finished thread).
     """
 
     info: ThreadInfo
     pending: tuple[Pending, ...] = ()
     graph: str | None = None
+    ran: tuple[str, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -100,7 +106,9 @@ class InboxPage:
 
     ``counts``: the threads of each tab in the whole store (``None`` when
     the store cannot count them). ``scanned``: how many threads a graph
-    filter looked through for this page.
+    filter looked through for this page. ``matched``: how many threads a
+    search, metadata or time filter matches, counted up to :data:`MATCH_COUNT`
+    (``None`` when unfiltered, or filtered by graph).
     """
 
     rows: list[InboxRow]
@@ -108,6 +116,7 @@ class InboxPage:
     next_offset: int = 0
     counts: Mapping[str, int] | None = None
     scanned: int = 0
+    matched: int | None = None
 
 
 def parse_metadata_filter(text: str) -> tuple[str, Any]:
@@ -205,12 +214,13 @@ def _listing_filters(query: InboxQuery) -> dict[str, Any]:
 
 
 def _row(checkpointer: Checkpointer, info: ThreadInfo, summary: LatestSummary | None = None) -> InboxRow:
-    if summary is None and info.status == "interrupted":
-        # Only the pauses, and of each payload a bounded preview: never a payload decoded whole.
-        summary = latest_summary(checkpointer, info.id, pauses=True)
+    if summary is None and info.status in ("interrupted", "done"):
+        # Only the pauses, and of each payload a bounded preview: never a payload decoded whole;
+        # of a finished thread, what ran last (its outcome).
+        summary = latest_summary(checkpointer, info.id, pauses=info.status == "interrupted")
     if summary is None:
         return InboxRow(info=info)
-    return InboxRow(info=info, pending=summary.pauses, graph=summary.graph)
+    return InboxRow(info=info, pending=summary.pauses, graph=summary.graph, ran=summary.ran)
 
 
 def _by_graph(checkpointer: Checkpointer, query: InboxQuery, filters: dict[str, Any]) -> InboxPage:
@@ -252,8 +262,28 @@ def read_inbox(checkpointer: Checkpointer, query: InboxQuery) -> InboxPage:
     )
     rows = [_row(checkpointer, info) for info in infos[: query.limit]]
     return InboxPage(
-        rows=rows, more=len(infos) > query.limit, next_offset=query.offset + query.limit, counts=counts
+        rows=rows,
+        more=len(infos) > query.limit,
+        next_offset=query.offset + query.limit,
+        counts=counts,
+        matched=_matched(checkpointer, query, filters, len(infos)),
     )
+
+
+def filtered(query: InboxQuery) -> bool:
+    """Whether a search, metadata or time filter narrows the list (the tabs count the whole store)."""
+    return bool(query.search or query.metadata or query.updated)
+
+
+def _matched(
+    checkpointer: Checkpointer, query: InboxQuery, filters: dict[str, Any], listed: int
+) -> int | None:
+    """How many threads the filters match, up to :data:`MATCH_COUNT` + 1 (``None`` unfiltered)."""
+    if not filtered(query):
+        return None
+    if query.offset == 0 and listed <= query.limit:
+        return listed  # the whole match is on this page
+    return len(checkpointer.list_threads(**filters, limit=MATCH_COUNT + 1))
 
 
 def graph_for(

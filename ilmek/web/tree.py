@@ -23,6 +23,7 @@ import attrs
 from ..types import Checkpoint
 from .html import Markup, join, tag
 from .links import Links
+from .previews import ran_nodes
 from .values import preview
 
 __all__ = ["TreeNode", "answered_pauses", "draw_tree", "layout", "pause_state", "what_ran"]
@@ -160,12 +161,10 @@ def what_ran(checkpoint: Checkpoint, parent: Checkpoint | None) -> str:
     nodes too.
     """
     source = str(checkpoint.metadata.get("source", "?"))
-    recorded = checkpoint.metadata.get("tasks")
-    ran: list[str] = []
-    if isinstance(recorded, list) and all(isinstance(key, str) for key in recorded):
-        # A superstep records its tasks' keys; a send's is node#n (a node's name holds no "#").
-        ran = [key.split("#", 1)[0] for key in recorded]
-    elif source in ("loop", "pause") and parent is not None:
+    # A superstep records its tasks' keys.
+    recorded = ran_nodes(checkpoint.metadata)
+    ran = recorded or []
+    if recorded is None and source in ("loop", "pause") and parent is not None:
         ran = [task.node for task in parent.next]
     if source in ("loop", "pause") and ran:
         counted = [

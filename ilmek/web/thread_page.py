@@ -16,6 +16,7 @@ from .html import Markup, escape, tag
 from .layout import Note, action_form, badge, document, facts, note_box, running_badge, when
 from .links import Links
 from .reading import ThreadView, held_since
+from .traceback_view import traceback_block
 from .tree import draw_tree
 
 __all__ = ["thread_page"]
@@ -120,12 +121,7 @@ def _failure(view: ThreadView, links: Links) -> Markup | None:
             "div",
             {"class": "traceback"},
             tag("h3", {}, "Traceback"),
-            # Focusable: a long traceback scrolls, by keyboard too.
-            tag(
-                "pre",
-                {"class": "message trace", "tabindex": "0"},
-                escape(error.traceback, keep_newlines=True),
-            ),
+            traceback_block(error.traceback),
         )
         if error.traceback
         else tag("p", {"class": "hint"}, "No traceback was kept for this failure."),

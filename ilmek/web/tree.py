@@ -204,6 +204,8 @@ def _label(
     checkpoint = node.checkpoint
     parts = [
         tag("tspan", {"class": "t-step"}, f"step {checkpoint.step}"),
+        # The time early: a long label is cut at the drawing's edge, never the time.
+        tag("tspan", {"class": "t-time", "dx": "10"}, f"{checkpoint.ts:%Y-%m-%d %H:%M:%S}"),
         tag("tspan", {"class": "t-source", "dx": "10"}, what_ran(checkpoint, parent)),
     ]
     if node.damage is not None:
@@ -226,7 +228,6 @@ def _label(
         parts.append(tag("tspan", {"class": "t-failed", "dx": "10"}, "failed from here"))
     if checkpoint.id == latest:
         parts.append(tag("tspan", {"class": "t-latest", "dx": "10"}, "latest"))
-    parts.append(tag("tspan", {"class": "t-time", "dx": "10"}, f"{checkpoint.ts:%Y-%m-%d %H:%M:%S}"))
     return join(*parts)
 
 

@@ -462,9 +462,18 @@ def test_a_failure_shows_its_traceback_marks_the_failed_tasks_and_a_failed_recov
     """A fan-out's failure: traceback shown, the one send that raised marked; Recover says it failed again."""
     viewport(driver, DESKTOP)
     driver.get(thread_url(console, UX_THREADS["research"]))
-    trace = css(driver, "section.panel.failed pre.trace")[0].text
+    trace = css(driver, "section.panel.failed pre.trace")[0].get_attribute("textContent")
     assert trace.startswith("Traceback (most recent call last):")
     assert "ConnectionError: the pricing API timed out after 30 s" in trace
+    # The exception first, visible without scrolling; then the user's own frames, no ilmek frame among them.
+    last = css(driver, "section.panel.failed .trace-last")[0]
+    assert "ConnectionError: the pricing API timed out after 30 s" == last.text
+    assert last.is_displayed()
+    assert driver.execute_script("return arguments[0].getBoundingClientRect().bottom", last) < 900
+    user = css(driver, "section.panel.failed pre.trace-user")[0].text
+    assert user.lstrip().startswith('File "')
+    assert "in research" in user
+    assert "/ilmek/" not in user
     marked = css(driver, ".task.failed-task")
     assert 1 == len(marked)
     assert '"pricing"' in marked[0].text

@@ -303,6 +303,10 @@ class ThreadError:
         at: When the run failed (aware, UTC).
         traceback: Where it was raised: the formatted traceback (cut to its
             last lines when very long), or ``None`` when it was not kept.
+        tasks: The keys of the superstep's tasks that raised, the one whose
+            error this is first: in a fan-out, which sends of ``node``
+            failed. Empty when not known (a failure outside a task, or one
+            recorded by an earlier version).
     """
 
     type: str
@@ -311,11 +315,20 @@ class ThreadError:
     checkpoint_id: str | None = None
     at: _dt.datetime = attrs.field(factory=utc_now)
     traceback: str | None = None
+    tasks: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, error: BaseException, *, node: str | None, checkpoint_id: str | None) -> ThreadError:
+    def of(
+        cls,
+        error: BaseException,
+        *,
+        node: str | None,
+        checkpoint_id: str | None,
+        tasks: tuple[str, ...] = (),
+    ) -> ThreadError:
         """The record of ``error``, raised in ``node`` (``None``: outside any node) of a superstep run
-        from ``checkpoint_id``: its class, message and traceback."""
+        from ``checkpoint_id``: its class, message and traceback; ``tasks``: the keys of the tasks that
+        raised, this error's first."""
         import traceback
 
         kind = type(error)
@@ -327,6 +340,7 @@ class ThreadError:
             node=node,
             checkpoint_id=checkpoint_id,
             traceback="".join(traceback.format_exception(error)),
+            tasks=tasks,
         )
 
 

@@ -599,6 +599,7 @@ def encode_thread_error(error: ThreadError, sealer: Sealer = PLAIN, thread_id: s
         "checkpoint_id": error.checkpoint_id,
         "at": error.at.timestamp(),
         "traceback": traceback,
+        "tasks": list(error.tasks),
     }
     return _encode_outcome(record, _outcome_slot(sealer, thread_id), "the failure record")
 
@@ -671,6 +672,10 @@ def decode_thread_outcome(
         or not all(_text_or_none(value) for value in (fields[2], fields[3], checkpoint_id))
     ):
         raise corrupt("its stored failure is malformed", thread_id=thread_id, table="threads")
+    # Records written before failures named their tasks have none.
+    tasks = plain.get("tasks", [])
+    if not isinstance(tasks, list) or not all(isinstance(key, str) for key in tasks):
+        raise corrupt("its stored failure names its tasks wrongly", thread_id=thread_id, table="threads")
     return ThreadError(
         type=fields[0],
         message=fields[1],
@@ -678,6 +683,7 @@ def decode_thread_outcome(
         checkpoint_id=checkpoint_id,
         at=moment,
         traceback=fields[3],
+        tasks=tuple(tasks),
     )
 
 

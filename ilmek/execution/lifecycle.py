@@ -269,7 +269,14 @@ class _Driving:
             )
         except RunEnds as ends:
             raise _Finished(
-                self._end(ends.status, ends.base, ends.values, pending=ends.pending, errors=ends.errors)
+                self._end(
+                    ends.status,
+                    ends.base,
+                    ends.values,
+                    pending=ends.pending,
+                    errors=ends.errors,
+                    failed_tasks=ends.failed_tasks,
+                )
             ) from None
         self.steps_taken += 1
         return base, values
@@ -444,10 +451,11 @@ class _Driving:
         *,
         pending: tuple[Pending, ...] = (),
         errors: tuple[tuple[str, BaseException], ...] = (),
+        failed_tasks: tuple[str, ...] = (),
         abort_reason: str | None = None,
     ) -> RunEnd:
         if errors:
-            self.position.record_failure(base, *errors[0])
+            self.position.record_failure(base, *errors[0], tasks=failed_tasks)
         end = self.run._event(
             RunEnd,
             status=status,

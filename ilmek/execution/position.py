@@ -93,12 +93,19 @@ class ThreadPosition:
         if fresh:
             self._fresh.add(checkpoint.id)
 
-    def record_failure(self, base: Checkpoint | None, node: str | None, error: BaseException) -> None:
-        """Store why the run failed, so the thread reads ``error``; never masks the failure."""
+    def record_failure(
+        self, base: Checkpoint | None, node: str | None, error: BaseException, *, tasks: tuple[str, ...] = ()
+    ) -> None:
+        """Store why the run failed, so the thread reads ``error``; never masks the failure.
+
+        ``tasks``: the keys of the tasks that raised, this error's first.
+        """
         setup = self._setup
         if not setup.can_pause:
             return
-        failure = ThreadError.of(error, node=node, checkpoint_id=base.id if base is not None else None)
+        failure = ThreadError.of(
+            error, node=node, checkpoint_id=base.id if base is not None else None, tasks=tasks
+        )
         try:
             setup.checkpointer.record_failure(self._hold, failure)
         except Exception as problem:

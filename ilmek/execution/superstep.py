@@ -41,6 +41,7 @@ class RunEnds(Exception):
         *,
         pending: tuple[Pending, ...] = (),
         errors: tuple[tuple[str, BaseException], ...] = (),
+        failed_tasks: tuple[str, ...] = (),
     ) -> None:
         super().__init__(status)
         self.status = status
@@ -48,6 +49,7 @@ class RunEnds(Exception):
         self.values = values
         self.pending = pending
         self.errors = errors
+        self.failed_tasks = failed_tasks
 
 
 def plan_context(setup: RunSetup, state: Any, step_index: int, remaining: int) -> PlanContext:
@@ -136,9 +138,15 @@ class Superstep:
             # crash leaves it (its planned tasks, every step recorded so far)
             # and the caller's retry continues it.
             raise storage
-        errors = tuple((r.spec.name, r.error) for r in runs if r.outcome == "error" and r.error is not None)
-        if errors:
-            raise RunEnds("error", base, values, errors=errors)
+        failed = [r for r in runs if r.outcome == "error" and r.error is not None]
+        if failed:
+            raise RunEnds(
+                "error",
+                base,
+                values,
+                errors=tuple((r.spec.name, r.error) for r in failed if r.error is not None),
+                failed_tasks=tuple(r.task.task_key for r in failed),
+            )
         if any(r.outcome == "interrupt" for r in runs):
             yield from self._pause(base, values, runs)
         new_values, changes = yield from self._reduce(base, values, runs)

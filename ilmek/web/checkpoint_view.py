@@ -7,21 +7,26 @@ characters) link to the value page, which shows them whole.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from ..types import Checkpoint, JournalEntry, ScheduledTask
 from .answers import shape_of
+from .conversation import conversation_block, conversation_of
 from .csrf import Guard
 from .diff import ChannelDiff, difference
-from .html import Markup, join, tag
+from .html import Markup, escape, join, tag
 from .layout import action_form, badge, facts, value_block, when
 from .links import Links
 from .pause_forms import pause_fields
+from .payload_fields import payload_fields
 from .reading import ThreadView
 from .tree import what_ran
 from .values import label, preview, question_of
 
-__all__ = ["checkpoint_panel", "metadata_chips", "pauses_form"]
+__all__ = ["STEPS_SHOWN", "checkpoint_panel", "metadata_chips", "pauses_form"]
+
+STEPS_SHOWN: Final = 25
+"""The most steps "Steps to here" lists; older ones are a link away."""
 
 
 def _scroll(table: Markup) -> Markup:
@@ -100,6 +105,20 @@ _PAUSE_STATES = {
 }
 
 
+def _status_badge(view: ThreadView) -> Markup:
+    """The shown checkpoint's status; a pause's says what became of it, as its pause table does.
+
+    A stored pause checkpoint reads ``interrupted`` forever; once answered
+    (a fork's first checkpoint is answered by the fork) or passed, a
+    ``waiting`` badge beside an ``answered`` table would contradict it.
+    """
+    states = {item.state for item in view.pauses}
+    if not states or "waiting" in states:
+        return badge(view.selected.status)
+    state = "answered" if states == {"answered"} else "passed"
+    return tag("span", {"class": f"badge p-{state}"}, "answered" if state == "answered" else "not answered")
+
+
 def _pause_states(view: ThreadView, links: Links, guard: Guard, actions_on: bool) -> Markup | None:
     selected = view.selected
     if not selected.pending:
@@ -110,7 +129,7 @@ def _pause_states(view: ThreadView, links: Links, guard: Guard, actions_on: bool
             {},
             tag("td", {"class": "key"}, tag("code", {}, item.pause.id)),
             tag("td", {}, tag("span", {"class": f"badge p-{item.state}"}, _PAUSE_STATES[item.state])),
-            tag("td", {}, question_of(item.pause.payload, 80)),
+            tag("td", {"class": "question"}, escape(question_of(item.pause.payload, 80), keep_newlines=True)),
             tag(
                 "td",
                 {},
@@ -207,6 +226,14 @@ def _changes(view: ThreadView, links: Links) -> Markup:
     return join(tag("h3", {}, "Changes from its parent"), body)
 
 
+def _channel_value(view: ThreadView, links: Links, name: str, value: Any) -> Markup:
+    """A channel's value: a list of messages as a conversation, anything else as a value."""
+    said = conversation_of(value)
+    if said is not None:
+        return conversation_block(said, whole=_whole(view, links, name))
+    return value_block(value, whole=_whole(view, links, name))
+
+
 def _state(view: ThreadView, links: Links) -> Markup:
     channels = dict(view.selected.channels)
     if not channels:
@@ -216,7 +243,7 @@ def _state(view: ThreadView, links: Links) -> Markup:
             "tr",
             {},
             tag("th", {"class": "channel", "scope": "row"}, tag("code", {}, name)),
-            tag("td", {}, value_block(value, whole=_whole(view, links, name))),
+            tag("td", {}, _channel_value(view, links, name, value)),
         )
         for name, value in channels.items()
     ]
@@ -229,9 +256,12 @@ def _asked(payload: Any) -> Markup:
     """What a pause asked: its question and draft as text when it has them, else the payload."""
     shape = shape_of(payload)
     if shape.draft is None:
-        return value_block(payload)
+        fields = payload_fields(payload)
+        return fields if fields is not None else value_block(payload)
     return join(
-        tag("p", {"class": "asked-question"}, shape.question) if shape.question else None,
+        tag("p", {"class": "asked-question"}, escape(shape.question, keep_newlines=True))
+        if shape.question
+        else None,
         value_block(shape.draft),
     )
 
@@ -268,11 +298,25 @@ def _journal(entries: Sequence[JournalEntry], whole: Any) -> Markup:
     return _scroll(tag("table", {"class": "grid journal"}, tag("thead", {}, head), tag("tbody", {}, rows)))
 
 
+def _failure_mark(
+    task: ScheduledTask, raised: tuple[str, ...], failed_node: str | None, siblings: int
+) -> str | None:
+    """What a task's badge says of the failure: which tasks raised, when recorded; else its node failed."""
+    if raised:
+        if task.task_key not in raised:
+            return None
+        return "failed: raised the error above" if task.task_key == raised[0] else "failed too"
+    if failed_node is None or task.node != failed_node:
+        return None
+    return "failed" if siblings == 1 else f"its node failed ({siblings} tasks)"
+
+
 def _task(
     view: ThreadView, links: Links, task: ScheduledTask, failed_node: str | None, siblings: int
 ) -> Markup:
     entries = view.journals.get(task.task_key, ())
-    failed = failed_node is not None and task.node == failed_node
+    mark = _failure_mark(task, _raised(view), failed_node, siblings)
+    failed = mark is not None
 
     def whole(key: str) -> Any:
         return links.value(view.thread_id, view.selected.id, task=task.task_key, key=key)
@@ -286,19 +330,19 @@ def _task(
             tag("span", {"class": "node"}, task.node),
             tag("code", {"class": "muted"}, task.task_key) if task.task_key != task.node else None,
             tag("span", {"class": "badge k-send"}, "send") if task.is_send else None,
-            tag(
-                "span",
-                {"class": "badge s-error"},
-                "failed" if siblings == 1 else f"its node failed ({siblings} tasks)",
-            )
-            if failed
-            else None,
+            tag("span", {"class": "badge s-error"}, mark) if mark is not None else None,
         ),
         tag("div", {}, tag("span", {"class": "label"}, "input"), value_block(task.input))
         if task.is_send
         else None,
         _journal(entries, whole),
     )
+
+
+def _raised(view: ThreadView) -> tuple[str, ...]:
+    """The keys of the selected checkpoint's tasks that raised, as the failure records them (or none)."""
+    error = view.info.error if view.info is not None else None
+    return error.tasks if error is not None and _failed_node(view) is not None else ()
 
 
 def _failed_node(view: ThreadView) -> str | None:
@@ -322,8 +366,12 @@ def _tasks(view: ThreadView, links: Links) -> Markup:
         tag(
             "p",
             {"class": "hint warn"},
-            f"The run failed in node {failed_node}, which ran as {siblings} tasks here; the failure "
-            "records the node, not which of its tasks raised.",
+            f"The run failed in node {failed_node}, which ran as {siblings} tasks here; "
+            + (
+                "the task that raised is marked."
+                if _raised(view)
+                else "the failure (recorded by an earlier version) names the node, not which task raised."
+            ),
         )
         if siblings > 1
         else None,
@@ -347,6 +395,15 @@ def _steps(view: ThreadView, links: Links) -> Markup | None:
         current = by_id.get(current.parent_id) if current.parent_id else None
     if len(chain) < 2:
         return None
+    # One page of steps; the older ones are the steps to the first checkpoint left out.
+    older = (
+        chain[STEPS_SHOWN].id
+        if len(chain) > STEPS_SHOWN
+        else chain[-1].parent_id
+        if chain[-1].parent_id is not None and chain[-1].parent_id not in by_id
+        else None
+    )
+    chain = chain[:STEPS_SHOWN]
     rows = []
     for checkpoint in chain:
         parent = by_id.get(checkpoint.parent_id) if checkpoint.parent_id else None
@@ -382,8 +439,19 @@ def _steps(view: ThreadView, links: Links) -> Markup | None:
         [tag("th", {"scope": "col"}, name) for name in ("Step", "Ran", "Pause", "When", "Checkpoint")],
     )
     return join(
-        tag("h3", {}, "Steps to here"),
+        tag("h3", {"id": "steps"}, "Steps to here"),
         _scroll(tag("table", {"class": "grid steps"}, tag("thead", {}, head), tag("tbody", {}, rows))),
+        tag(
+            "nav",
+            {"class": "pager steps-pager", "aria-label": "older steps"},
+            tag(
+                "a",
+                {"href": links.thread(view.thread_id, older, fragment="steps"), "rel": "next"},
+                f"Older steps → (to checkpoint {older})",
+            ),
+        )
+        if older is not None
+        else None,
     )
 
 
@@ -406,7 +474,7 @@ def checkpoint_panel(view: ThreadView, links: Links, guard: Guard, actions_on: b
             [
                 ("Step", str(selected.step)),
                 ("Ran", what_ran(selected, parent)),
-                ("Status", badge(selected.status)),
+                ("Status", _status_badge(view)),
                 ("Written", when(selected.ts, absolute=True)),
                 (
                     "Parent",

@@ -16,11 +16,11 @@ from ..graph import CompiledGraph
 from ..types import utc_now
 from . import json_input
 from .csrf import Guard
-from .html import Markup, tag
+from .html import Markup, escape, join, tag
 from .layout import STATUS_LABELS, Note, action_form, badge, document, note_box, running_badge, when
 from .links import Links
 from .pause_forms import inbox_buttons
-from .reading import STATUSES, UPDATED, InboxPage, InboxQuery, InboxRow
+from .reading import MATCH_COUNT, STATUSES, UPDATED, InboxPage, InboxQuery, InboxRow, filtered
 from .values import label, question_of
 
 __all__ = ["threads_page"]
@@ -32,6 +32,14 @@ _EMPTY = {
     "unfinished": "No thread has unfinished work.",
     "done": "No thread has finished.",
     "all": "No threads yet.",
+}
+_MATCHING = {
+    "interrupted": "No waiting thread matches this filter.",
+    "error": "No failed thread matches this filter.",
+    "running": "No running thread matches this filter.",
+    "unfinished": "No unfinished thread matches this filter.",
+    "done": "No finished thread matches this filter.",
+    "all": "No thread matches this filter.",
 }
 _TAB_TITLES = {
     "interrupted": "paused on ctx.interrupt, waiting for an answer",
@@ -157,7 +165,8 @@ def _detail(row: InboxRow, now: _dt.datetime) -> Markup:
         return tag(
             "div",
             {"class": "asks"},
-            tag("span", {"class": "question"}, question_of(first.payload)),
+            # A question's own line breaks are its lines, not a literal \n.
+            tag("span", {"class": "question"}, escape(question_of(first.payload), keep_newlines=True)),
             tag("span", {"class": "muted"}, f" — {first.node}{more}"),
         )
     if info.error is not None:
@@ -182,6 +191,9 @@ def _detail(row: InboxRow, now: _dt.datetime) -> Markup:
         return tag("div", {"class": "cancelled"}, f"cancelled: {label(info.cancelled.reason, 140)}")
     if info.status == "unfinished":
         return tag("div", {"class": "muted"}, "stalled: tasks planned, no run holds it")
+    if info.status == "done":
+        last = f": {', '.join(row.ran)} ran last" if row.ran else ""
+        return tag("div", {"class": "outcome"}, f"finished{last} (step {info.step})")
     return tag("div", {"class": "muted"}, "")
 
 
@@ -309,10 +321,22 @@ def _listing(
     if page is None:
         return tag("p", {"class": "empty"}, "This checkpointer cannot list threads.")
     if not page.rows:
+        narrowed = filtered(query) or bool(query.graph)
         empty = _EMPTY[query.status] if query.offset == 0 else "No more threads."
         if query.graph and page.more:
             empty = (
                 f"No thread of graph {query.graph!r} among the {page.scanned:,} looked through; try Older."
+            )
+        elif narrowed and query.offset == 0:
+            # The tab's own count may not be zero: the filter is why nothing shows.
+            return tag(
+                "p",
+                {"class": "empty"},
+                _MATCHING[query.status],
+                " ",
+                tag(
+                    "a", {"href": links.threads(_params(InboxQuery(status=query.status)))}, "Clear the filter"
+                ),
             )
         return tag("p", {"class": "empty"}, empty)
     now = utc_now()
@@ -369,6 +393,20 @@ def threads_page(
         if counts is not None
         else None
     )
+    matched = page.matched if page is not None else None
+    if matched is not None:
+        total = join(
+            total,
+            tag(
+                "p",
+                {"class": "total matched", "role": "status"},
+                f"More than {MATCH_COUNT:,} threads match the filter."
+                if matched > MATCH_COUNT
+                else "1 thread matches the filter."
+                if matched == 1
+                else f"{matched:,} threads match the filter.",
+            ),
+        )
     answering = dict(graphs or {}) if actions_on and query.status in ("interrupted", "all") else None
     body = [
         tag("h1", {}, heading),

@@ -111,7 +111,8 @@ def document(
                 tag("meta", {"name": "color-scheme", "content": "light dark"}),
                 tag("title", {}, f"{title} · ilmek"),
                 tag("link", {"rel": "stylesheet", "href": links.static("console.css")}),
-                tag("script", {"src": links.static("console.js"), "defer": True}) if refresh else None,
+                # On every page: its keys (j/k, o, a, ?), the one-time note; reloading where asked.
+                tag("script", {"src": links.static("console.js"), "defer": True}),
             ),
             tag(
                 "body",

@@ -14,7 +14,7 @@ from typing import Any, Final
 from ..types import JournalEntry, Pending
 from .answers import AnswerShape, shape_of
 from .html import Markup, escape, join, tag
-from .layout import value_block
+from .payload_fields import payload_block
 from .values import as_json_text, label
 
 __all__ = ["INBOX_OPTIONS", "inbox_buttons", "option_label", "pause_fields"]
@@ -200,21 +200,11 @@ def pause_fields(
             tag("span", {"class": "node"}, pause.node),
             tag("code", {"class": "pid"}, pause.id),
         ),
-        tag("p", {"class": "question"}, shape.question) if shape.question is not None else None,
+        tag("p", {"class": "question"}, escape(shape.question, keep_newlines=True))
+        if shape.question is not None
+        else None,
         draft_view,
-        tag(
-            "details",
-            {"class": "payload fold"},
-            tag("summary", {}, "The whole payload"),
-            value_block(pause.payload),
-        )
-        if shape.draft is not None or shape.question is not None
-        else tag(
-            "div",
-            {"class": "payload"},
-            tag("span", {"class": "label"}, "Payload"),
-            value_block(pause.payload),
-        ),
+        payload_block(pause.payload, shape),
         tag(
             "p",
             {"class": "hint warn"},

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+from collections.abc import Mapping
 from typing import Any, Final
 
 import attrs
@@ -39,6 +40,7 @@ __all__ = [
     "cut",
     "latest_pauses",
     "latest_summary",
+    "ran_nodes",
 ]
 
 PREVIEW_ITEMS: Final = 50
@@ -219,24 +221,42 @@ class LatestSummary:
     Attributes:
         pauses: Its open pauses, each payload a bounded preview (only when asked for).
         graph: The graph it names, if it names one.
+        ran: The nodes whose superstep wrote it (from its metadata's task
+            keys; empty for an input, a fork or an edit).
     """
 
     pauses: tuple[Pending, ...] = ()
     graph: str | None = None
+    ran: tuple[str, ...] = ()
 
 
-def _graph_name(stored: Any) -> str | None:
+def _metadata(stored: Any) -> dict[str, Any]:
+    """A checkpoint's stored metadata as a dict (empty when too long or unreadable)."""
     if isinstance(stored, (bytes, bytearray, memoryview)):
         stored = bytes(stored).decode("utf-8", "replace")
     if isinstance(stored, str):
         if len(stored) > _MAX_METADATA:
-            return None
+            return {}
         try:
             stored = json.loads(stored)
         except (ValueError, RecursionError):
-            return None
-    name = stored.get("graph") if isinstance(stored, dict) else None
-    return name if isinstance(name, str) else None
+            return {}
+    return stored if isinstance(stored, dict) else {}
+
+
+def ran_nodes(metadata: Mapping[str, Any]) -> list[str] | None:
+    """The nodes of the task keys a superstep's checkpoint records (one per task), or ``None`` without."""
+    recorded = metadata.get("tasks")
+    if not isinstance(recorded, list) or not all(isinstance(key, str) for key in recorded):
+        return None
+    # A send's task key is node#n; a node's name holds no "#".
+    return [key.split("#", 1)[0] for key in recorded]
+
+
+def _summary(metadata: Mapping[str, Any], pauses: tuple[Pending, ...]) -> LatestSummary:
+    name = metadata.get("graph")
+    ran = tuple(dict.fromkeys(ran_nodes(metadata) or ()))
+    return LatestSummary(pauses=pauses, graph=name if isinstance(name, str) else None, ran=ran)
 
 
 def latest_summary(checkpointer: Checkpointer, thread_id: str, *, pauses: bool) -> LatestSummary:
@@ -249,10 +269,7 @@ def latest_summary(checkpointer: Checkpointer, thread_id: str, *, pauses: bool) 
         latest = checkpointer.list(thread_id, limit=1)
         if not latest:
             return LatestSummary()
-        name = latest[0].metadata.get("graph")
-        return LatestSummary(
-            pauses=latest[0].pending if pauses else (), graph=name if isinstance(name, str) else None
-        )
+        return _summary(latest[0].metadata, latest[0].pending if pauses else ())
     statement = checkpointer.statements.built(_LATEST_SUMMARY)
     rows = checkpointer.transact(
         lambda session: session.query(statement, thread_id=thread_id),
@@ -268,7 +285,7 @@ def latest_summary(checkpointer: Checkpointer, thread_id: str, *, pauses: bool) 
         # read whole, opened by the checkpointer (shown as sealed without its keys).
         latest = checkpointer.list(thread_id, limit=1)
         previews = latest[0].pending if latest else ()
-    return LatestSummary(pauses=previews, graph=_graph_name(rows[0][1]))
+    return _summary(_metadata(rows[0][1]), previews)
 
 
 def latest_pauses(checkpointer: Checkpointer, thread_id: str) -> tuple[Pending, ...]:

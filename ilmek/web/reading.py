@@ -27,6 +27,7 @@ from .tree import answered_pauses, pause_state
 
 __all__ = [
     "GRAPH_SCAN",
+    "MATCH_COUNT",
     "STATUSES",
     "TREE_LIMIT",
     "UPDATED",
@@ -35,6 +36,7 @@ __all__ = [
     "InboxRow",
     "PauseView",
     "ThreadView",
+    "filtered",
     "graph_for",
     "inbox_query",
     "parse_metadata_filter",
@@ -78,6 +80,8 @@ UPDATED: Final = {
     "old30d": ("more than 30 days ago", None, 30 * 86400),
 }
 """The time filters: name -> (label, updated within so many seconds, updated longer ago than so many)."""
+MATCH_COUNT: Final = 1000
+"""The most matching threads a filtered list counts (more read as "1,000+")."""
 GRAPH_SCAN: Final = 1000
 """The most threads one page filtered by graph looks through (a graph is named by each checkpoint)."""
 
@@ -87,11 +91,13 @@ class InboxRow:
     """One thread on the threads page, with its open pauses if it waits for a person.
 
     Each pause's payload is a bounded preview (:func:`ilmek.web.previews.cut`), not the whole value.
+    ``ran``: the nodes whose superstep wrote its latest checkpoint (read for a finished thread).
     """
 
     info: ThreadInfo
     pending: tuple[Pending, ...] = ()
     graph: str | None = None
+    ran: tuple[str, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -100,7 +106,9 @@ class InboxPage:
 
     ``counts``: the threads of each tab in the whole store (``None`` when
     the store cannot count them). ``scanned``: how many threads a graph
-    filter looked through for this page.
+    filter looked through for this page. ``matched``: how many threads a
+    search, metadata or time filter matches, counted up to :data:`MATCH_COUNT`
+    (``None`` when unfiltered, or filtered by graph).
     """
 
     rows: list[InboxRow]
@@ -108,6 +116,7 @@ class InboxPage:
     next_offset: int = 0
     counts: Mapping[str, int] | None = None
     scanned: int = 0
+    matched: int | None = None
 
 
 def parse_metadata_filter(text: str) -> tuple[str, Any]:
@@ -205,12 +214,13 @@ def _listing_filters(query: InboxQuery) -> dict[str, Any]:
 
 
 def _row(checkpointer: Checkpointer, info: ThreadInfo, summary: LatestSummary | None = None) -> InboxRow:
-    if summary is None and info.status == "interrupted":
-        # Only the pauses, and of each payload a bounded preview: never a payload decoded whole.
-        summary = latest_summary(checkpointer, info.id, pauses=True)
+    if summary is None and info.status in ("interrupted", "done"):
+        # Only the pauses, and of each payload a bounded preview: never a payload decoded whole;
+        # of a finished thread, what ran last (its outcome).
+        summary = latest_summary(checkpointer, info.id, pauses=info.status == "interrupted")
     if summary is None:
         return InboxRow(info=info)
-    return InboxRow(info=info, pending=summary.pauses, graph=summary.graph)
+    return InboxRow(info=info, pending=summary.pauses, graph=summary.graph, ran=summary.ran)
 
 
 def _by_graph(checkpointer: Checkpointer, query: InboxQuery, filters: dict[str, Any]) -> InboxPage:
@@ -252,8 +262,28 @@ def read_inbox(checkpointer: Checkpointer, query: InboxQuery) -> InboxPage:
     )
     rows = [_row(checkpointer, info) for info in infos[: query.limit]]
     return InboxPage(
-        rows=rows, more=len(infos) > query.limit, next_offset=query.offset + query.limit, counts=counts
+        rows=rows,
+        more=len(infos) > query.limit,
+        next_offset=query.offset + query.limit,
+        counts=counts,
+        matched=_matched(checkpointer, query, filters, len(infos)),
     )
+
+
+def filtered(query: InboxQuery) -> bool:
+    """Whether a search, metadata or time filter narrows the list (the tabs count the whole store)."""
+    return bool(query.search or query.metadata or query.updated)
+
+
+def _matched(
+    checkpointer: Checkpointer, query: InboxQuery, filters: dict[str, Any], listed: int
+) -> int | None:
+    """How many threads the filters match, up to :data:`MATCH_COUNT` + 1 (``None`` unfiltered)."""
+    if not filtered(query):
+        return None
+    if query.offset == 0 and listed <= query.limit:
+        return listed  # the whole match is on this page
+    return len(checkpointer.list_threads(**filters, limit=MATCH_COUNT + 1))
 
 
 def graph_for(
@@ -332,6 +362,8 @@ class ThreadView:
             ``before`` id), when there are more than the tree lists.
         paged: The tree lists a page of older checkpoints, not the newest.
         next_waiting: The most recently updated other thread waiting for an answer.
+        reached: The checkpoints drawn from outside the tree's page: the
+            parents of its forks (they are in ``checkpoints`` too).
     """
 
     thread_id: str
@@ -351,6 +383,7 @@ class ThreadView:
     older: str | None = None
     paged: bool = False
     next_waiting: str | None = None
+    reached: frozenset[str] = frozenset()
 
 
 def _recorded_answer(journals: Mapping[str, tuple[JournalEntry, ...]], pause: Pending) -> JournalEntry | None:
@@ -389,12 +422,40 @@ def _listing(
     """
     paged = before is not None
     listed = checkpointer.list(thread_id, limit=TREE_LIMIT + 1, before=before)
-    if not paged and all(checkpoint.id != selected.id for checkpoint in listed):
+    # The 301st is listed only to tell whether more exist: a selected checkpoint there is not drawn.
+    if not paged and all(checkpoint.id != selected.id for checkpoint in listed[:TREE_LIMIT]):
         listed = [selected, *checkpointer.list(thread_id, limit=TREE_LIMIT, before=selected.id)]
         paged = True
     more = len(listed) > TREE_LIMIT
     listed = listed[:TREE_LIMIT]
     return listed, (listed[-1].id if more else None), paged
+
+
+FORK_PARENTS: Final = 20
+"""The most fork parents older than the tree's page that it fetches and draws."""
+
+
+def _fork_parents(checkpointer: Checkpointer, thread_id: str, listed: list[Checkpoint]) -> list[Checkpoint]:
+    """The checkpoints the listed forks start from that the page does not list (at most :data:`FORK_PARENTS`).
+
+    Without its parent a fork would be drawn as a root, and read as if it
+    continued whatever branch ends below it.
+    """
+    ids = {checkpoint.id for checkpoint in listed}
+    wanted = dict.fromkeys(
+        checkpoint.parent_id
+        for checkpoint in listed
+        if checkpoint.metadata.get("source") == "fork"
+        and checkpoint.parent_id is not None
+        and checkpoint.parent_id not in ids
+    )
+    found = []
+    for parent_id in list(wanted)[:FORK_PARENTS]:
+        assert parent_id is not None
+        parent = checkpointer.get(thread_id, parent_id)
+        if parent is not None:
+            found.append(parent)
+    return found
 
 
 def _tree_answers(
@@ -443,6 +504,7 @@ def read_thread(
     if selected is None:
         return None
     listed, older, paged = _listing(checkpointer, thread_id, selected, tree_before or None)
+    reached = _fork_parents(checkpointer, thread_id, listed)
     parent = checkpointer.get(thread_id, selected.parent_id) if selected.parent_id else None
     problems: list[str] = []
     journals = _journals(checkpointer, selected, problems)
@@ -474,7 +536,8 @@ def read_thread(
         thread_id=thread_id,
         info=thread_info(checkpointer, thread_id),
         latest=latest,
-        checkpoints=listed,
+        checkpoints=[*listed, *reached],
+        reached=frozenset(checkpoint.id for checkpoint in reached),
         truncated=older is not None or paged,
         selected=selected,
         parent=parent,

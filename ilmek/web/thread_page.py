@@ -16,6 +16,7 @@ from .html import Markup, escape, tag
 from .layout import Note, action_form, badge, document, facts, note_box, running_badge, when
 from .links import Links
 from .reading import ThreadView, held_since
+from .traceback_view import traceback_block
 from .tree import draw_tree
 
 __all__ = ["thread_page"]
@@ -72,7 +73,10 @@ def _header(view: ThreadView, links: Links) -> Markup:
                 ),
                 ("Running since", when(info.held_since, now, absolute=True) if running and info else None),
                 ("Held by", info.held_by if running and info is not None and info.held_by else None),
-                ("Checkpoints", f"{len(view.checkpoints)}{'+' if view.truncated else ''}"),
+                (
+                    "Checkpoints",
+                    f"{len(view.checkpoints) - len(view.reached)}{'+' if view.truncated else ''}",
+                ),
             ]
         ),
         metadata_chips(info.metadata) if info is not None else None,
@@ -117,12 +121,7 @@ def _failure(view: ThreadView, links: Links) -> Markup | None:
             "div",
             {"class": "traceback"},
             tag("h3", {}, "Traceback"),
-            # Focusable: a long traceback scrolls, by keyboard too.
-            tag(
-                "pre",
-                {"class": "message trace", "tabindex": "0"},
-                escape(error.traceback, keep_newlines=True),
-            ),
+            traceback_block(error.traceback),
         )
         if error.traceback
         else tag("p", {"class": "hint"}, "No traceback was kept for this failure."),
@@ -323,13 +322,19 @@ def _tree(view: ThreadView, links: Links) -> Markup:
                 failed_at=failed_at,
                 answers=view.answers,
                 recorded_at=view.latest.id if view.recorded else None,
+                reached=view.reached,
             ),
         ),
         tag(
             "p",
             {"class": "hint"},
             f"{len(view.checkpoints)} checkpoints drawn"
-            + (" (an older page)" if view.paged else f", the newest {len(view.checkpoints)}")
+            + (
+                " (an older page)"
+                if view.paged
+                else f", the newest {len(view.checkpoints) - len(view.reached)}"
+            )
+            + (f" and {len(view.reached)} a fork starts from" if view.reached else "")
             + ("; there are older ones." if view.older is not None else "."),
         )
         if view.truncated

@@ -23,6 +23,7 @@ import attrs
 from ..types import Checkpoint
 from .html import Markup, join, tag
 from .links import Links
+from .previews import ran_nodes
 from .values import preview
 
 __all__ = ["TreeNode", "answered_pauses", "draw_tree", "layout", "pause_state", "what_ran"]
@@ -110,7 +111,8 @@ def layout(checkpoints: Sequence[Checkpoint]) -> list[TreeNode]:
     for checkpoint in ordered:
         parent = parent_of.get(checkpoint.id)
         row = row_of[checkpoint.id]
-        if parent is not None and parent not in continued:
+        # A fork always branches to the side: continuing its parent's lane would read as the old branch.
+        if parent is not None and parent not in continued and checkpoint.metadata.get("source") != "fork":
             continued.add(parent)
             chain = chain_of[parent]
             chains[chain] = (chains[chain][0], row)
@@ -159,12 +161,10 @@ def what_ran(checkpoint: Checkpoint, parent: Checkpoint | None) -> str:
     nodes too.
     """
     source = str(checkpoint.metadata.get("source", "?"))
-    recorded = checkpoint.metadata.get("tasks")
-    ran: list[str] = []
-    if isinstance(recorded, list) and all(isinstance(key, str) for key in recorded):
-        # A superstep records its tasks' keys; a send's is node#n (a node's name holds no "#").
-        ran = [key.split("#", 1)[0] for key in recorded]
-    elif source in ("loop", "pause") and parent is not None:
+    # A superstep records its tasks' keys.
+    recorded = ran_nodes(checkpoint.metadata)
+    ran = recorded or []
+    if recorded is None and source in ("loop", "pause") and parent is not None:
         ran = [task.node for task in parent.next]
     if source in ("loop", "pause") and ran:
         counted = [
@@ -199,15 +199,21 @@ def _label(
     answers: Mapping[str, Any],
     latest: str | None,
     failed_at: str | None,
+    reached: bool,
 ) -> Markup:
     checkpoint = node.checkpoint
     parts = [
         tag("tspan", {"class": "t-step"}, f"step {checkpoint.step}"),
+        # The time early: a long label is cut at the drawing's edge, never the time.
+        tag("tspan", {"class": "t-time", "dx": "10"}, f"{checkpoint.ts:%Y-%m-%d %H:%M:%S}"),
         tag("tspan", {"class": "t-source", "dx": "10"}, what_ran(checkpoint, parent)),
     ]
     if node.damage is not None:
         parts.append(tag("tspan", {"class": "t-failed t-damaged", "dx": "10"}, node.damage))
-    if state is not None:
+    if reached:
+        # Drawn only as the start of a fork: what became of its own pauses is on its own page.
+        parts.append(tag("tspan", {"class": "t-source", "dx": "10"}, "a fork's parent, older than this page"))
+    elif state is not None:
         given = [
             f"{pause.id} = {preview(answers[pause.id], 24)}"
             for pause in checkpoint.pending
@@ -222,7 +228,6 @@ def _label(
         parts.append(tag("tspan", {"class": "t-failed", "dx": "10"}, "failed from here"))
     if checkpoint.id == latest:
         parts.append(tag("tspan", {"class": "t-latest", "dx": "10"}, "latest"))
-    parts.append(tag("tspan", {"class": "t-time", "dx": "10"}, f"{checkpoint.ts:%Y-%m-%d %H:%M:%S}"))
     return join(*parts)
 
 
@@ -262,19 +267,24 @@ def _row(
     sizes: tuple[int, int],
     x: Any,
     y: Any,
+    outside: frozenset[str] = frozenset(),
 ) -> Markup:
     """One checkpoint's row: a link holding its circle and label.
 
     ``marks``: the selected, latest, failed-from and recorded-answer checkpoints;
-    ``sizes``: where labels start and the row's width; ``x``, ``y``: lane and row to pixels.
+    ``sizes``: where labels start and the row's width; ``x``, ``y``: lane and row to pixels;
+    ``outside``: the checkpoints drawn from beyond the page (a fork's parent).
     """
     selected, latest, failed_at, recorded_at = marks
     checkpoint = node.checkpoint
     cy = y(node.row)
     parent = by_id.get(checkpoint.parent_id) if checkpoint.parent_id else None
-    state = pause_state(checkpoint, answered, latest, recorded_at)
+    reached = checkpoint.id in outside
+    state = None if reached else pause_state(checkpoint, answered, latest, recorded_at)
     classes = _node_classes(checkpoint, state, latest, failed_at)
-    label = _label(node, parent, state, answers.get(checkpoint.id, {}), latest, failed_at)
+    if reached:
+        classes = [css for css in classes if css != "done"]
+    label = _label(node, parent, state, answers.get(checkpoint.id, {}), latest, failed_at, reached)
     return tag(
         "a",
         {
@@ -289,6 +299,21 @@ def _row(
     )
 
 
+def _edges(nodes: Sequence[TreeNode], x: Any, y: Any) -> list[Markup]:
+    """A path from each drawn parent up to its child; a fork's is drawn as a fork."""
+    return [
+        tag(
+            "path",
+            {
+                "d": _edge_path(x(node.parent_lane), y(node.parent_row), x(node.lane), y(node.row)),
+                "class": "edge fork" if node.checkpoint.metadata.get("source") == "fork" else "edge",
+            },
+        )
+        for node in nodes
+        if node.parent_row is not None and node.parent_lane is not None
+    ]
+
+
 def draw_tree(
     checkpoints: Sequence[Checkpoint],
     links: Links,
@@ -298,6 +323,7 @@ def draw_tree(
     failed_at: str | None = None,
     answers: Mapping[str, Mapping[str, Any]] | None = None,
     recorded_at: str | None = None,
+    reached: frozenset[str] = frozenset(),
 ) -> Markup:
     """The tree as an inline ``<svg>``; each row links to its checkpoint, newest first in reading order.
 
@@ -311,6 +337,7 @@ def draw_tree(
             pause id (each answered row says what was answered).
         recorded_at: The latest checkpoint, when a failed run recorded an
             answer to its pauses (it reads answered).
+        reached: Checkpoints drawn from beyond the page, where a fork starts.
     """
     nodes = layout(checkpoints)
     if not nodes:
@@ -330,13 +357,7 @@ def draw_tree(
         # Newest at the top.
         return PAD + (rows - 1 - row) * ROW + ROW // 4
 
-    edges = []
-    for node in nodes:
-        if node.parent_row is None or node.parent_lane is None:
-            continue
-        path = _edge_path(x(node.parent_lane), y(node.parent_row), x(node.lane), y(node.row))
-        fork = node.checkpoint.metadata.get("source") == "fork"
-        edges.append(tag("path", {"d": path, "class": "edge fork" if fork else "edge"}))
+    edges = _edges(nodes, x, y)
 
     # Newest first in the document too: reading and tabbing go down the rows as drawn.
     rows_markup = [
@@ -350,6 +371,7 @@ def draw_tree(
             (label_x, width),
             x,
             y,
+            reached,
         )
         for node in reversed(nodes)
     ]

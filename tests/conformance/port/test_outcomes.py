@@ -12,7 +12,18 @@ from typing import Any
 
 import pytest
 
-from ilmek import START, Checkpointer, ThreadCancel, ThreadError, channel, graph, request_cancel, run, stream
+from ilmek import (
+    START,
+    Checkpointer,
+    ThreadCancel,
+    ThreadError,
+    channel,
+    graph,
+    request_cancel,
+    run,
+    send,
+    stream,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -137,3 +148,53 @@ def test_a_running_thread_says_which_process_holds_it(checkpointer: Checkpointer
     done = checkpointer.get_thread("held")
     assert done is not None
     assert (False, None) == (done.running, done.held_by)
+
+
+def fan_out(failing_topics: set[str]) -> Any:
+    """One send of ``research`` per topic; those in ``failing_topics`` raise."""
+
+    def research(state: dict[str, Any]) -> dict[str, Any]:
+        if state["topic"] in failing_topics:
+            raise ConnectionError(f"{state['topic']} timed out")
+        return {"notes": [state["topic"]]}
+
+    return (
+        graph("fan", {"notes": channel.append()})
+        .node("plan", lambda state: {})
+        .node("research", research)
+        .edge(START, "plan")
+        .router(
+            "plan",
+            lambda state: [send("research", {"topic": t}) for t in ("market", "pricing", "rivals")],
+            destinations=["research"],
+        )
+        .compile()
+    )
+
+
+def _topic_of(checkpointer: Checkpointer, thread_id: str, task_key: str) -> str:
+    latest = checkpointer.get(thread_id)
+    assert latest is not None
+    return str(next(task.input["topic"] for task in latest.next if task.task_key == task_key))
+
+
+def test_a_failed_fan_out_records_which_of_its_sends_raised(checkpointer: Checkpointer) -> None:
+    """Of three sends of one node, only the one that raised is recorded as failed, by its task key."""
+    run(fan_out({"pricing"}), {}, thread_id="fan", checkpointer=checkpointer)
+    info = checkpointer.get_thread("fan")
+    assert info is not None
+    assert info.error is not None
+    assert "research" == info.error.node
+    assert 1 == len(info.error.tasks)
+    assert "pricing" == _topic_of(checkpointer, "fan", info.error.tasks[0])
+
+
+def test_every_send_that_raised_is_recorded_the_error_shown_first(checkpointer: Checkpointer) -> None:
+    """Two sends raise: both task keys are kept, the one whose error the record holds first."""
+    run(fan_out({"pricing", "rivals"}), {}, thread_id="fan2", checkpointer=checkpointer)
+    info = checkpointer.get_thread("fan2")
+    assert info is not None
+    assert info.error is not None
+    topics = [_topic_of(checkpointer, "fan2", key) for key in info.error.tasks]
+    assert {"pricing", "rivals"} == set(topics)
+    assert info.error.message == f"{topics[0]} timed out"

@@ -314,6 +314,59 @@ def test_the_inbox_answers_a_pause_in_one_click_and_a_thread_leads_to_the_next(
     assert "interrupted" == status_of(store, shown)
 
 
+def test_a_note_is_shown_once_and_keys_move_open_and_answer(
+    driver: Any, console: str, store: Checkpointer
+) -> None:
+    """After an answer the note shows, and a reload does not bring it back; j/k, o, a and ? work the inbox."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    viewport(driver, DESKTOP)
+    driver.get(console + "/")
+    row = next(r for r in css(driver, "table.threads tbody tr") if THREADS["second_waiting"] in r.text)
+    press(driver, button(driver, "Reject", row))
+    assert note(driver).startswith(f"{THREADS['second_waiting']}: Answered.")
+    assert "note=" not in driver.current_url
+    driver.refresh()
+    wait_for(driver, lambda d: css(d, "h1") and css(d, "h1")[0].text == "Inbox")
+    assert not css(driver, ".note")
+
+    def key(text: str) -> None:
+        ActionChains(driver).send_keys(text).perform()
+
+    key("j")
+    key("j")
+    links = css(driver, "table.threads a.tid")
+    second = links[1]
+    assert second == driver.switch_to.active_element
+    assert "kbd-current" in (second.get_attribute("class") or "")
+    key("k")
+    assert links[0] == driver.switch_to.active_element
+    answerable = next(
+        index
+        for index, line in enumerate(css(driver, "table.threads tbody tr"))
+        if line.find_elements("css selector", ".row-answer button")
+    )
+    key("j" * answerable)
+    key("a")
+    focused = driver.switch_to.active_element
+    assert "BUTTON" == focused.tag_name.upper()
+    assert (
+        focused.find_element("xpath", "ancestor::tr").find_element("css selector", "a.tid")
+        == links[answerable]
+    )
+    driver.find_element("tag name", "h1").click()
+    key("?")
+    helper = wait_for(driver, lambda d: css(d, ".keys-help"))[0]
+    assert "j / k" in helper.text
+    key("\ue00c")  # Escape
+    assert not css(driver, ".keys-help")
+    key("j")
+    target = driver.switch_to.active_element.text
+    assert target in [link.text for link in links]
+    key("o")
+    wait_for(driver, lambda d: css(d, "h1.tid") and css(d, "h1.tid")[0].text == target)
+
+
 # --- 5. a cancel leaves its trace ----------------------------------------------------------------------
 
 
@@ -459,15 +512,27 @@ def test_checkpoints_past_the_newest_300_are_reached_through_older_pages(
 def test_a_failure_shows_its_traceback_marks_the_failed_tasks_and_a_failed_recover_says_so(
     driver: Any, console: str, store: Checkpointer
 ) -> None:
-    """The fan-out's failure: traceback shown, research tasks marked failed; Recover says it failed again."""
+    """A fan-out's failure: traceback shown, the one send that raised marked; Recover says it failed again."""
     viewport(driver, DESKTOP)
     driver.get(thread_url(console, UX_THREADS["research"]))
-    trace = css(driver, "section.panel.failed pre.trace")[0].text
+    trace = css(driver, "section.panel.failed pre.trace")[0].get_attribute("textContent")
     assert trace.startswith("Traceback (most recent call last):")
     assert "ConnectionError: the pricing API timed out after 30 s" in trace
+    # The exception first, visible without scrolling; then the user's own frames, no ilmek frame among them.
+    last = css(driver, "section.panel.failed .trace-last")[0]
+    assert "ConnectionError: the pricing API timed out after 30 s" == last.text
+    assert last.is_displayed()
+    assert driver.execute_script("return arguments[0].getBoundingClientRect().bottom", last) < 900
+    user = css(driver, "section.panel.failed pre.trace-user")[0].text
+    assert user.lstrip().startswith('File "')
+    assert "in research" in user
+    assert "/ilmek/" not in user
     marked = css(driver, ".task.failed-task")
-    assert 3 == len(marked)
-    assert all("research" in task.text for task in marked)
+    assert 1 == len(marked)
+    assert '"pricing"' in marked[0].text
+    assert "raised the error above" in marked[0].text
+    assert 2 == len([task for task in css(driver, ".task") if "research" in task.text and task not in marked])
+    assert "its node failed" not in driver.page_source
     press(driver, button(driver, "Recover: continue the run"))
     text = note(driver)
     assert text.startswith("Recovery did not succeed. The run failed again, node 'research'")

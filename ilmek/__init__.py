@@ -35,6 +35,7 @@ from .errors import (
     CheckpointNotFoundError,
     ConcurrentUpdateError,
     CorruptCheckpointError,
+    DrainingError,
     GraphError,
     IlmekError,
     InterruptSignal,
@@ -69,6 +70,7 @@ from .events import (
 from .graph import END, START, CompiledGraph, GraphBuilder, graph
 from .host import history, pending_interrupts, thread_state, update_state
 from .operations import recover, request_cancel
+from .process_drain import drain, draining, undrain
 from .spec import from_spec, to_spec
 from .sweep import tick
 from .types import (
@@ -112,6 +114,7 @@ __all__ = [
     "ConcurrentUpdateError",
     "CorruptCheckpointError",
     "CustomEvent",
+    "DrainingError",
     "Event",
     "EventBase",
     "GraphBuilder",
@@ -159,6 +162,8 @@ __all__ = [
     "append_field",
     "channel",
     "command",
+    "drain",
+    "draining",
     "from_spec",
     "graph",
     "history",
@@ -184,6 +189,7 @@ __all__ = [
     "thread_state",
     "tick",
     "to_spec",
+    "undrain",
     "update_state",
 ]
 

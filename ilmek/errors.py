@@ -19,6 +19,7 @@ __all__ = [
     "CheckpointNotFoundError",
     "ConcurrentUpdateError",
     "CorruptCheckpointError",
+    "DrainingError",
     "GraphError",
     "IlmekError",
     "InterruptSignal",
@@ -199,6 +200,10 @@ class CorruptCheckpointError(SerializationError):
 
 class ThreadBusyError(IlmekError):
     """Another run holds this thread; wait for it to return and try again."""
+
+
+class DrainingError(IlmekError):
+    """This process is draining (``ilmek.drain()``): it starts no new run; run it in another process."""
 
 
 class ConcurrentUpdateError(IlmekError):

@@ -16,10 +16,11 @@ from . import checks
 from .checkpoint.base import Checkpointer
 from .checkpoint.holds import Hold
 from .engine import RunOptions, collect_result
-from .errors import ConcurrentUpdateError, InvalidArgumentError, StorageError, ThreadBusyError
+from .errors import ConcurrentUpdateError, DrainingError, InvalidArgumentError, StorageError, ThreadBusyError
 from .execution.lifecycle import Run, Start
 from .graph import CompiledGraph
 from .logs import logger
+from .process_drain import draining
 from .types import Checkpoint, Result, ThreadError, ThreadInfo
 
 __all__ = ["recover", "request_cancel", "stalled_threads"]
@@ -189,6 +190,8 @@ def recover(
     registry = graph_registry(graphs)
     results: list[Result] = []
     for info in stalled_threads(checkpointer, older_than=older_than, limit=limit):
+        if draining():
+            break  # this process gives its work back: another process's recover takes the rest
         latest = checkpointer.get(info.id)
         if latest is None or latest.pending or not latest.next:
             continue
@@ -208,6 +211,8 @@ def recover(
         except (ThreadBusyError, ConcurrentUpdateError):
             # Another recoverer, or a run, has it or had it: it is in good hands.
             continue
+        except DrainingError:
+            break  # drained between the look and the run: nothing was written
         except StorageError:
             raise  # the database's failure, not the thread's: the sweep cannot go on either
         except Exception as error:

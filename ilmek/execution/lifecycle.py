@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from .. import process_drain as draining
 from ..checkpoint.holds import Hold
 from ..errors import (
     CheckpointNotFoundError,
@@ -112,6 +113,7 @@ class Run:
 
     def _events(self) -> Generator[Event, None, None]:
         setup = self.setup
+        draining.refuse_if_draining(setup.thread_id)
         telemetry = self.telemetry = RunTelemetry(setup, "resume" if isinstance(self.mode, Resume) else "run")
         try:
             # A run that begins by committing its input, or a resume by
@@ -236,8 +238,9 @@ class _Driving:
         setup = self.setup
         if not base.next:
             raise _Finished(self._end("done", base, values))
-        if setup.cancel.is_set():
-            reason = self.keeper.abort_reason()
+        if setup.cancel.is_set() or draining.draining():
+            # The process's drain stops its runs where a cancel does, under its own reason.
+            reason = self.keeper.abort_reason() if setup.cancel.is_set() else draining.DRAIN_REASON
             self.position.record_cancel(base, reason)
             raise _Finished(self._end("aborted", base, values, abort_reason=reason))
         if self.steps_taken >= setup.limit:

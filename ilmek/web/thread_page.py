@@ -9,6 +9,7 @@ shown is drawn by :mod:`ilmek.web.checkpoint_view`.
 from __future__ import annotations
 
 from ..types import utc_now
+from .background import console_process, held_here
 from .checkpoint_view import checkpoint_panel, metadata_chips, pauses_form
 from .csrf import Guard
 from .graph_svg import draw_graph
@@ -27,6 +28,11 @@ def _status(view: ThreadView) -> str:
 
 def _running(view: ThreadView) -> bool:
     return view.info is not None and view.info.running
+
+
+def _holder(held_by: str) -> str:
+    """Who holds the thread; the console's own process said as such."""
+    return f"{held_by}: {console_process()}, running it in the background" if held_here(held_by) else held_by
 
 
 def _header(view: ThreadView, links: Links) -> Markup:
@@ -71,7 +77,7 @@ def _header(view: ThreadView, links: Links) -> Markup:
                     else when(view.latest.ts, now),
                 ),
                 ("Running since", when(info.held_since, now, absolute=True) if running and info else None),
-                ("Held by", info.held_by if running and info is not None and info.held_by else None),
+                ("Held by", _holder(info.held_by) if running and info is not None and info.held_by else None),
                 ("Checkpoints", f"{len(view.checkpoints)}{'+' if view.truncated else ''}"),
             ]
         ),
@@ -231,7 +237,8 @@ def _controls(
                 tag(
                     "span",
                     {"class": "hint"},
-                    "Runs the thread on from its last checkpoint, in this request, replaying recorded steps."
+                    "Runs the thread on from its last checkpoint in the console's process, replaying "
+                    "recorded steps; a long run goes on after the page returns."
                     if view.graph is not None
                     else "Needs the thread's graph (--graph MODULE:GRAPH).",
                 ),
@@ -239,7 +246,9 @@ def _controls(
         )
     if not forms:
         return None
-    if running:
+    if running and view.info is not None and held_here(view.info.held_by):
+        title = f"Running in {console_process()}…"
+    elif running:
         title = "A run holds the thread"
     elif _status(view) == "error":
         title = "Recover"

@@ -244,8 +244,7 @@ class _Driving:
             self.position.record_cancel(base, reason)
             raise _Finished(self._end("aborted", base, values, abort_reason=reason))
         if self.steps_taken >= setup.limit:
-            yield self._end("error", base, values)
-            raise RecursionLimitError(
+            limit_error = RecursionLimitError(
                 f"thread {setup.thread_id!r} ran {setup.limit} supersteps in this run without "
                 f"finishing (recursion_limit={setup.limit}); checkpoint {base.id!r} stands: "
                 "continue with run(g, None, ...) or raise recursion_limit",
@@ -253,6 +252,10 @@ class _Driving:
                 thread_id=setup.thread_id,
                 checkpoint_id=base.id,
             )
+            # Recorded on the thread, so it says why it stopped (not like a process that died).
+            self.position.record_failure(base, None, limit_error)
+            yield self._end("error", base, values)
+            raise limit_error
         try:
             base, values = yield from self.superstep.run(
                 base, values, steps_taken=self.steps_taken, placement=self.placement

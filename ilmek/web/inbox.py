@@ -13,6 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 
 from ..graph import CompiledGraph
+from ..operations import why_stalled
 from ..types import utc_now
 from . import json_input
 from .csrf import Guard
@@ -181,7 +182,7 @@ def _detail(row: InboxRow, now: _dt.datetime) -> Markup:
     if info.cancelled is not None:
         return tag("div", {"class": "cancelled"}, f"cancelled: {label(info.cancelled.reason, 140)}")
     if info.status == "unfinished":
-        return tag("div", {"class": "muted"}, "stalled: tasks planned, no run holds it")
+        return tag("div", {"class": "muted"}, f"stalled: {why_stalled(info) or 'tasks planned'}")
     return tag("div", {"class": "muted"}, "")
 
 

@@ -8,6 +8,7 @@ shown is drawn by :mod:`ilmek.web.checkpoint_view`.
 
 from __future__ import annotations
 
+from ..operations import why_stalled
 from ..types import utc_now
 from .background import console_process, held_here
 from .checkpoint_view import checkpoint_panel, metadata_chips, pauses_form
@@ -255,7 +256,8 @@ def _controls(
     elif view.info is not None and view.info.cancelled is not None:
         title = "Cancelled: tasks planned, no run holds it"
     else:
-        title = "Stalled: tasks planned, no run holds it"
+        why = why_stalled(view.info) if view.info is not None else None
+        title = f"Stalled: {why or 'tasks planned, no run holds it'}"
     return tag(
         "section",
         {"class": "panel operate", "aria-labelledby": "operate-title"},

@@ -22,6 +22,7 @@ from .layout import STATUS_LABELS, Note, action_form, badge, document, note_box,
 from .links import Links
 from .pause_forms import inbox_buttons
 from .reading import STATUSES, UPDATED, InboxPage, InboxQuery, InboxRow
+from .timing import pause_timing
 from .values import label, question_of
 
 __all__ = ["threads_page"]
@@ -155,11 +156,14 @@ def _detail(row: InboxRow, now: _dt.datetime) -> Markup:
     if row.pending:
         first = row.pending[0]
         more = f" (+{len(row.pending) - 1} more)" if len(row.pending) > 1 else ""
+        timed = [p for p in row.pending if p.deadline is not None]
+        timing = pause_timing(min(timed, key=lambda p: p.deadline or now), now) if timed else None
         return tag(
             "div",
             {"class": "asks"},
             tag("span", {"class": "question"}, question_of(first.payload)),
             tag("span", {"class": "muted"}, f" — {first.node}{more}"),
+            tag("div", {"class": "timing"}, timing) if timing is not None else None,
         )
     if info.error is not None:
         message = info.error.message.strip().split("\n", 1)[0]

@@ -8,8 +8,10 @@ shown is drawn by :mod:`ilmek.web.checkpoint_view`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..operations import why_stalled
-from ..types import utc_now
+from ..types import Pending, utc_now
 from .background import console_process, held_here
 from .checkpoint_view import checkpoint_panel, metadata_chips, pauses_form
 from .csrf import Guard
@@ -18,6 +20,7 @@ from .html import Markup, escape, tag
 from .layout import Note, action_form, badge, document, facts, note_box, running_badge, when
 from .links import Links
 from .reading import ThreadView, held_since
+from .timing import pause_timing
 from .tree import draw_tree
 
 __all__ = ["thread_page"]
@@ -266,6 +269,14 @@ def _controls(
     )
 
 
+def _timings(pending: Sequence[Pending]) -> Markup | None:
+    """When each open pause ends by itself (a deadline, a timer); ``None`` when none does."""
+    now = utc_now()
+    lines = [(pause, pause_timing(pause, now)) for pause in pending]
+    shown = [tag("li", {}, tag("code", {}, pause.id), ": ", timing) for pause, timing in lines if timing]
+    return tag("ul", {"class": "timing"}, shown) if shown else None
+
+
 def _waiting(view: ThreadView, links: Links, guard: Guard, actions_on: bool) -> Markup | None:
     latest = view.latest
     if not latest.pending:
@@ -278,6 +289,7 @@ def _waiting(view: ThreadView, links: Links, guard: Guard, actions_on: bool) -> 
         "section",
         {"class": "panel waiting", "id": "pauses", "aria-labelledby": "pauses-title"},
         tag("h2", {"id": "pauses-title"}, title),
+        _timings(latest.pending),
         pauses_form(view, latest, links, guard, actions_on=actions_on, fork=False),
     )
 

@@ -383,15 +383,23 @@ def open_stores(
     return checkpointer, shop
 
 
-if __name__ == "__main__":
+def app_from_environment() -> Flask:
+    """The app on ``DATABASE_URL`` (else ``checkout.db``), its console from ``CONSOLE_PASSWORD``.
+
+    What a production server loads, draining ilmek's runs on SIGTERM::
+
+        .venv/bin/gunicorn -c examples/gunicorn_conf.py 'examples.flask_app:app_from_environment()'
+    """
     checkpointer, shop = open_stores(os.environ.get("DATABASE_URL"))
-    try:
-        create_app(
-            checkpointer,
-            shop,
-            console_password=os.environ.get("CONSOLE_PASSWORD"),
-            console_secret=os.environ.get("CONSOLE_SECRET"),
-        ).run(threaded=True, port=int(os.environ.get("PORT", "5000")))
-    finally:
-        checkpointer.close()
-        shop.close()
+    return create_app(
+        checkpointer,
+        shop,
+        console_password=os.environ.get("CONSOLE_PASSWORD"),
+        console_secret=os.environ.get("CONSOLE_SECRET"),
+    )
+
+
+if __name__ == "__main__":
+    # Flask's development server; in production run gunicorn with examples/gunicorn_conf.py, whose
+    # SIGTERM hook calls ilmek.drain() so a deploy never kills a run mid-superstep.
+    app_from_environment().run(threaded=True, port=int(os.environ.get("PORT", "5000")))

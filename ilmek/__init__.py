@@ -37,6 +37,7 @@ from .errors import (
     ConcurrentUpdateError,
     CorruptCheckpointError,
     DecryptionError,
+    DrainingError,
     GraphError,
     IlmekError,
     InterruptSignal,
@@ -72,6 +73,7 @@ from .events import (
 from .graph import END, START, CompiledGraph, GraphBuilder, graph
 from .host import forget_unstored_steps, history, pending_interrupts, thread_state, update_state
 from .operations import recover, request_cancel
+from .process_drain import drain, draining, undrain
 from .spec import from_spec, to_spec
 from .sweep import tick
 from .types import (
@@ -116,6 +118,7 @@ __all__ = [
     "CorruptCheckpointError",
     "CustomEvent",
     "DecryptionError",
+    "DrainingError",
     "Event",
     "EventBase",
     "GraphBuilder",
@@ -165,6 +168,8 @@ __all__ = [
     "channel",
     "command",
     "connect",
+    "drain",
+    "draining",
     "forget_unstored_steps",
     "from_spec",
     "graph",
@@ -191,6 +196,7 @@ __all__ = [
     "thread_state",
     "tick",
     "to_spec",
+    "undrain",
     "update_state",
 ]
 

@@ -20,6 +20,7 @@ __all__ = [
     "ConcurrentUpdateError",
     "CorruptCheckpointError",
     "DecryptionError",
+    "DrainingError",
     "GraphError",
     "IlmekError",
     "InterruptSignal",
@@ -267,6 +268,10 @@ def stored_at(thread_id: str | None, checkpoint_id: str | None = None, table: st
 
 class ThreadBusyError(IlmekError):
     """Another run holds this thread; wait for it to return and try again."""
+
+
+class DrainingError(IlmekError):
+    """This process is draining (``ilmek.drain()``): it starts no new run; run it in another process."""
 
 
 class ConcurrentUpdateError(IlmekError):

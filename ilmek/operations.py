@@ -16,13 +16,21 @@ from . import checks
 from .checkpoint.base import Checkpointer
 from .checkpoint.holds import Hold
 from .engine import RunOptions, collect_result
-from .errors import ConcurrentUpdateError, InvalidArgumentError, StorageError, ThreadBusyError
+from .errors import (
+    ConcurrentUpdateError,
+    DrainingError,
+    InvalidArgumentError,
+    RecursionLimitError,
+    StorageError,
+    ThreadBusyError,
+)
 from .execution.lifecycle import Run, Start
 from .graph import CompiledGraph
 from .logs import logger
+from .process_drain import DRAIN_REASON, draining
 from .types import Checkpoint, Result, ThreadError, ThreadInfo
 
-__all__ = ["recover", "request_cancel", "stalled_threads"]
+__all__ = ["recover", "request_cancel", "stalled_threads", "why_stalled"]
 
 _PAGE = 200
 
@@ -69,6 +77,32 @@ def graph_of(registry: Mapping[str, CompiledGraph], latest: Checkpoint, doing: s
             extra={"thread_id": latest.thread_id},
         )
     return graph
+
+
+_RECURSION_LIMIT = f"{RecursionLimitError.__module__}.{RecursionLimitError.__qualname__}"
+
+
+def why_stalled(info: ThreadInfo) -> str | None:
+    """Why a thread with work planned is not moving, in a few words; ``None`` when it is not stalled.
+
+    Told apart by what its last run recorded: the recursion limit and a
+    failed node (``info.error``), a cancel or this process's drain
+    (``info.cancelled``); a thread no run holds that recorded none of these
+    was left by a process that died or was killed mid-superstep.
+    """
+    if info.running or info.status not in ("unfinished", "error"):
+        return None
+    error = info.error
+    if error is not None:
+        if error.type == _RECURSION_LIMIT:
+            return "it reached the recursion limit (that many supersteps in one run)"
+        where = f"node {error.node!r} failed" if error.node is not None else "its run failed outside any node"
+        return f"{where}: {error.type}"
+    if info.cancelled is not None:
+        if info.cancelled.reason == DRAIN_REASON:
+            return "its process drained (a deploy or a shutdown) at a superstep boundary"
+        return f"its run was cancelled: {info.cancelled.reason}"
+    return "no run holds it and none recorded an end: its process died or was killed mid-superstep"
 
 
 def stalled_threads(
@@ -188,6 +222,8 @@ def recover(
     registry = graph_registry(graphs)
     results: list[Result] = []
     for info in stalled_threads(checkpointer, older_than=older_than, limit=limit):
+        if draining():
+            break  # this process gives its work back: another process's recover takes the rest
         latest = checkpointer.get(info.id)
         if latest is None or latest.pending or not latest.next:
             continue
@@ -207,6 +243,8 @@ def recover(
         except (ThreadBusyError, ConcurrentUpdateError):
             # Another recoverer, or a run, has it or had it: it is in good hands.
             continue
+        except DrainingError:
+            break  # drained between the look and the run: nothing was written
         except StorageError:
             raise  # the database's failure, not the thread's: the sweep cannot go on either
         except Exception as error:

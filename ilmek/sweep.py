@@ -19,10 +19,11 @@ from typing import Any
 from . import checks
 from .checkpoint.base import Checkpointer
 from .engine import collect_result, resume_run
-from .errors import ConcurrentUpdateError, InvalidArgumentError, ResumeError, ThreadBusyError
+from .errors import ConcurrentUpdateError, DrainingError, InvalidArgumentError, ResumeError, ThreadBusyError
 from .graph import CompiledGraph
 from .logs import logger
 from .operations import graph_of, graph_registry
+from .process_drain import draining
 from .types import AnsweredBy, Checkpoint, Result, utc_now
 
 __all__ = ["due_answers", "tick"]
@@ -87,6 +88,8 @@ def tick(
     limit = checks.count(limit, "limit", optional=True)
     results: list[Result] = []
     for info in checkpointer.list_threads(due_before=moment, limit=limit):
+        if draining():
+            break  # this process gives its work back: another process's tick takes the rest
         if info.running:
             continue  # a run has it now; the next tick looks again
         result = _wake(registry, checkpointer, info.id, moment, run_options)
@@ -119,6 +122,8 @@ def _wake(
     options["expect_checkpoint_id"] = latest.id
     try:
         result = collect_result(graph, resume_run(graph, answers, True, options, by=by))
+    except DrainingError:
+        return None  # drained between the sweep's look and the resume: another process wakes it
     except (ThreadBusyError, ConcurrentUpdateError, ResumeError) as error:
         logger(_LOG).debug(
             "not waking thread %r this time: %s", thread_id, error, extra={"thread_id": thread_id}

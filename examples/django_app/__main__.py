@@ -17,6 +17,11 @@ Then::
     curl -X POST localhost:8000/checkout -d '{"thread_id": "order-1", "cart": ["coffee", "mug"]}'
     curl -X POST localhost:8000/checkout/order-1/approve -d '{"answer": "yes"}'
 
+In production serve ``examples.django_app.wsgi`` with gunicorn and
+``examples/gunicorn_conf.py``: its SIGTERM hook calls ``ilmek.drain()``, so a
+deploy stops each run at its next superstep boundary and gives its thread
+back for ``ilmek worker --recover-after`` to continue.
+
 With ``CONSOLE_PASSWORD=...`` in the environment, ilmek's web console is at
 http://localhost:8000/console/ (HTTP Basic, any user name, that password).
 """

@@ -14,6 +14,7 @@ import attrs
 
 from ..checkpoint.base import Checkpointer
 from ..checks import STATUS_ALIASES
+from ..operations import why_stalled
 from ..redact import printable
 from ..types import Checkpoint, JournalEntry, Pending, ThreadError, ThreadInfo
 from .arguments import _MOMENT_HELP, _THREAD_HELP, Subcommands, _json_option, _moment, _positive, _text
@@ -84,6 +85,8 @@ def _thread_note(info: ThreadInfo) -> str:
         notes.append(f"running{since}")
     if info.error is not None:
         notes.append(_clip(_one_line(_failure(info.error)) or info.error.type, _NOTE_TEXT))
+    elif (why := why_stalled(info)) is not None:
+        notes.append(_clip(_one_line(f"stalled: {why}"), _NOTE_TEXT))
     return "; ".join(notes)
 
 
@@ -297,6 +300,9 @@ def _print_thread_run(info: ThreadInfo | None, full: bool) -> None:
         _print_field("running", f"yes: a live run holds the thread{since}")
     else:
         _print_field("running", "no")
+    why = why_stalled(info)
+    if why is not None:
+        _print_field("stalled", printable(why))
     error = info.error
     if error is None:
         return

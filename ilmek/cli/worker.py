@@ -1,7 +1,7 @@
 """The ``worker`` command: a loop of :func:`ilmek.tick` (and :func:`ilmek.recover`) for a deploy.
 
 It is nothing more than that loop and a signal handler: on SIGTERM or SIGINT
-the runs in flight see the stop as a cancel at their next superstep boundary
+it calls :func:`ilmek.drain`, so the runs in flight stop at their next superstep boundary
 (the superstep in flight finishes and commits, the hold is given back), the
 loop ends and the command exits 0. A thread stopped that way is continued by
 the next worker (``--recover-after``) or ``ilmek recover``.
@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..operations import recover
+from ..process_drain import drain, draining, undrain
 from ..redact import printable_json
 from ..sweep import tick
 from ..types import Result
@@ -34,6 +35,7 @@ def _stopped_by_signals(stopping: threading.Event) -> Iterator[None]:
     """SIGTERM and SIGINT set ``stopping`` instead of killing the process (restored afterwards)."""
 
     def stop(signum: int, frame: Any) -> None:
+        drain()  # the runs in flight stop at their next superstep boundary
         stopping.set()
 
     previous = {number: signal.signal(number, stop) for number in (signal.SIGTERM, signal.SIGINT)}
@@ -42,6 +44,8 @@ def _stopped_by_signals(stopping: threading.Event) -> Iterator[None]:
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+        if stopping.is_set() and draining():
+            undrain()  # the command is over; a program that called main() may run again
 
 
 def _log_line(document: dict[str, Any]) -> None:
@@ -82,10 +86,10 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         # What the graphs' nodes print is theirs: under --json stdout carries the log lines alone.
         with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
             while not stopping.is_set():
-                woke = tick(graphs, checkpointer, cancel=stopping)
+                woke = tick(graphs, checkpointer)
                 recovered: list[Result] = []
                 if args.recover_after is not None and not stopping.is_set():
-                    recovered = recover(graphs, checkpointer, older_than=args.recover_after, cancel=stopping)
+                    recovered = recover(graphs, checkpointer, older_than=args.recover_after)
                 with contextlib.redirect_stdout(log):
                     _report(args, woke, recovered)
                 stopping.wait(args.every)

@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from .. import process_drain as draining
 from .. import tracing
 from ..checkpoint.holds import Hold
 from ..errors import (
@@ -115,6 +116,7 @@ class Run:
 
     def _events(self) -> Generator[Event, None, None]:
         setup = self.setup
+        draining.refuse_if_draining(setup.thread_id)
         telemetry = self.telemetry = RunTelemetry(setup, "resume" if isinstance(self.mode, Resume) else "run")
         try:
             # Every statement the run sends on the reader's thread belongs to its span.
@@ -249,13 +251,13 @@ class _Driving:
         setup = self.setup
         if not base.next:
             raise _Finished(self._end("done", base, values))
-        if setup.cancel.is_set():
-            reason = self.keeper.abort_reason()
+        if setup.cancel.is_set() or draining.draining():
+            # The process's drain stops its runs where a cancel does, under its own reason.
+            reason = self.keeper.abort_reason() if setup.cancel.is_set() else draining.DRAIN_REASON
             self.position.record_cancel(base, reason)
             raise _Finished(self._end("aborted", base, values, abort_reason=reason))
         if self.steps_taken >= setup.limit:
-            yield self._end("error", base, values)
-            raise RecursionLimitError(
+            limit_error = RecursionLimitError(
                 f"thread {setup.thread_id!r} ran {setup.limit} supersteps in this run without "
                 f"finishing (recursion_limit={setup.limit}); checkpoint {base.id!r} stands: "
                 "continue with run(g, None, ...) or raise recursion_limit",
@@ -263,6 +265,10 @@ class _Driving:
                 thread_id=setup.thread_id,
                 checkpoint_id=base.id,
             )
+            # Recorded on the thread, so it says why it stopped (not like a process that died).
+            self.position.record_failure(base, None, limit_error)
+            yield self._end("error", base, values)
+            raise limit_error
         try:
             base, values = yield from self.superstep.run(
                 base, values, steps_taken=self.steps_taken, placement=self.placement

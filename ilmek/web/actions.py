@@ -4,13 +4,16 @@ Each action is a function of the store, the graphs, the thread and the
 submitted form, returning an :class:`Outcome` the page shows after the
 redirect. Nothing here raises for a refusal ilmek explains (a busy thread,
 a pause already answered, a thread that moved on): the explanation is the
-outcome. A resume or a recovery runs the graph in the calling request, to
-its end or its next pause, as ``run`` always does.
+outcome. A resume or a recovery runs the graph to its end or its next
+pause in the console's :class:`~ilmek.web.background.Background` pool: the
+request waits only a moment for it, and a longer run goes on after the
+request has returned (without a pool, in the request, as ``run`` does).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 
 import attrs
 
@@ -22,6 +25,7 @@ from ..graph import CompiledGraph
 from ..operations import request_cancel
 from ..types import Result
 from .answers import answers_from_form
+from .background import Background, console_process, quick_result
 from .reading import graph_for, held_since, thread_info
 from .values import question_of
 
@@ -46,6 +50,26 @@ class Outcome:
 
 def _failed(text: str) -> Outcome:
     return Outcome("error", text)
+
+
+def _off_the_request(
+    background: Background | None, thread_id: str, work: Callable[[threading.Event], Outcome], doing: str
+) -> Outcome:
+    """Run ``work`` in the console's pool; its outcome if it ends at once, else that it goes on."""
+    if background is None:
+        return work(threading.Event())
+    started = background.start(thread_id, work)
+    if isinstance(started, str):
+        return _failed(started)
+    ended, outcome = quick_result(started)
+    if ended:
+        assert isinstance(outcome, Outcome)
+        return outcome
+    return Outcome(
+        "ok",
+        f"{doing} in {console_process()}: the run goes on after this page, which refreshes itself "
+        "until the run gives the thread back.",
+    )
 
 
 def _ended(result: Result, done: str, tried: str, *, again: bool = False) -> Outcome:
@@ -87,6 +111,7 @@ def _resume(
     form: Form,
     *,
     forking: bool,
+    background: Background | None,
 ) -> Outcome:
     if not checkpoint_id:
         return _failed("The form named no checkpoint; nothing was answered.")
@@ -102,17 +127,43 @@ def _resume(
     answers = answers_from_form(form, checkpoint.pending)
     if isinstance(answers, str):
         return _failed(answers)
+
+    def work(cancel: threading.Event) -> Outcome:
+        return _resumed(
+            graph, checkpointer, thread_id, checkpoint_id, answers, forking=forking, cancel=cancel
+        )
+
+    return _off_the_request(background, thread_id, work, "Answered; the run is going on")
+
+
+def _resumed(
+    graph: CompiledGraph,
+    checkpointer: Checkpointer,
+    thread_id: str,
+    checkpoint_id: str,
+    answers: dict[str, object],
+    *,
+    forking: bool,
+    cancel: threading.Event,
+) -> Outcome:
+    """Answer (or fork) and run to the end or the next pause: what the page says of it."""
     try:
         if forking:
             result = resume_keyed(
-                graph, answers, thread_id=thread_id, checkpointer=checkpointer, checkpoint_id=checkpoint_id
+                graph,
+                answers,
+                thread_id=thread_id,
+                checkpointer=checkpointer,
+                checkpoint_id=checkpoint_id,
+                cancel=cancel,
             )
         else:
             # The page showed these pauses; if the thread has moved on, an
             # answer meant for them must not go to whatever is open now (a
             # later pause may have the same id). The run checks that, with
             # the write that records the answers.
-            the_run = resume_run(graph, answers, True, {"thread_id": thread_id, "checkpointer": checkpointer})
+            options = {"thread_id": thread_id, "checkpointer": checkpointer, "cancel": cancel}
+            the_run = resume_run(graph, answers, True, options)
             the_run.answer_only_at = checkpoint_id
             result = collect_result(graph, the_run)
     except MovedOn:
@@ -135,9 +186,10 @@ def answer(
     form: Form,
     *,
     user: str | None = None,
+    background: Background | None = None,
 ) -> Outcome:
     """Answer the open pauses of the thread's latest checkpoint (``resume_keyed``)."""
-    return _resume(checkpointer, graphs, thread_id, checkpoint_id, form, forking=False)
+    return _resume(checkpointer, graphs, thread_id, checkpoint_id, form, forking=False, background=background)
 
 
 def fork(
@@ -148,9 +200,10 @@ def fork(
     form: Form,
     *,
     user: str | None = None,
+    background: Background | None = None,
 ) -> Outcome:
     """Answer an earlier pause differently: a new branch from ``checkpoint_id``."""
-    return _resume(checkpointer, graphs, thread_id, checkpoint_id, form, forking=True)
+    return _resume(checkpointer, graphs, thread_id, checkpoint_id, form, forking=True, background=background)
 
 
 def cancel(
@@ -161,6 +214,7 @@ def cancel(
     form: Form,
     *,
     user: str | None = None,
+    background: Background | None = None,
 ) -> Outcome:
     """Ask the run holding the thread to stop at its next superstep boundary."""
     reason = cancel_reason(form.get("reason"), user)
@@ -195,16 +249,21 @@ def recover(
     form: Form,
     *,
     user: str | None = None,
+    background: Background | None = None,
 ) -> Outcome:
     """Continue a stalled thread with ``run(graph, None, ...)``, replaying its recorded steps."""
     graph, problem = _graph(checkpointer, graphs, thread_id)
     if graph is None:
         return _failed(problem)
-    try:
-        result = run(graph, None, thread_id=thread_id, checkpointer=checkpointer)
-    except IlmekError as error:
-        return _failed(f"Nothing was run: {error}")
-    return _ended(result, "Recovered.", "Recovery did not succeed.", again=True)
+
+    def work(cancel: threading.Event) -> Outcome:
+        try:
+            result = run(graph, None, thread_id=thread_id, checkpointer=checkpointer, cancel=cancel)
+        except IlmekError as error:
+            return _failed(f"Nothing was run: {error}")
+        return _ended(result, "Recovered.", "Recovery did not succeed.", again=True)
+
+    return _off_the_request(background, thread_id, work, "Recovering")
 
 
 def delete(
@@ -215,6 +274,7 @@ def delete(
     form: Form,
     *,
     user: str | None = None,
+    background: Background | None = None,
 ) -> Outcome:
     """Delete the thread, its checkpoints and its journals; never one a live run holds."""
     if form.get("confirm") != "yes":

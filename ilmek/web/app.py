@@ -41,6 +41,7 @@ from ..redact import mask_secrets, printable
 from .access import Login, basic_user, host_allowed, split_host
 from .actions import ACTIONS, Outcome
 from .answers import malformed_field
+from .background import Background
 from .csrf import Guard, same_origin
 from .html import Markup, tag
 from .inbox import threads_page
@@ -166,7 +167,10 @@ class Console:
     ``login``, a :class:`~ilmek.web.access.Login` every request must carry
     (``ilmek web`` gives one when it listens beyond this machine with its
     actions on); ``refresh_seconds``, how often the inbox reloads itself (a
-    running thread's page: every 3 s, or this if shorter; ``0``: never).
+    running thread's page: every 3 s, or this if shorter; ``0``: never);
+    ``background_runs``, how many recoveries and answers the console runs at
+    once after their request has returned (:mod:`ilmek.web.background`;
+    :meth:`close` stops them at their next superstep boundary).
     """
 
     def __init__(
@@ -181,6 +185,7 @@ class Console:
         page_size: int = 50,
         login: Login | None = None,
         refresh_seconds: float = 30.0,
+        background_runs: int = 2,
     ) -> None:
         if not isinstance(checkpointer, Checkpointer):
             raise InvalidArgumentError(
@@ -199,10 +204,15 @@ class Console:
         self.trusted_origins = tuple(trusted_origins)
         self.page_size = page_size
         self.refresh_seconds = refresh_seconds
+        self.background = Background(background_runs)
         self._static: dict[str, tuple[bytes, str]] = {}
         for name in _STATIC:
             body = importlib.resources.files("ilmek.web").joinpath("static", name).read_bytes()
             self._static[name] = (body, '"' + hashlib.sha256(body).hexdigest()[:20] + '"')
+
+    def close(self) -> None:
+        """Stop the console's background runs at their next superstep boundary and wait for them."""
+        self.background.close()
 
     # --- WSGI -----------------------------------------------------------------------------
 
@@ -512,6 +522,7 @@ class Console:
             request.arg("checkpoint"),
             form,
             user=self._user(request.environ),
+            background=self.background,
         )
         back = form.get("back") == "inbox"
         if back and not outcome.gone:
@@ -543,7 +554,9 @@ def app(
     pauses, failure and graph. With ``allow_actions`` its forms answer
     pauses (``resume_keyed``; a fork from an older pause), cancel a running
     thread, recover a stalled one and delete threads. A resume or recovery
-    runs the graph inside the request, until it finishes or pauses again.
+    runs the graph in the console's background pool (two at once), until it
+    finishes or pauses again: the request waits for it only half a second
+    (:mod:`ilmek.web.background`; ``Console.close()`` stops those runs).
 
     Mounted in a host application, the console has no login of its own:
     put it behind the host application's authentication. Its forms are

@@ -20,6 +20,7 @@ from .links import Links
 from .pause_forms import pause_fields
 from .payload_fields import payload_fields
 from .reading import ThreadView
+from .timing import answered_by
 from .tree import what_ran
 from .values import label, preview, question_of
 
@@ -133,7 +134,7 @@ def _pause_states(view: ThreadView, links: Links, guard: Guard, actions_on: bool
             tag(
                 "td",
                 {},
-                value_block(item.answer.value)
+                join(value_block(item.answer.value), answered_by(item.answer.by))
                 if item.answer is not None
                 else tag("span", {"class": "muted"}, "-"),
             ),
@@ -274,7 +275,9 @@ def _journal(entries: Sequence[JournalEntry], whole: Any) -> Markup:
         if entry.kind == "interrupt":
             kind = tag("span", {"class": "badge k-pause"}, "pause")
             answered = (
-                join(tag("span", {"class": "label"}, "answer"), value_block(entry.value))
+                join(
+                    tag("span", {"class": "label"}, "answer"), value_block(entry.value), answered_by(entry.by)
+                )
                 if entry.answered
                 else tag("span", {"class": "badge p-waiting"}, "no answer yet")
             )

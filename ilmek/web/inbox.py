@@ -13,6 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 
 from ..graph import CompiledGraph
+from ..operations import why_stalled
 from ..types import utc_now
 from . import json_input
 from .csrf import Guard
@@ -21,6 +22,7 @@ from .layout import STATUS_LABELS, Note, action_form, badge, document, note_box,
 from .links import Links
 from .pause_forms import inbox_buttons
 from .reading import MATCH_COUNT, STATUSES, UPDATED, InboxPage, InboxQuery, InboxRow, filtered
+from .timing import pause_timing
 from .values import label, question_of
 
 __all__ = ["threads_page"]
@@ -162,12 +164,15 @@ def _detail(row: InboxRow, now: _dt.datetime) -> Markup:
     if row.pending:
         first = row.pending[0]
         more = f" (+{len(row.pending) - 1} more)" if len(row.pending) > 1 else ""
+        timed = [p for p in row.pending if p.deadline is not None]
+        timing = pause_timing(min(timed, key=lambda p: p.deadline or now), now) if timed else None
         return tag(
             "div",
             {"class": "asks"},
             # A question's own line breaks are its lines, not a literal \n.
             tag("span", {"class": "question"}, escape(question_of(first.payload), keep_newlines=True)),
             tag("span", {"class": "muted"}, f" — {first.node}{more}"),
+            tag("div", {"class": "timing"}, timing) if timing is not None else None,
         )
     if info.error is not None:
         message = info.error.message.strip().split("\n", 1)[0]
@@ -190,7 +195,7 @@ def _detail(row: InboxRow, now: _dt.datetime) -> Markup:
     if info.cancelled is not None:
         return tag("div", {"class": "cancelled"}, f"cancelled: {label(info.cancelled.reason, 140)}")
     if info.status == "unfinished":
-        return tag("div", {"class": "muted"}, "stalled: tasks planned, no run holds it")
+        return tag("div", {"class": "muted"}, f"stalled: {why_stalled(info) or 'tasks planned'}")
     if info.status == "done":
         last = f": {', '.join(row.ran)} ran last" if row.ran else ""
         return tag("div", {"class": "outcome"}, f"finished{last} (step {info.step})")

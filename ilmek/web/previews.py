@@ -169,6 +169,7 @@ def _preview_pauses(stored: Any) -> tuple[Pending, ...]:
             payload=_preview_payload(item.get("payload")),
             kind="timer" if item.get("kind") == "timer" else "person",
             deadline=_deadline(item.get("deadline")),
+            on_timeout=_preview_payload(item.get("on_timeout")),
         )
         for item in plain[:PREVIEW_ITEMS]
         if isinstance(item, dict)

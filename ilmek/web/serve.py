@@ -278,6 +278,13 @@ class ConsoleServer(socketserver.ThreadingMixIn, WSGIServer):
         self._stopping.set()
         super().shutdown()
 
+    def server_close(self) -> None:
+        """Close the socket; the console's background runs stop at their next superstep boundary."""
+        super().server_close()
+        console = getattr(self, "console", None)
+        if console is not None:
+            console.close()
+
 
 class _ConsoleServer6(ConsoleServer):
     address_family = socket.AF_INET6

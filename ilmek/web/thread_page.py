@@ -8,7 +8,11 @@ shown is drawn by :mod:`ilmek.web.checkpoint_view`.
 
 from __future__ import annotations
 
-from ..types import utc_now
+from collections.abc import Sequence
+
+from ..operations import why_stalled
+from ..types import Pending, utc_now
+from .background import console_process, held_here
 from .checkpoint_view import checkpoint_panel, metadata_chips, pauses_form
 from .csrf import Guard
 from .graph_svg import draw_graph
@@ -16,6 +20,7 @@ from .html import Markup, escape, tag
 from .layout import Note, action_form, badge, document, facts, note_box, running_badge, when
 from .links import Links
 from .reading import ThreadView, held_since
+from .timing import pause_timing
 from .traceback_view import traceback_block
 from .tree import draw_tree
 
@@ -28,6 +33,11 @@ def _status(view: ThreadView) -> str:
 
 def _running(view: ThreadView) -> bool:
     return view.info is not None and view.info.running
+
+
+def _holder(held_by: str) -> str:
+    """Who holds the thread; the console's own process said as such."""
+    return f"{held_by}: {console_process()}, running it in the background" if held_here(held_by) else held_by
 
 
 def _header(view: ThreadView, links: Links) -> Markup:
@@ -72,7 +82,7 @@ def _header(view: ThreadView, links: Links) -> Markup:
                     else when(view.latest.ts, now),
                 ),
                 ("Running since", when(info.held_since, now, absolute=True) if running and info else None),
-                ("Held by", info.held_by if running and info is not None and info.held_by else None),
+                ("Held by", _holder(info.held_by) if running and info is not None and info.held_by else None),
                 (
                     "Checkpoints",
                     f"{len(view.checkpoints) - len(view.reached)}{'+' if view.truncated else ''}",
@@ -230,7 +240,8 @@ def _controls(
                 tag(
                     "span",
                     {"class": "hint"},
-                    "Runs the thread on from its last checkpoint, in this request, replaying recorded steps."
+                    "Runs the thread on from its last checkpoint in the console's process, replaying "
+                    "recorded steps; a long run goes on after the page returns."
                     if view.graph is not None
                     else "Needs the thread's graph (--graph MODULE:GRAPH).",
                 ),
@@ -238,20 +249,31 @@ def _controls(
         )
     if not forms:
         return None
-    if running:
+    if running and view.info is not None and held_here(view.info.held_by):
+        title = f"Running in {console_process()}…"
+    elif running:
         title = "A run holds the thread"
     elif _status(view) == "error":
         title = "Recover"
     elif view.info is not None and view.info.cancelled is not None:
         title = "Cancelled: tasks planned, no run holds it"
     else:
-        title = "Stalled: tasks planned, no run holds it"
+        why = why_stalled(view.info) if view.info is not None else None
+        title = f"Stalled: {why or 'tasks planned, no run holds it'}"
     return tag(
         "section",
         {"class": "panel operate", "aria-labelledby": "operate-title"},
         tag("h2", {"id": "operate-title"}, title),
         forms,
     )
+
+
+def _timings(pending: Sequence[Pending]) -> Markup | None:
+    """When each open pause ends by itself (a deadline, a timer); ``None`` when none does."""
+    now = utc_now()
+    lines = [(pause, pause_timing(pause, now)) for pause in pending]
+    shown = [tag("li", {}, tag("code", {}, pause.id), ": ", timing) for pause, timing in lines if timing]
+    return tag("ul", {"class": "timing"}, shown) if shown else None
 
 
 def _waiting(view: ThreadView, links: Links, guard: Guard, actions_on: bool) -> Markup | None:
@@ -266,6 +288,7 @@ def _waiting(view: ThreadView, links: Links, guard: Guard, actions_on: bool) -> 
         "section",
         {"class": "panel waiting", "id": "pauses", "aria-labelledby": "pauses-title"},
         tag("h2", {"id": "pauses-title"}, title),
+        _timings(latest.pending),
         pauses_form(view, latest, links, guard, actions_on=actions_on, fork=False),
     )
 

@@ -192,6 +192,18 @@ def looping(
         runner.join(15)
 
 
+def stall_after_first_superstep(g: ilmek.CompiledGraph, thread_id: str, checkpointer: Checkpointer) -> None:
+    """A thread left as a process that died after its first superstep leaves it: tasks planned, nothing
+    recorded about how the run ended (the run's stream is closed, as at a crash)."""
+    events = ilmek.stream(g, {}, thread_id=thread_id, checkpointer=checkpointer)
+    seen = 0
+    for event in events:
+        seen += isinstance(event, ilmek.CheckpointEvent)
+        if seen == 2:  # the input's checkpoint, then the first superstep's
+            break
+    events.close()
+
+
 def batch_graph() -> ilmek.CompiledGraph:
     """Three quick nodes in a row: extract, transform, load."""
 
@@ -394,8 +406,7 @@ def populate(checkpointer: Checkpointer, *, hostile: bool = True) -> dict[str, s
 
     # Stopped by its recursion limit after one superstep: tasks planned, no
     # pause, no run (as a process that died mid-run leaves a thread).
-    with contextlib.suppress(ilmek.RecursionLimitError):
-        run(batch_graph(), {}, thread_id=THREADS["stalled"], checkpointer=checkpointer, recursion_limit=1)
+    stall_after_first_superstep(batch_graph(), THREADS["stalled"], checkpointer)
 
     start(THREADS["second_waiting"], ["coffee"], customer="initech", tier=2)
     start(THREADS["waiting"], ["coffee", "mug", "filter"], customer="acme", tier=1)

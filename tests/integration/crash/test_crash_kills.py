@@ -31,6 +31,7 @@ from ilmek import (
     run,
     thread_state,
 )
+from ilmek.operations import why_stalled
 from tests.support.crash import (
     BUSY_RETRY_SECONDS,
     FINISH_SECONDS,
@@ -277,6 +278,13 @@ def test_a_killed_holder_blocks_the_thread_only_until_its_lease_lapses(
             run(continuation, None, thread_id=thread_id, checkpointer=crash_checkpointer)
         assert thread_id == busy.value.thread_id
         assert repr(thread_id) in str(busy.value)
+    lapsed_by = time.monotonic() + 10 * LEASE_SECONDS
+    while (info := crash_checkpointer.get_thread(thread_id)) is not None and info.running:
+        assert time.monotonic() < lapsed_by, "the dead holder's lease never lapsed"
+        time.sleep(0.05)
+    assert info is not None
+    # Nothing recorded how the killed run ended: the thread says its process died.
+    assert "its process died or was killed mid-superstep" in (why_stalled(info) or "")
     finished = retry_while_busy(
         lambda: run(continuation, None, thread_id=thread_id, checkpointer=crash_checkpointer)
     )

@@ -93,7 +93,7 @@ def test_each_status_tab_lists_its_threads(client: Client, status: str, expected
         assert "RuntimeError" in reply.text
         assert "upstream CRM answered 502 Bad Gateway" in reply.text
     if status == "unfinished":
-        assert "stalled: tasks planned, no run holds it" in reply.text
+        assert "stalled: no run holds it and none recorded an end: its process died" in reply.text
 
 
 def test_all_lists_every_thread_and_running_none_when_idle(client: Client) -> None:

@@ -62,6 +62,12 @@ def _check_seconds(instance: RetryPolicy, attribute: attrs.Attribute[float], val
     checks.seconds(value, f"RetryPolicy.{attribute.name}")
 
 
+def _check_backoff(instance: RetryPolicy, attribute: attrs.Attribute[float], value: float) -> None:
+    # As in the reference (retry.test.ts), a zero or negative backoff means no wait;
+    # only a wait no thread could keep (infinite, NaN, past TIMEOUT_MAX) is refused.
+    checks.number(value, "RetryPolicy.backoff", minimum=-checks.MAX_SECONDS, unit=" of seconds")
+
+
 def _check_factor(instance: RetryPolicy, attribute: attrs.Attribute[float], value: float) -> None:
     checks.number(value, "RetryPolicy.factor")
 
@@ -93,7 +99,7 @@ class RetryPolicy:
     """
 
     max_attempts: int = attrs.field(default=3, validator=_check_attempts)
-    backoff: float = attrs.field(default=0.2, validator=_check_seconds)
+    backoff: float = attrs.field(default=0.2, validator=_check_backoff)
     factor: float = attrs.field(default=2.0, validator=_check_factor)
     max_backoff: float = attrs.field(default=30.0, validator=_check_seconds)
     jitter: float = attrs.field(default=0.0, validator=_check_jitter)

@@ -4,6 +4,7 @@ another process continues the thread with nothing lost or repeated."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import pathlib
@@ -120,7 +121,8 @@ def test_sigterm_drains_the_run_in_flight_and_recover_continues_it(tmp_path: pat
     sys.path.insert(0, str(tmp_path))
     os.environ["TEST_EFFECTS"] = str(effects)
     try:
-        import host as host_module  # type: ignore[import-not-found]
+        # The test's own module, written above: by name, as no installed package provides it.
+        host_module = importlib.import_module("host")
 
         with SqliteCheckpointer(database) as store:
             assert store.get_thread("late") is None  # the refused run wrote nothing

@@ -79,13 +79,27 @@ def test_a_sqlite_busy_timeout_that_is_not_a_finite_time_is_refused(tmp_path: An
     assert not (tmp_path / "t.db").exists()
 
 
-@pytest.mark.parametrize("field", ["backoff", "max_backoff", "factor"])
-@pytest.mark.parametrize("value", ABSURD, ids=repr)
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        (field, value)
+        for field in ("backoff", "max_backoff", "factor")
+        for value in ABSURD
+        # The reference reads a negative backoff as no wait (test_retry.py), so it stays legal.
+        if not (field == "backoff" and value == -1.0)
+    ],
+    ids=repr,
+)
 def test_a_retry_policy_wait_that_is_not_a_finite_time_is_refused(field: str, value: Any) -> None:
-    """RetryPolicy's backoff, max_backoff and factor must be finite, not negative, at most
-    threading.TIMEOUT_MAX: anything else is InvalidArgumentError naming the field."""
+    """RetryPolicy's backoff, max_backoff and factor must be finite and at most threading.TIMEOUT_MAX
+    (max_backoff and factor not negative): anything else is InvalidArgumentError naming the field."""
     with pytest.raises(InvalidArgumentError, match=rf"RetryPolicy\.{field}"):
         RetryPolicy(**{field: value})
+
+
+def test_a_negative_backoff_is_no_wait_as_in_the_reference() -> None:
+    """RetryPolicy(backoff=-1) is legal and waits nothing, as the TypeScript and .NET builders do."""
+    assert 0.0 == RetryPolicy(backoff=-1.0, factor=2.0).delay(3)
 
 
 @pytest.mark.parametrize("jitter", [-0.1, 1.5, math.nan, math.inf])

@@ -68,6 +68,7 @@ from .events import (
 )
 from .graph import END, START, CompiledGraph, GraphBuilder, graph
 from .host import history, pending_interrupts, thread_state, update_state
+from .links import answer_token, resume_with_token
 from .operations import recover, request_cancel
 from .spec import from_spec, to_spec
 from .sweep import tick
@@ -154,6 +155,7 @@ __all__ = [
     "ThreadError",
     "ThreadInfo",
     "TransientStorageError",
+    "answer_token",
     "answers",
     "append",
     "append_field",
@@ -176,6 +178,7 @@ __all__ = [
     "resume_keyed",
     "resume_keyed_stream",
     "resume_stream",
+    "resume_with_token",
     "run",
     "send",
     "serde",

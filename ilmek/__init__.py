@@ -69,6 +69,7 @@ from .events import (
 from .graph import END, START, CompiledGraph, GraphBuilder, graph
 from .host import history, pending_interrupts, thread_state, update_state
 from .links import answer_token, resume_with_token
+from .notices import PauseNotice
 from .operations import recover, request_cancel
 from .spec import from_spec, to_spec
 from .sweep import tick
@@ -131,6 +132,7 @@ __all__ = [
     "NodeRetry",
     "NodeStart",
     "NondeterminismError",
+    "PauseNotice",
     "Pending",
     "PostgresCheckpointer",
     "RecursionLimitError",

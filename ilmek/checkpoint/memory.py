@@ -54,6 +54,7 @@ from .base import (
     same_channels,
 )
 from .holds import holder_of
+from .outbox import MemoryOutbox, OutboxNotice
 
 __all__ = ["InMemoryCheckpointer"]
 
@@ -145,12 +146,10 @@ class _Store:
         return found
 
 
-class InMemoryCheckpointer(Checkpointer):
-    """Checkpoints in this process's memory; gone when the process ends.
+class InMemoryCheckpointer(MemoryOutbox, Checkpointer):
+    """Checkpoints in this process's memory, gone when it ends; thread-safe. Use it in tests and scripts.
 
-    Thread-safe. Use it in tests and scripts; use :class:`SqliteCheckpointer`
-    or :class:`PostgresCheckpointer` for anything that must outlive the process.
-    """
+    :class:`SqliteCheckpointer` or :class:`PostgresCheckpointer` keep what must outlive the process."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -187,6 +186,7 @@ class InMemoryCheckpointer(Checkpointer):
         drop_journals: Sequence[str] = (),
         journal: tuple[str, Mapping[str, Sequence[JournalEntry]]] | None = None,
         release_hold: bool = False,
+        notices: Sequence[OutboxNotice] = (),
     ) -> None:
         thread_id = checks.thread_id(thread_id)
         _records.check_thread(thread_id, checkpoint)
@@ -251,6 +251,7 @@ class InMemoryCheckpointer(Checkpointer):
                 own = thread.journals.setdefault((base_id, task_key), {})
                 for entry_key, text in texts.items():
                     own.setdefault(entry_key, text)
+            self.keep_notices(notices)
             if release_hold and hold is not None:
                 hold.release()
 

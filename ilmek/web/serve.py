@@ -40,6 +40,7 @@ MAX_CONNECTIONS: Final = 32
 """Connections served at once; more wait for one to end."""
 
 _TOKEN_IN_URL: Final = re.compile(r"(?i)([?&;]token=)[^&;\s]*")
+_ANSWER_LINK: Final = re.compile(r"(/answer/)[^\s?#\"]*")
 
 
 class _Deadline(io.RawIOBase):
@@ -91,6 +92,7 @@ class _Handler(WSGIRequestHandler):
         if self.server.quiet:
             return
         line = _TOKEN_IN_URL.sub(r"\1…", f"{self.address_string()} - {format % args}")
+        line = _ANSWER_LINK.sub(r"\1…", line)  # an answer link's path is its token
         sys.stderr.write(printable(line) + "\n")
 
 
@@ -179,6 +181,7 @@ def make_server(
     insecure_no_login: bool = False,
     request_timeout: float = REQUEST_TIMEOUT,
     max_connections: int = MAX_CONNECTIONS,
+    answer_secret: bytes | str | None = None,
 ) -> ConsoleServer:
     """A server bound to ``host:port`` (``0`` picks a free port), not yet serving.
 
@@ -202,6 +205,7 @@ def make_server(
         insecure_no_login: Ask for no login even then.
         request_timeout: Seconds a client has to send its request.
         max_connections: Connections served at once.
+        answer_secret: Serve ``/answer/<token>`` for answer links signed with it.
 
     Raises:
         OSError: the address cannot be bound (in use, not this machine's).
@@ -224,6 +228,7 @@ def make_server(
             secret=secret,
             allowed_hosts=names,
             login=login,
+            answer_secret=answer_secret,
         )
     except BaseException:
         server.server_close()
@@ -242,6 +247,7 @@ def serve(
     allowed_hosts: Iterable[str] = (),
     insecure_no_login: bool = False,
     out: IO[str] | None = None,
+    answer_secret: bytes | str | None = None,
 ) -> int:
     """Serve the console until Ctrl-C; print its URL (and its login, if it needs one) first. Returns 0.
 
@@ -258,6 +264,7 @@ def serve(
         allow_actions=allow_actions,
         allowed_hosts=allowed_hosts,
         insecure_no_login=insecure_no_login,
+        answer_secret=answer_secret,
     )
     mode = "actions on" if allow_actions else "read-only"
     names = ", ".join(sorted(server.console.graphs)) or "none"

@@ -79,9 +79,10 @@ def answer_page(
         return _refused(
             403, "The form has expired", "Reload the page and answer again; nothing was answered."
         )
+    typed = form.get("answer.0")  # kept in the editor when the answer is refused
     answers = answers_from_form(form, [pause])
     if isinstance(answers, str):
-        return _form_page(guard, here, pause, signed.thread_id, answers, 422)
+        return _form_page(guard, here, pause, signed.thread_id, answers, 422, typed)
     _name, graph = graph_for(graphs, latest)
     if graph is None:
         return _refused(503, "Cannot answer here", "This console was not given the question's graph.")
@@ -91,11 +92,11 @@ def answer_page(
         if refusal.reason == "already answered":
             return _refused(410, "Already answered", "This question was answered already; a link works once.")
         return _form_page(
-            guard, here, pause, signed.thread_id, f"That answer does not fit: {refusal.reason}", 422
+            guard, here, pause, signed.thread_id, f"That answer does not fit: {refusal.reason}", 422, typed
         )
     except ThreadBusyError:
         return _form_page(
-            guard, here, pause, signed.thread_id, "The run is busy; send your answer again.", 409
+            guard, here, pause, signed.thread_id, "The run is busy; send your answer again.", 409, typed
         )
     except IlmekError as error:
         return _refused(409, "Not answered", f"Nothing was answered: {error}")
@@ -108,7 +109,13 @@ def answer_page(
 
 
 def _form_page(
-    guard: Guard, here: object, pause: Pending, thread_id: str, problem: str | None, status: int
+    guard: Guard,
+    here: object,
+    pause: Pending,
+    thread_id: str,
+    problem: str | None,
+    status: int,
+    typed: str | None = None,
 ) -> LinkPage:
     submit = tag("button", {"type": "submit", "name": "send"}, "Send the answer")
     form: Markup = tag(
@@ -118,7 +125,7 @@ def _form_page(
             "input",
             {"type": "hidden", "name": "token", "value": guard.token(_ACTION, f"{thread_id}\0{pause.id}")},
         ),
-        pause_fields(pause, 0, inputs=True, submit=submit),
+        pause_fields(pause, 0, inputs=True, submit=submit, typed=typed),
     )
     return LinkPage(
         status=status,

@@ -76,8 +76,12 @@ _STATUS_TEXT: Final = {
     404: "Not Found",
     405: "Method Not Allowed",
     408: "Request Timeout",
+    409: "Conflict",
+    410: "Gone",
     413: "Content Too Large",
+    422: "Unprocessable Content",
     500: "Internal Server Error",
+    503: "Service Unavailable",
 }
 _MAX_BODY: Final = 256 * 1024
 _MAX_NOTE: Final = 1500

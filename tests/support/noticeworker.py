@@ -40,5 +40,9 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+ASKING = approval(lambda notice: None)
+"""The same graph for the console to answer with (``--graph tests.support.noticeworker:ASKING``)."""
+
+
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -105,7 +105,12 @@ def _resume(
     try:
         if forking:
             result = resume_keyed(
-                graph, answers, thread_id=thread_id, checkpointer=checkpointer, checkpoint_id=checkpoint_id
+                graph,
+                answers,
+                thread_id=thread_id,
+                checkpointer=checkpointer,
+                checkpoint_id=checkpoint_id,
+                expect_checkpoint_id=form.get("expect") or None,
             )
         else:
             # The page showed these pauses; if the thread has moved on, an
@@ -115,7 +120,13 @@ def _resume(
             the_run = resume_run(graph, answers, True, {"thread_id": thread_id, "checkpointer": checkpointer})
             the_run.answer_only_at = checkpoint_id
             result = collect_result(graph, the_run)
-    except MovedOn:
+    except MovedOn as moved:
+        if forking:
+            return _failed(
+                "The thread moved on since the page was drawn: this fork was made already (its branch "
+                f"ends at checkpoint {moved.checkpoint_id}), or another answer came first; nothing was "
+                "run again. Look at the thread's latest checkpoint."
+            )
         return _failed(
             "The thread moved on since the page was drawn (answered elsewhere?); nothing was "
             "answered. Look at it again."

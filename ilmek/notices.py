@@ -22,7 +22,9 @@ import attrs
 
 from .checkpoint.base import Checkpointer
 from .checkpoint.outbox import DELIVERY_GRACE, OutboxNotice, notice_id
+from .errors import IlmekError
 from .logs import logger
+from .redact import mask_secrets, printable
 from .types import Pending
 
 __all__ = ["MAX_BACKOFF", "PauseNotice", "deliver", "deliver_due", "outbox_notices"]
@@ -102,14 +104,29 @@ def deliver(
             notice.pause_id,
             notice.thread_id,
             type(problem).__name__,
-            problem,
+            # What the hook raised may carry anything (a URL with a password, control characters).
+            printable(mask_secrets(str(problem))),
             retry_in,
             extra=where,
         )
-        checkpointer.notice_failed(notice.id, (time.time() if now is None else now) + retry_in)
+        _settle(checkpointer.notice_failed, notice, (time.time() if now is None else now) + retry_in)
         return False
-    checkpointer.notice_delivered(notice.id)
+    _settle(checkpointer.notice_delivered, notice)
     return True
+
+
+def _settle(mark: Callable[..., None], notice: OutboxNotice, *args: Any) -> None:
+    """Mark the outbox row; a store that fails here leaves it for ``tick`` and never fails the run."""
+    try:
+        mark(notice.id, *args)
+    except IlmekError as problem:
+        logger(_LOG).warning(
+            "could not mark the notice of pause %r of thread %r (%s); tick delivers it again",
+            notice.pause_id,
+            notice.thread_id,
+            printable(mask_secrets(str(problem))),
+            extra={"thread_id": notice.thread_id, "checkpoint_id": notice.checkpoint_id},
+        )
 
 
 def deliver_due(

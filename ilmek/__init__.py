@@ -72,6 +72,8 @@ from .events import (
 )
 from .graph import END, START, CompiledGraph, GraphBuilder, graph
 from .host import forget_unstored_steps, history, pending_interrupts, thread_state, update_state
+from .links import answer_token, resume_with_token
+from .notices import PauseNotice
 from .operations import recover, request_cancel
 from .process_drain import drain, draining, undrain
 from .spec import from_spec, to_spec
@@ -137,6 +139,7 @@ __all__ = [
     "NodeRetry",
     "NodeStart",
     "NondeterminismError",
+    "PauseNotice",
     "Pending",
     "PostgresCheckpointer",
     "RecursionLimitError",
@@ -162,6 +165,7 @@ __all__ = [
     "ThreadError",
     "ThreadInfo",
     "TransientStorageError",
+    "answer_token",
     "answers",
     "append",
     "append_field",
@@ -188,6 +192,7 @@ __all__ = [
     "resume_keyed",
     "resume_keyed_stream",
     "resume_stream",
+    "resume_with_token",
     "run",
     "send",
     "serde",

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from attrs import AttrsInstance
 
     from .context import NodeContext, PlanContext
+    from .notices import PauseNotice
 
 __all__ = [
     "END",
@@ -280,6 +281,7 @@ class GraphBuilder(Generic[StateT]):
         strict: bool | None = None,
         meta: Mapping[str, Any] | None = None,
         max_workers: int | None = None,
+        on_pause: Callable[[PauseNotice], Any] | None = None,
         **per_run: Never,
     ) -> CompiledGraph[StateT]:
         """Check the structure and freeze the graph, binding run defaults to it.
@@ -297,14 +299,12 @@ class GraphBuilder(Generic[StateT]):
         §15) but draws an :class:`UnreachableNodeWarning` naming it and the fix.
 
         Args:
-            checkpointer: Where this graph's threads live; a run then needs
-                only a ``thread_id``.
+            checkpointer: Where this graph's threads live; a run then needs only a ``thread_id``.
             recursion_limit: The most supersteps a run may take.
-            strict: Raise ``NondeterminismError`` when a replayed task skips a
-                journal key.
-            meta: What nodes read as ``ctx.meta``; a call's ``meta`` keys are
-                laid over these.
+            strict: Raise ``NondeterminismError`` when a replayed task skips a journal key.
+            meta: What nodes read as ``ctx.meta``; a call's ``meta`` keys are laid over these.
             max_workers: Threads for a superstep's tasks.
+            on_pause: ``fn(notice)`` for each pause a run opens, at least once (:mod:`ilmek.notices`).
             per_run: Refused: ``thread_id``, ``checkpoint_id``,
                 ``expect_checkpoint_id`` and ``cancel`` belong to one run (a
                 bound cancel event, once set, would abort every later run).
@@ -325,6 +325,7 @@ class GraphBuilder(Generic[StateT]):
                 "strict": strict,
                 "meta": meta,
                 "max_workers": max_workers,
+                "on_pause": on_pause,
                 **per_run,
             },
         )
@@ -439,6 +440,7 @@ class CompiledGraph(Generic[StateT]):
         strict: bool | None = None,
         meta: Mapping[str, Any] | None = None,
         max_workers: int | None = None,
+        on_pause: Callable[[PauseNotice], Any] | None = None,
         **per_run: Never,
     ) -> CompiledGraph[StateT]:
         """A copy of this graph with these run defaults bound over its own.
@@ -460,6 +462,7 @@ class CompiledGraph(Generic[StateT]):
                 "strict": strict,
                 "meta": meta,
                 "max_workers": max_workers,
+                "on_pause": on_pause,
                 **per_run,
             },
         )

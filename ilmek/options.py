@@ -11,7 +11,7 @@ library's default.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -26,7 +26,7 @@ __all__ = ["BINDABLE", "DEFAULT_RECURSION_LIMIT", "RunOptions"]
 DEFAULT_RECURSION_LIMIT: Final = 25
 """The most supersteps a run takes when neither the call nor the graph says."""
 
-BINDABLE: Final = ("checkpointer", "recursion_limit", "strict", "meta", "max_workers")
+BINDABLE: Final = ("checkpointer", "recursion_limit", "strict", "meta", "max_workers", "on_pause")
 """The run options ``compile()`` (and ``from_spec``, ``CompiledGraph.bind``) may bind."""
 
 # Options that name one run, one thread or one checkpoint: bound to a graph
@@ -75,6 +75,9 @@ class RunOptions:
             still that one, so an answer never reaches a pause its caller did
             not see; otherwise it is a :class:`ResumeError` (for a resume:
             that pause was already answered, or the thread moved on).
+        on_pause: Called with a :class:`~ilmek.notices.PauseNotice` for each
+            pause a run opens, after its commit (bound with ``compile`` or
+            ``bind``; see :mod:`ilmek.notices`).
     """
 
     thread_id: str | None = None
@@ -86,6 +89,7 @@ class RunOptions:
     cancel: threading.Event | None = None
     max_workers: int | None = None
     expect_checkpoint_id: str | None = None
+    on_pause: Callable[[Any], Any] | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.checkpointer is not None and not isinstance(self.checkpointer, Checkpointer):
@@ -98,6 +102,8 @@ class RunOptions:
         checks.optional_checkpoint_id(self.expect_checkpoint_id, "expect_checkpoint_id")
         checks.count(self.recursion_limit, "recursion_limit", minimum=1, optional=True)
         checks.count(self.max_workers, "max_workers", minimum=1, optional=True)
+        if self.on_pause is not None and not callable(self.on_pause):
+            raise InvalidArgumentError(f"on_pause must be a function, got {type(self.on_pause).__name__}")
         if self.strict is not None and not isinstance(self.strict, bool):
             raise InvalidArgumentError(f"strict must be True or False, got {self.strict!r}")
         if self.cancel is not None and not (hasattr(self.cancel, "is_set") and hasattr(self.cancel, "wait")):

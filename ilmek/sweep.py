@@ -22,6 +22,7 @@ from .engine import collect_result, resume_run
 from .errors import ConcurrentUpdateError, DrainingError, InvalidArgumentError, ResumeError, ThreadBusyError
 from .graph import CompiledGraph
 from .logs import logger
+from .notices import deliver_due
 from .operations import graph_of, graph_registry
 from .process_drain import draining
 from .types import AnsweredBy, Checkpoint, Result, utc_now
@@ -59,7 +60,9 @@ def tick(
     Each thread whose open pauses have all come due by ``now`` is resumed
     with their answers: a deadline's ``on_timeout`` (recorded
     ``by="deadline"``) and ``None`` for a timer (``by="timer"``, and
-    ``ctx.sleep`` returns). Safe from many processes at once: each thread
+    ``ctx.sleep`` returns); then delivers the pause notices still in the
+    outbox whose graph has an ``on_pause`` hook (a process that paused and
+    died first, a hook that raised: see :mod:`ilmek.notices`). Safe from many processes at once: each thread
     is resumed under its hold, expecting the very pause it read, so a
     thread held by a run is skipped (a later tick takes it) and a pause a
     person answered meanwhile is left as they answered it.
@@ -95,6 +98,9 @@ def tick(
         result = _wake(registry, checkpointer, info.id, moment, run_options)
         if result is not None:
             results.append(result)
+    hooks = {g.name: g.defaults.on_pause for g in registry.values() if g.defaults.on_pause is not None}
+    if hooks:
+        deliver_due(hooks, checkpointer, moment.timestamp(), limit)
     return results
 
 

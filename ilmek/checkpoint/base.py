@@ -38,6 +38,7 @@ from ..types import (
     task_id_for,
 )
 from .holds import Hold, HoldLostError, LocalHolds, busy_error
+from .outbox import NoticeOutbox, OutboxNotice
 from .rotation import Rotating
 
 __all__ = [
@@ -78,12 +79,10 @@ def journal_view(
     return tuple(merged.values())
 
 
-class Checkpointer(Rotating, abc.ABC):
-    """Where threads keep their checkpoints and their tasks' journals.
+class Checkpointer(Rotating, NoticeOutbox, abc.ABC):
+    """Where threads keep their checkpoints and their tasks' journals; safe to share between threads.
 
-    Implementations are safe to share between threads. Thread ids are opaque
-    text: ``%``, ``_``, quotes, emoji and SQL fragments are ids like any other.
-    """
+    Thread ids are opaque text: ``%``, ``_``, quotes, emoji and SQL fragments are ids like any other."""
 
     def __init__(self) -> None:
         self._local_holds = LocalHolds()
@@ -320,6 +319,7 @@ class Checkpointer(Rotating, abc.ABC):
         drop_journals: Sequence[str] = (),
         journal: tuple[str, Mapping[str, Sequence[JournalEntry]]] | None = None,
         release_hold: bool = False,
+        notices: Sequence[OutboxNotice] = (),
     ) -> None:
         """Store a checkpoint and drop the journals it makes useless, all or nothing.
 
@@ -338,6 +338,7 @@ class Checkpointer(Rotating, abc.ABC):
                 superstep); an entry already recorded is kept.
             release_hold: This is the run's last write: the hold is given back
                 in the same transaction.
+            notices: Pause notices for the outbox (:class:`~ilmek.checkpoint.outbox.NoticeOutbox`).
 
         Raises:
             ConcurrentUpdateError: the thread's latest checkpoint is not

@@ -57,6 +57,7 @@ from .base import (
     same_channels,
 )
 from .holds import holder_of
+from .outbox import MemoryOutbox, OutboxNotice
 
 __all__ = ["InMemoryCheckpointer"]
 
@@ -153,8 +154,8 @@ class _Store:
         return found
 
 
-class InMemoryCheckpointer(Checkpointer):
-    """Checkpoints in this process's memory; gone when the process ends.
+class InMemoryCheckpointer(MemoryOutbox, Checkpointer):
+    """Checkpoints in this process's memory, gone when it ends; thread-safe. Use it in tests and scripts.
 
     Thread-safe. Use it in tests and scripts; use :class:`SqliteCheckpointer`
     or :class:`PostgresCheckpointer` for anything that must outlive the process.
@@ -199,6 +200,7 @@ class InMemoryCheckpointer(Checkpointer):
         drop_journals: Sequence[str] = (),
         journal: tuple[str, Mapping[str, Sequence[JournalEntry]]] | None = None,
         release_hold: bool = False,
+        notices: Sequence[OutboxNotice] = (),
     ) -> None:
         thread_id = checks.thread_id(thread_id)
         _records.check_thread(thread_id, checkpoint)
@@ -264,6 +266,7 @@ class InMemoryCheckpointer(Checkpointer):
                 own = thread.journals.setdefault((base_id, task_key), {})
                 for entry_key, text in texts.items():
                     own.setdefault(entry_key, text)
+            self.keep_notices(notices)
             if release_hold and hold is not None:
                 hold.release()
 

@@ -26,6 +26,7 @@ from ..dbapi import Adapter, ErrorKind, LockedConnection, Pin, Session, Statemen
 from ..errors import InvalidArgumentError, StorageError, TransientStorageError
 from .django import DjangoAdapter, check_sqlite_transaction_mode, is_django_connection
 from .sql import Migration, SqlCheckpointer, copy_v1_journals, validate_prefix
+from .sql.notices import notices_table
 
 __all__ = ["DEFAULT_PATH", "SqliteCheckpointer"]
 
@@ -43,6 +44,9 @@ _MIN_VERSION = (3, 35, 0)  # RETURNING
 _DUE_INDEX = (
     "CREATE INDEX IF NOT EXISTS {p}_threads_due ON {p}_threads (due_at, thread_id) WHERE due_at IS NOT NULL"
 )
+
+# The pause notices' outbox (version 4).
+_NOTICES = notices_table("TEXT", "REAL")
 
 _SCHEMA: list[str] = [
     "CREATE TABLE IF NOT EXISTS {p}_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -80,6 +84,7 @@ _SCHEMA: list[str] = [
     "CREATE TABLE IF NOT EXISTS {p}_holds ("
     " thread_id TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at REAL NOT NULL,"
     " acquired_at REAL NOT NULL DEFAULT 0, holder INTEGER, cancel_reason TEXT) WITHOUT ROWID",
+    *_NOTICES,
 ]
 
 
@@ -99,6 +104,8 @@ _UPGRADES: dict[int, list[Migration]] = {
     ],
     # Version 3: pauses with a deadline or a timer; the thread keeps the earliest (NULL before).
     2: ["ALTER TABLE {p}_threads ADD COLUMN due_at REAL", _DUE_INDEX],
+    # Version 4: the outbox of pause notices (on_pause hooks).
+    3: [*_NOTICES],
 }
 
 
@@ -315,7 +322,7 @@ class SqliteCheckpointer(SqlCheckpointer):
 
     SCHEMA: ClassVar[list[str]] = _SCHEMA
     UPGRADES: ClassVar[dict[int, list[Migration]]] = _UPGRADES
-    SCHEMA_VERSION: ClassVar[int] = 3
+    SCHEMA_VERSION: ClassVar[int] = 4
     AUTO_MIGRATE: ClassVar[bool] = True
     REWRITES_ASSIGNED_INDEXES: ClassVar[bool] = True
     # A step's effect waits for a check of the hold: a thread deleted by force

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from .arguments import Subcommands, _text
 from .failures import _CommandFailed
@@ -20,9 +21,18 @@ def _cmd_web(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise _CommandFailed(f"--port must be between 0 and 65535, got {args.port}")
     graphs = load_graphs(args.graph)
+    answer_secret = None
+    if args.answer_secret_env is not None:
+        answer_secret = os.environ.get(args.answer_secret_env)
+        if not answer_secret:
+            raise _CommandFailed(
+                f"--answer-secret-env names {_q(args.answer_secret_env)}, which is not set or empty: "
+                "export the answer links' secret in it"
+            )
     # Read-only, it opens a SQLite file so that nothing can be written (nor created or migrated);
     # on Postgres a pool of its own replaces a connection the server dropped, one per connection served.
-    with _opened(args, read_only=not args.allow_actions, pool_size=MAX_CONNECTIONS) as checkpointer:
+    writes = args.allow_actions or answer_secret is not None
+    with _opened(args, read_only=not writes, pool_size=MAX_CONNECTIONS) as checkpointer:
         try:
             return serve(
                 checkpointer,
@@ -33,6 +43,7 @@ def _cmd_web(args: argparse.Namespace) -> int:
                 allowed_hosts=args.allowed_host,
                 insecure_no_login=args.insecure_no_login,
                 server=args.server,
+                answer_secret=answer_secret,
             )
         except InvalidArgumentError as error:
             raise _CommandFailed(str(error)) from error
@@ -93,6 +104,13 @@ def add_web_parser(commands: Subcommands) -> None:
         default="wsgiref",
         help="the WSGI server: the standard library's (default), or waitress, for many users at once "
         "(pip install 'ilmek[web]')",
+    )
+    web.add_argument(
+        "--answer-secret-env",
+        type=_text,
+        metavar="VAR",
+        help="serve /answer/<token> for answer links (ilmek.answer_token) signed with the secret in the "
+        "environment variable VAR; such a page answers its one pause with no login",
     )
     web.add_argument(
         "--insecure-no-login",

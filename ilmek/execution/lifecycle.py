@@ -366,7 +366,14 @@ class _Driving:
         if expected is None or (latest is not None and latest.id == expected):
             return
         thread_id = self.setup.thread_id
-        if answering:
+        fork_from = self.setup.options.checkpoint_id
+        if fork_from is not None and fork_from != expected:
+            what = (
+                f"thread {thread_id!r} moved on from checkpoint {expected!r} ({_describe(latest)}): a fork "
+                f"from {fork_from!r} was made already, or another run came first; nothing was run again. "
+                "Look at the thread's latest checkpoint"
+            )
+        elif answering:
             what = (
                 f"the pause at checkpoint {expected!r} of thread {thread_id!r} is not open any more "
                 f"({_describe(latest)}): it was already answered, or the thread moved on; nothing was "

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..checkpoint.holds import Hold
+from ..checkpoint.outbox import OutboxNotice
 from ..logs import logger
 from ..types import ChannelChange, Checkpoint, JournalEntry, ThreadCancel, ThreadError, new_checkpoint_id
 from .setup import RunSetup
@@ -75,6 +76,7 @@ class ThreadPosition:
         journal: tuple[str, Mapping[str, Sequence[JournalEntry]]] | None = None,
         fresh: bool = False,
         last: bool = False,
+        notices: Sequence[OutboxNotice] = (),
     ) -> None:
         """Commit ``checkpoint`` after the expected latest; it becomes the run's position."""
         self._setup.checkpointer.commit(
@@ -88,6 +90,7 @@ class ThreadPosition:
             # The run's last write (a pause, a plan with nothing left) gives
             # the hold back in the same transaction.
             release_hold=last,
+            notices=notices,
         )
         self.expect = checkpoint.id
         if fresh:

@@ -20,6 +20,7 @@ from ..context import NodeContext, PlanContext, TaskJournal
 from ..errors import ReducerError, ResumeError
 from ..events import CheckpointEvent, Event, InterruptEvent, NodeError, StateEvent, StepStart
 from ..journals import inherited_journals
+from ..notices import deliver, outbox_notices
 from ..types import ChannelChange, Checkpoint, JournalEntry, Pending, ScheduledTask, pause_fields, task_id_for
 from .keeping import HoldKeeper
 from .messages import TaskRun
@@ -303,7 +304,14 @@ class Superstep:
             step=base.step,
             metadata=position.metadata("pause"),
         )
-        position.commit(checkpoint, {}, journal=(base.id, opened), last=True)
+        hook = setup.options.on_pause if setup.can_pause else None
+        notices = (
+            [] if hook is None else outbox_notices(setup.graph.name, setup.thread_id, checkpoint.id, pending)
+        )
+        position.commit(checkpoint, {}, journal=(base.id, opened), last=True, notices=notices)
+        if hook is not None:
+            for notice, pause in zip(notices, [p for p in pending if p.kind == "person"], strict=True):
+                deliver(hook, setup.checkpointer, notice, pause)
         yield self._event(CheckpointEvent, id=checkpoint.id)
         yield self._event(InterruptEvent, pending=pending)
         raise RunEnds("interrupted", checkpoint, values, pending=pending)

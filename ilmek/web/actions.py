@@ -128,9 +128,19 @@ def _resume(
     if isinstance(answers, str):
         return _failed(answers)
 
+    # A fork names the latest checkpoint the page saw: sent twice, the second finds it moved on.
+    expect = form.get("expect") or None
+
     def work(cancel: threading.Event) -> Outcome:
         return _resumed(
-            graph, checkpointer, thread_id, checkpoint_id, answers, forking=forking, cancel=cancel
+            graph,
+            checkpointer,
+            thread_id,
+            checkpoint_id,
+            answers,
+            forking=forking,
+            cancel=cancel,
+            expect=expect,
         )
 
     return _off_the_request(background, thread_id, work, "Answered; the run is going on")
@@ -145,8 +155,10 @@ def _resumed(
     *,
     forking: bool,
     cancel: threading.Event,
+    expect: str | None = None,
 ) -> Outcome:
-    """Answer (or fork) and run to the end or the next pause: what the page says of it."""
+    """Answer (or fork, expecting the latest checkpoint to be ``expect``) and run to the end or the next
+    pause: what the page says of it."""
     try:
         if forking:
             result = resume_keyed(
@@ -156,6 +168,7 @@ def _resumed(
                 checkpointer=checkpointer,
                 checkpoint_id=checkpoint_id,
                 cancel=cancel,
+                expect_checkpoint_id=expect,
             )
         else:
             # The page showed these pauses; if the thread has moved on, an
@@ -166,7 +179,13 @@ def _resumed(
             the_run = resume_run(graph, answers, True, options)
             the_run.answer_only_at = checkpoint_id
             result = collect_result(graph, the_run)
-    except MovedOn:
+    except MovedOn as moved:
+        if forking:
+            return _failed(
+                "The thread moved on since the page was drawn: this fork was made already (its branch "
+                f"ends at checkpoint {moved.checkpoint_id}), or another answer came first; nothing was "
+                "run again. Look at the thread's latest checkpoint."
+            )
         return _failed(
             "The thread moved on since the page was drawn (answered elsewhere?); nothing was "
             "answered. Look at it again."

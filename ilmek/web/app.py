@@ -40,6 +40,7 @@ from ..logs import logger
 from ..redact import mask_secrets, printable
 from .access import Login, basic_user, host_allowed, split_host
 from .actions import ACTIONS, Outcome
+from .answer_link import answer_page
 from .answers import malformed_field
 from .background import Background
 from .csrf import Guard, same_origin
@@ -77,8 +78,12 @@ _STATUS_TEXT: Final = {
     404: "Not Found",
     405: "Method Not Allowed",
     408: "Request Timeout",
+    409: "Conflict",
+    410: "Gone",
     413: "Content Too Large",
+    422: "Unprocessable Content",
     500: "Internal Server Error",
+    503: "Service Unavailable",
 }
 _MAX_BODY: Final = 256 * 1024
 _MAX_NOTE: Final = 1500
@@ -186,6 +191,7 @@ class Console:
         login: Login | None = None,
         refresh_seconds: float = 30.0,
         background_runs: int = 2,
+        answer_secret: bytes | str | None = None,
     ) -> None:
         if not isinstance(checkpointer, Checkpointer):
             raise InvalidArgumentError(
@@ -205,6 +211,7 @@ class Console:
         self.page_size = page_size
         self.refresh_seconds = refresh_seconds
         self.background = Background(background_runs)
+        self.answer_secret = answer_secret or None
         self._static: dict[str, tuple[bytes, str]] = {}
         for name in _STATIC:
             body = importlib.resources.files("ilmek.web").joinpath("static", name).read_bytes()
@@ -251,8 +258,8 @@ class Console:
         if self.allowed_hosts is not None and not host_allowed(host, self.allowed_hosts):
             # A page on another site that a DNS trick pointed here says so in Host: it learns nothing.
             return _plain(400, "This console does not answer to that host name.")
-        if self.login is None:
-            return None
+        if self.login is None or self._answering(environ):
+            return None  # an answer link's token is its own credential
         authorized = self.login.authorized(environ)
         try:
             query = _parse(_wsgi_text(str(environ.get("QUERY_STRING") or "")))
@@ -289,6 +296,8 @@ class Console:
             query=_parse(_wsgi_text(str(environ.get("QUERY_STRING") or ""))),
             links=links,
         )
+        if self._answering(environ):
+            return self._answer(request)
         if path.startswith("/action/"):
             name = path.removeprefix("/action/")
             if name not in ACTIONS:
@@ -492,6 +501,35 @@ class Console:
             return {}
         return {key: values[0] for key, values in _parse(body.decode("utf-8", "replace")).items()}
 
+    def _answering(self, environ: Mapping[str, Any]) -> bool:
+        path = _wsgi_text(str(environ.get("PATH_INFO") or ""))
+        return self.answer_secret is not None and path.startswith("/answer/")
+
+    def _answer(self, request: _Request) -> _Response:
+        """An answer link's page (:mod:`ilmek.web.answer_link`), read (GET) or answered (POST)."""
+        assert self.answer_secret is not None
+        if request.method not in ("GET", "HEAD", "POST"):
+            raise _Refused(
+                405, "Method not allowed", "Answer with the page's form.", (("Allow", "GET, POST"),)
+            )
+        form = None
+        if request.method == "POST":
+            if not same_origin(request.environ, self.trusted_origins):
+                raise _Refused(403, "Forbidden", "The form was sent from another site; nothing was done.")
+            form = self._form(request.environ)
+        token = request.path.removeprefix("/answer/")
+        with serde.showing_unregistered():
+            page = answer_page(
+                self.checkpointer,
+                self.graphs,
+                self.guard,
+                request.links,
+                token,
+                secret=self.answer_secret,
+                form=form,
+            )
+        return self._html(document(page.title, request.links, page.body, actions_on=False), page.status)
+
     def _act(self, request: _Request, name: str) -> _Response:
         if not self.allow_actions:
             raise _Refused(
@@ -546,6 +584,7 @@ def app(
     secret: bytes | str | None = None,
     allowed_hosts: Iterable[str] | None = None,
     trusted_origins: Iterable[str] = (),
+    answer_secret: bytes | str | None = None,
 ) -> Console:
     """The web console as a WSGI application, to serve or to mount in a Flask or Django app.
 
@@ -579,6 +618,9 @@ def app(
             rebinding (:mod:`ilmek.web.access`).
         trusted_origins: More origins whose forms are accepted
             (``https://admin.example.com``), for a proxy that rewrites ``Host``.
+        answer_secret: The secret of :func:`~ilmek.answer_token`: the console
+            then serves ``/answer/<token>``, that one pause answerable with
+            the token alone (no login), whether or not ``allow_actions``.
 
     Returns:
         A WSGI callable.
@@ -594,4 +636,5 @@ def app(
         secret=secret,
         allowed_hosts=allowed_hosts,
         trusted_origins=trusted_origins,
+        answer_secret=answer_secret,
     )

@@ -93,6 +93,9 @@ def pauses_form(
         "fork" if fork else "answer",
         view.thread_id,
         checkpoint.id,
+        # A fork names the latest checkpoint the page saw: sent twice (the back button, a double
+        # click), the second finds the thread moved on to the first's branch and is refused.
+        tag("input", {"type": "hidden", "name": "expect", "value": view.latest.id}) if fork else None,
         fields,
         submit if several else None,
         css="answer-form",

@@ -130,13 +130,18 @@ def _draft_controls(shape: AnswerShape, index: int, several: bool) -> Markup | N
 
 
 def _free_answer(
-    index: int, recorded: JournalEntry | None, offered: bool, several: bool, submit: Markup | None
+    index: int,
+    recorded: JournalEntry | None,
+    offered: bool,
+    several: bool,
+    submit: Markup | None,
+    typed: str | None = None,
 ) -> Markup:
     """The JSON editor: empty unless a failed run recorded an answer to send again; never ``null``.
 
     ``submit``: the button that sends it (one pause; several share one button below them all).
     """
-    prefill = as_json_text(recorded.value) if recorded is not None else None
+    prefill = typed if typed else as_json_text(recorded.value) if recorded is not None else None
     editor = tag(
         "textarea",
         {
@@ -172,12 +177,14 @@ def pause_fields(
     several: bool = False,
     recorded: JournalEntry | None = None,
     submit: Markup | None = None,
+    typed: str | None = None,
 ) -> Markup:
     """One pause: what it asks, its draft or payload, and (with ``inputs``) the controls to answer it.
 
     ``recorded``: the answer a failed resume recorded; the editor starts with
     it, as sending it again is how the run is retried. ``submit``: the button
-    sending a typed answer, placed with its editor.
+    sending a typed answer, placed with its editor. ``typed``: what the person
+    typed in the editor before it was refused, kept for them to correct.
     """
     shape = shape_of(pause.payload)
     offered = bool(shape.options) or shape.draft is not None
@@ -216,7 +223,7 @@ def pause_fields(
         join(
             _option_controls(shape, index, several),
             _draft_controls(shape, index, several),
-            _free_answer(index, recorded, offered, several, submit),
+            _free_answer(index, recorded, offered, several, submit, typed),
         )
         if inputs
         else None,

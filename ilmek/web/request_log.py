@@ -61,6 +61,11 @@ def _hide(found: re.Match[str]) -> str:
     return separator + parameter[: equals.end()] + HIDDEN
 
 
+# An answer link's path is its token (/answer/<token>).
+_ANSWER_LINK: Final = re.compile(r"(/answer/)[^\s?#\"]*")
+
+
 def log_line(text: str) -> str:
-    """A line for the request log: every secret's value in a URL hidden, then escaped for a terminal."""
-    return printable(_PARAMETER.sub(_hide, text))
+    """A line for the request log: every secret in a URL hidden (an answer link's token, the value of a
+    secret-named parameter), then escaped for a terminal."""
+    return printable(_PARAMETER.sub(_hide, _ANSWER_LINK.sub(rf"\1{HIDDEN}", text)))

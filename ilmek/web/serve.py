@@ -307,6 +307,7 @@ def console_for(
     allowed_hosts: Iterable[str] = (),
     login: Login | None = None,
     insecure_no_login: bool = False,
+    answer_secret: bytes | str | None = None,
 ) -> Console:
     """The console a server bound to ``bound`` (asked for ``host``) serves, whichever server it is.
 
@@ -322,7 +323,13 @@ def console_for(
     if login is None and allow_actions and not insecure_no_login and not is_loopback(bound):
         login = Login()
     return Console(
-        checkpointer, graphs, allow_actions=allow_actions, secret=secret, allowed_hosts=names, login=login
+        checkpointer,
+        graphs,
+        allow_actions=allow_actions,
+        secret=secret,
+        allowed_hosts=names,
+        login=login,
+        answer_secret=answer_secret,
     )
 
 
@@ -342,6 +349,7 @@ def make_server(
     max_connections: int = MAX_CONNECTIONS,
     head_timeout: float = HEAD_TIMEOUT,
     max_waiting: int = MAX_WAITING,
+    answer_secret: bytes | str | None = None,
 ) -> ConsoleServer:
     """A server bound to ``host:port`` (``0`` picks a free port), not yet serving.
 
@@ -367,6 +375,7 @@ def make_server(
         max_connections: Requests worked on at once.
         head_timeout: Seconds a client has to send its request line and headers.
         max_waiting: Connections whose request's head may be arriving at once.
+        answer_secret: Serve ``/answer/<token>`` for answer links signed with it.
 
     Raises:
         OSError: the address cannot be bound (in use, not this machine's).
@@ -393,6 +402,7 @@ def make_server(
             allowed_hosts=allowed_hosts,
             login=login,
             insecure_no_login=insecure_no_login,
+            answer_secret=answer_secret,
         )
     except BaseException:
         server.server_close()
@@ -416,6 +426,7 @@ def serve(
     insecure_no_login: bool = False,
     out: IO[str] | None = None,
     server: str = "wsgiref",
+    answer_secret: bytes | str | None = None,
 ) -> int:
     """Serve the console until Ctrl-C; print its URL (and its login, if it needs one) first. Returns 0.
 
@@ -434,6 +445,7 @@ def serve(
         "allow_actions": allow_actions,
         "allowed_hosts": allowed_hosts,
         "insecure_no_login": insecure_no_login,
+        "answer_secret": answer_secret,
     }
     running: ConsoleServer | WaitressConsole
     if server == "waitress":

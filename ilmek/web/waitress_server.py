@@ -81,6 +81,7 @@ def make_waitress_server(
     allowed_hosts: Iterable[str] = (),
     login: Login | None = None,
     insecure_no_login: bool = False,
+    answer_secret: bytes | str | None = None,
 ) -> WaitressConsole:
     """The console under waitress, bound to ``host:port`` (``0`` picks a free port), not yet serving.
 
@@ -121,6 +122,7 @@ def make_waitress_server(
             allowed_hosts=allowed_hosts,
             login=login,
             insecure_no_login=insecure_no_login,
+            answer_secret=answer_secret,
         )
     except BaseException:
         server.close()

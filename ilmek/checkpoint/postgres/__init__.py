@@ -26,6 +26,7 @@ from ...errors import InvalidArgumentError, StorageError
 from ...redact import dsn_secrets, mask_dsn, mask_secrets
 from ..django import DjangoAdapter, is_django_connection
 from ..sql import LONG_WAY_SQLSTATE, Migration, SqlCheckpointer, copy_v1_journals, validate_prefix
+from ..sql.notices import notices_table
 from . import generic, psycopg, psycopg2, sqlalchemy
 from .common import SingleConnectionAdapter
 from .errors import classify_postgres_error
@@ -217,6 +218,8 @@ $body$"""
 _DUE_INDEX = (
     "CREATE INDEX IF NOT EXISTS {p}_threads_due ON {p}_threads (due_at, thread_id) WHERE due_at IS NOT NULL"
 )
+# The pause notices' outbox (version 6).
+_NOTICES = notices_table(f"TEXT {_C}", "DOUBLE PRECISION")
 _SCHEMA: list[str] = [
     "CREATE TABLE IF NOT EXISTS {p}_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     f"CREATE TABLE IF NOT EXISTS {{p}}_threads (thread_id TEXT {_C} PRIMARY KEY,"
@@ -252,6 +255,7 @@ _SCHEMA: list[str] = [
     " acquired_at DOUBLE PRECISION NOT NULL DEFAULT 0, holder INTEGER, cancel_reason TEXT)",
     _SUPERSTEP_FUNCTION,
     _ANSWER_FUNCTION,
+    *_NOTICES,
 ]
 
 _UPGRADES: dict[int, list[Migration]] = {
@@ -280,6 +284,8 @@ _UPGRADES: dict[int, list[Migration]] = {
         _DUE_INDEX,
         _SUPERSTEP_FUNCTION,
     ],
+    # The outbox of pause notices (on_pause hooks).
+    5: [*_NOTICES],
 }
 
 _TABLE_EXISTS = Statement("SELECT to_regclass(:name) IS NOT NULL")
@@ -363,7 +369,7 @@ class PostgresCheckpointer(SqlCheckpointer):
     FIND: ClassVar[str] = "strpos(lower(t.thread_id), :needle) > 0"
     LOCK_SHARE: ClassVar[str] = " FOR SHARE"
     WRITES_IN_ONE_STATEMENT: ClassVar[bool] = True
-    SCHEMA_VERSION: ClassVar[int] = 5
+    SCHEMA_VERSION: ClassVar[int] = 6
 
     def __init__(
         self,

@@ -32,8 +32,10 @@ from ...types import ChannelChange, Checkpoint, JournalEntry, ThreadCancel, Thre
 from .._sealing import Sealer
 from ..base import ANY_LATEST, Checkpointer, _AnyLatest
 from ..holds import INHERITED, Hold
+from ..outbox import OutboxNotice
 from .holds import HoldRows, SqlHold
 from .journals import Journals
+from .notices import NoticeRows
 from .reads import Reads
 from .rekeying import Rekeying
 from .schema import Migration, Schema, drop_sql, schema_sql, upgrade_sql
@@ -100,6 +102,7 @@ class SqlCheckpointer(Checkpointer):
         self._journals = Journals(self, self.statements, self._holds)
         self._supersteps = Supersteps(self, self.statements, self._reads, self._holds)
         self._threads = Threads(self, self.statements)
+        self._notices = NoticeRows(self, self.statements)
 
     # --- SQL text and the dialect's hooks ---------------------------------------------
 
@@ -303,6 +306,7 @@ class SqlCheckpointer(Checkpointer):
         drop_journals: Sequence[str] = (),
         journal: tuple[str, Mapping[str, Sequence[JournalEntry]]] | None = None,
         release_hold: bool = False,
+        notices: Sequence[OutboxNotice] = (),
     ) -> None:
         self._supersteps.commit(
             thread_id,
@@ -313,6 +317,7 @@ class SqlCheckpointer(Checkpointer):
             drop_journals=drop_journals,
             journal=journal,
             release_hold=release_hold,
+            notices=notices,
         )
 
     def get(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
@@ -423,6 +428,15 @@ class SqlCheckpointer(Checkpointer):
 
     def read_thread(self, thread_id: str, *, hold: Hold | None = None) -> ThreadInfo | None:
         return self._threads.get_thread(thread_id, hold=hold)
+
+    def due_notices(self, now: float, limit: int | None = None) -> builtins.list[OutboxNotice]:
+        return self._notices.due(now, limit)
+
+    def notice_delivered(self, notice_id: str) -> None:
+        self._notices.delivered(notice_id)
+
+    def notice_failed(self, notice_id: str, retry_at: float) -> None:
+        self._notices.failed(notice_id, retry_at)
 
     def put_thread_metadata(self, thread_id: str, metadata: Mapping[str, Any]) -> None:
         self._threads.put_thread_metadata(thread_id, metadata)

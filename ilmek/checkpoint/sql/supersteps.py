@@ -39,9 +39,11 @@ from .._delta import (
 from .._records import EncodedChange
 from ..base import ANY_LATEST, _AnyLatest, concurrent_update_error, missing_parent_error, same_channels
 from ..holds import Hold
+from ..outbox import OutboxNotice
 from .calls import FunctionCall, LongWay, entry_rows, id_list
 from .holds import HoldRows, SqlHold
 from .journals import task_scope
+from .notices import ADD_NOTICE, notice_params
 from .reads import Reads
 from .rows import epoch
 from .statements import Statements
@@ -74,6 +76,7 @@ class _Write:
     #: (base id, task key) of the journals the superstep spent.
     drops: builtins.list[tuple[str, str]]
     release_hold: bool
+    notices: Sequence[OutboxNotice] = ()
     now: float = attrs.field(factory=time.time)
     started: float = attrs.field(factory=time.monotonic)
     #: Whether this is the run's first write, which takes its deferred hold.
@@ -111,6 +114,7 @@ class Supersteps:
         drop_journals: Sequence[str] = (),
         journal: tuple[str, Mapping[str, Sequence[JournalEntry]]] | None = None,
         release_hold: bool = False,
+        notices: Sequence[OutboxNotice] = (),
     ) -> None:
         """See :meth:`ilmek.checkpoint.base.Checkpointer.commit`."""
         thread_id = checks.thread_id(thread_id)
@@ -146,8 +150,10 @@ class Supersteps:
             recorded=recorded,
             drops=[task_scope(task_id)[1:] for task_id in drop_journals],
             release_hold=release_hold,
+            notices=notices,
         )
-        if not self._in_one_call(write):
+        # The superstep function writes no notices: a pause with some takes the long way.
+        if notices or not self._in_one_call(write):
             with contextlib.suppress(_AlreadyStored):
                 self._owner.transact(
                     lambda session: self._long_way(session, write),
@@ -311,6 +317,8 @@ class Supersteps:
                 entry_key=entry_key,
                 entry=text,
             )
+        for notice in write.notices:
+            session.execute(self._statements.built(ADD_NOTICE), **notice_params(notice))
         if write.release_hold and hold is not None:
             self._holds.delete(session, hold)
 

@@ -42,7 +42,7 @@ from tests.support.postgres import (
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
 
-ILMEK_TABLES = {"meta", "threads", "checkpoints", "blobs", "logs", "items", "journals", "holds"}
+ILMEK_TABLES = {"meta", "threads", "checkpoints", "blobs", "logs", "items", "journals", "holds", "notices"}
 # --- migrate() and ddl() -----------------------------------------------------------------
 
 

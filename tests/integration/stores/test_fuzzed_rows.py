@@ -335,7 +335,7 @@ def test_a_metadata_key_no_text_can_hold_is_refused_alike_everywhere(
         ("-7", "version '-7', which no ilmek ever wrote"),
         ("1.5", "version '1.5', which is not a number"),
         ("abc", "version 'abc', which is not a number"),
-        ("999", "version 999, this ilmek uses version 3: upgrade ilmek"),
+        ("999", f"version 999, this ilmek uses version {SqliteCheckpointer.SCHEMA_VERSION}: upgrade ilmek"),
     ],
 )
 def test_a_damaged_schema_version_is_refused_at_open_with_the_stored_text(

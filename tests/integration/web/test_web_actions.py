@@ -538,3 +538,22 @@ def test_notes_are_shown_only_when_the_console_signed_them(client: Client) -> No
     crafted = thread_url(THREADS["waiting"]) + "&tone=error&note=Log%20in%20at%20evil.example&sig=00"
     assert "evil.example" not in client.get(crafted).text
     assert "evil.example" not in client.get("/?tone=ok&note=evil.example").text
+
+
+def test_a_fork_form_sent_twice_makes_one_branch(client: Client, store: Checkpointer) -> None:
+    """The same "answer differently" form POSTed twice (the back button): one fork, one run after it; the
+    second is refused, saying the fork was made already and naming where its branch ends."""
+    thread_id = THREADS["answered"]
+    pause = next(c for c in store.list(thread_id) if c.pending)
+    url, fields = form(client, thread_url(thread_id, pause.id), "fork")
+    assert fields["expect"] == latest_id(store, thread_id)
+    first = follow(client, client.post(url, {**fields, "choice.0": '"no"'}))
+    assert "Forked with a new answer. The run finished." in first
+    branch_end = latest_id(store, thread_id)
+    again = follow(client, client.post(url, {**fields, "choice.0": '"no"'}))
+    assert "this fork was made already" in html.unescape(again)
+    assert str(branch_end) in again
+    assert branch_end == latest_id(store, thread_id)
+    assert 1 == [c.metadata.get("source") for c in store.list(thread_id)].count("fork")
+    state = ilmek.thread_state(graphs()["checkout"], store, thread_id)
+    assert ["order for 1 items", "answered 'no'", "cancelled"] == state["log"]

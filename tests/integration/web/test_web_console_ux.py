@@ -681,3 +681,40 @@ def test_dark_mode_follows_the_system_and_missing_pages_are_titled_right(
     assert "No such checkpoint" == css(driver, "h1")[0].text
     driver.get(thread_url(console, "no-such-thread"))
     assert "No such thread" == css(driver, "h1")[0].text
+
+
+# --- 12. an answer link's page ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_an_answer_link_page_fits_passes_axe_and_keeps_a_refused_answer(
+    driver: Any, store: Checkpointer, size: tuple[int, int]
+) -> None:
+    """The /answer/<token> page fits the screen and axe finds nothing on it (light and dark); a refused
+    answer comes back with the typed text still in the editor, and the right one answers the pause."""
+    from tests.support.noticeworker import ASKING
+
+    if not AXE_SCRIPT.exists():
+        unavailable("no axe-core: run scripts/test (npm ci in tests/axe)")
+    secret = "browser-link-secret"
+    ilmek.run(ASKING, {}, thread_id="link-1", checkpointer=store)
+    token = ilmek.answer_token(store, "link-1", "ask:interrupt#0", secret=secret)
+    viewport(driver, size)
+    with serving(store, {"noticed": ASKING}, answer_secret=secret) as server:
+        driver.get(f"{server.url}answer/{token}")
+        assert "Ship?" in driver.page_source
+        for scheme in ("light", "dark"):
+            set_color_scheme(driver, scheme)
+            assert [] == [violation["id"] for violation in axe_violations(driver)]
+        set_color_scheme(driver, "light")
+        assert driver.execute_script("return document.documentElement.scrollWidth") <= size[0]
+        css(driver, "textarea[name='answer.0']")[0].send_keys('"maybe"')
+        css(driver, "button[name='send']")[0].click()
+        wait_for(driver, lambda d: "does not fit" in d.page_source)
+        assert '"maybe"' == css(driver, "textarea[name='answer.0']")[0].get_attribute("value")
+        editor = css(driver, "textarea[name='answer.0']")[0]
+        editor.clear()
+        editor.send_keys('"yes"')
+        css(driver, "button[name='send']")[0].click()
+        wait_for(driver, lambda d: "Thank you" in d.page_source)
+    assert ["yes"] == ilmek.thread_state(ASKING, store, "link-1")["log"]

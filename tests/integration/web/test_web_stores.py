@@ -72,7 +72,8 @@ def test_a_read_only_console_refuses_a_store_at_another_schema_version(tmp_path:
     process, _ = start_web("--db", str(path), "--port", "0", home=tmp_path)
     _, err = stop_web(process)
     assert 1 == process.returncode
-    assert "schema version 1, this ilmek uses version 3: a read-only console changes nothing" in err
+    version = SqliteCheckpointer.SCHEMA_VERSION
+    assert f"schema version 1, this ilmek uses version {version}: a read-only console changes nothing" in err
     assert before == digest(path)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from .. import serde
 from ..errors import DecryptionError, InvalidArgumentError
 from ..types import ThreadError
-from . import _records
+from . import _outcomes, _records
 from ._sealing import Sealer
 
 __all__ = ["Resealer"]
@@ -102,12 +102,12 @@ class Resealer:
         """A thread's failure or cancel record, resealed, or ``None``."""
 
         def decode(sealer: Sealer) -> Any:
-            return _records.decode_thread_outcome(stored, thread_id=thread_id, sealer=sealer)
+            return _outcomes.decode_thread_outcome(stored, thread_id=thread_id, sealer=sealer)
 
         def encode(sealer: Sealer, outcome: Any) -> str:
             if isinstance(outcome, ThreadError):
-                return _records.encode_thread_error(outcome, sealer, thread_id)
-            return _records.encode_thread_cancel(outcome, sealer, thread_id)
+                return _outcomes.encode_thread_error(outcome, sealer, thread_id)
+            return _outcomes.encode_thread_cancel(outcome, sealer, thread_id)
 
         result: str | None = self._reseal(decode, encode)
         return result

@@ -31,7 +31,7 @@ from ..types import (
     split_task_id,
     utc_now,
 )
-from . import _records
+from . import _outcomes, _records
 from ._delta import (
     ChannelRef,
     LogInfo,
@@ -412,10 +412,12 @@ class InMemoryCheckpointer(MemoryOutbox, Checkpointer):
         return None
 
     def record_failure(self, hold: Hold, error: ThreadError) -> None:
-        self._record_outcome(hold, _records.encode_thread_error(error, self._sealer, hold.thread_id), "error")
+        self._record_outcome(
+            hold, _outcomes.encode_thread_error(error, self._sealer, hold.thread_id), "error"
+        )
 
     def record_cancel(self, hold: Hold, cancel: ThreadCancel) -> None:
-        self._record_outcome(hold, _records.encode_thread_cancel(cancel, self._sealer, hold.thread_id), None)
+        self._record_outcome(hold, _outcomes.encode_thread_cancel(cancel, self._sealer, hold.thread_id), None)
 
     def _record_outcome(self, hold: Hold, text: str, status: str | None) -> None:
         """Store the last run's failure or cancel record (a failure also sets the status)."""
@@ -510,17 +512,9 @@ class InMemoryCheckpointer(MemoryOutbox, Checkpointer):
         limit = checks.count(limit, "limit", optional=True)
         checkpoint_id = checks.optional_checkpoint_id(checkpoint_id)
         with self._lock:
-            thread = self._threads.get(thread_id)
-            stored = None
-            if thread is not None and thread.ids:
-                stored = thread.checkpoints.get(checkpoint_id or thread.ids[-1])
-            if stored is None:
-                raise CheckpointNotFoundError(
-                    f"thread {thread_id!r} has no checkpoint {checkpoint_id or '(latest)'}",
-                    thread_id=thread_id,
-                    checkpoint_id=checkpoint_id,
-                )
-            ref = stored.manifest.get(channel)
+            ref = _stored_or_missing(self._threads.get(thread_id), thread_id, checkpoint_id).manifest.get(
+                channel
+            )
             if ref is None:
                 return []
             return read_channel_slice(self._store, thread_id, channel, ref, offset, limit)
@@ -596,7 +590,7 @@ def _thread_info(sealer: Sealer, thread_id: str, thread: _Thread, hold: Hold | N
     """What the host API shows of a thread; ``hold`` is the local hold on it, if any."""
     latest = thread.checkpoints[thread.ids[-1]] if thread.ids else None
     running = hold is not None and not hold.released
-    outcome = _records.decode_thread_outcome(thread.outcome_text, thread_id=thread_id, sealer=sealer)
+    outcome = _outcomes.decode_thread_outcome(thread.outcome_text, thread_id=thread_id, sealer=sealer)
     return ThreadInfo(
         id=thread_id,
         created_at=thread.created_at,
@@ -740,3 +734,19 @@ def _rekey_thread(resealer: Resealer, thread_id: str, thread: _Thread, done: Rek
     return attrs.evolve(
         done, checked=done.checked + len(found), rewritten=done.rewritten + changed, batches=done.batches + 1
     )
+
+
+def _stored_or_missing(
+    thread: _Thread | None, thread_id: str, checkpoint_id: str | None
+) -> _StoredCheckpoint:
+    """The stored checkpoint a read names (``None``: the latest), or ``CheckpointNotFoundError``."""
+    stored = None
+    if thread is not None and thread.ids:
+        stored = thread.checkpoints.get(checkpoint_id or thread.ids[-1])
+    if stored is None:
+        raise CheckpointNotFoundError(
+            f"thread {thread_id!r} has no checkpoint {checkpoint_id or '(latest)'}",
+            thread_id=thread_id,
+            checkpoint_id=checkpoint_id,
+        )
+    return stored

@@ -24,6 +24,7 @@ note the console signed.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.resources
 import urllib.parse
@@ -317,7 +318,7 @@ class Console:
         }
         handler = routes.get(path)
         if handler is None and path.startswith("/static/") and path.removeprefix("/static/") in self._static:
-            handler = self._asset
+            handler = functools.partial(_asset, self._static)
         if handler is None:
             raise _Refused(404, "Not found", "The console has no such page.")
         if method not in ("GET", "HEAD"):
@@ -360,17 +361,6 @@ class Console:
             return None
         return Note(tone, text, request.arg("cancelling") or None)
 
-    def _note_params(self, outcome: Outcome) -> dict[str, str]:
-        # Escaped before it is signed: a lone surrogate from a stored value cannot be put in a URL.
-        text = printable(outcome.text, keep_newlines=True)
-        text = text if len(text) <= _MAX_NOTE else text[:_MAX_NOTE] + "…"
-        cancelling = outcome.cancelling or ""
-        params = {"tone": outcome.tone, "note": text}
-        if cancelling:
-            params["cancelling"] = cancelling
-        params["sig"] = self.guard.sign(f"{outcome.tone}\0{text}\0{cancelling}")
-        return params
-
     def _user(self, environ: Mapping[str, Any]) -> str | None:
         """Who the request says is acting: the host application's ``REMOTE_USER``, or the login's user."""
         user = environ.get("REMOTE_USER")
@@ -382,14 +372,6 @@ class Console:
         return None
 
     # --- pages ------------------------------------------------------------------------------
-
-    def _asset(self, request: _Request) -> _Response:
-        name = request.path.removeprefix("/static/")
-        body, etag = self._static[name]
-        headers = (("ETag", etag), ("Cache-Control", "no-cache"))
-        if request.environ.get("HTTP_IF_NONE_MATCH") == etag:
-            return _Response(304, b"", headers)
-        return _Response(200, body, (("Content-Type", _STATIC[name]), *headers))
 
     def _threads(self, request: _Request) -> _Response:
         problems: list[str] = []
@@ -566,7 +548,7 @@ class Console:
         if back and not outcome.gone:
             # The inbox lists many threads: its note says which one was answered.
             outcome = attrs.evolve(outcome, text=f"{thread_id}: {outcome.text}")
-        params = self._note_params(outcome)
+        params = _note_params(self.guard, outcome)
         if outcome.gone or back:
             # An answer from an inbox row goes back to the inbox, to the next one.
             location = request.links.threads(params)
@@ -638,3 +620,26 @@ def app(
         trusted_origins=trusted_origins,
         answer_secret=answer_secret,
     )
+
+
+def _asset(static: Mapping[str, tuple[bytes, str]], request: _Request) -> _Response:
+    """A file of the console's own (CSS, script), revalidated by its ETag."""
+    name = request.path.removeprefix("/static/")
+    body, etag = static[name]
+    headers = (("ETag", etag), ("Cache-Control", "no-cache"))
+    if request.environ.get("HTTP_IF_NONE_MATCH") == etag:
+        return _Response(304, b"", headers)
+    return _Response(200, body, (("Content-Type", _STATIC[name]), *headers))
+
+
+def _note_params(guard: Guard, outcome: Outcome) -> dict[str, str]:
+    """The query that carries an action's note to the page it redirects to, signed by ``guard``."""
+    # Escaped before it is signed: a lone surrogate from a stored value cannot be put in a URL.
+    text = printable(outcome.text, keep_newlines=True)
+    text = text if len(text) <= _MAX_NOTE else text[:_MAX_NOTE] + "…"
+    cancelling = outcome.cancelling or ""
+    params = {"tone": outcome.tone, "note": text}
+    if cancelling:
+        params["cancelling"] = cancelling
+    params["sig"] = guard.sign(f"{outcome.tone}\0{text}\0{cancelling}")
+    return params

@@ -18,7 +18,7 @@ from ... import checks
 from ...dbapi import Session
 from ...errors import ConcurrentUpdateError
 from ...types import Checkpoint, JournalEntry, ThreadCancel, ThreadError, split_task_id
-from .. import _records
+from .. import _outcomes, _records
 from .._sealing import Sealer
 from ..base import concurrent_update_error, journal_view
 from ..holds import Hold
@@ -287,7 +287,7 @@ class Journals:
 
     def record_failure(self, hold: Hold, error: ThreadError) -> None:
         """See :meth:`ilmek.checkpoint.base.Checkpointer.record_failure`."""
-        text = _records.encode_thread_error(error, self._owner.sealer, hold.thread_id)
+        text = _outcomes.encode_thread_error(error, self._owner.sealer, hold.thread_id)
 
         def work(session: Session) -> None:
             self._holds.fence(session, hold)
@@ -302,7 +302,7 @@ class Journals:
 
     def record_cancel(self, hold: Hold, cancel: ThreadCancel) -> None:
         """See :meth:`ilmek.checkpoint.base.Checkpointer.record_cancel`."""
-        text = _records.encode_thread_cancel(cancel, self._owner.sealer, hold.thread_id)
+        text = _outcomes.encode_thread_cancel(cancel, self._owner.sealer, hold.thread_id)
 
         def work(session: Session) -> None:
             self._holds.fence(session, hold)

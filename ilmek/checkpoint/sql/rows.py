@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...types import Checkpoint, ThreadCancel, ThreadError, ThreadInfo
-from .. import _records
+from .. import _outcomes, _records
 from .._sealing import PLAIN, Sealer
 from ..holds import holder_of
 
@@ -93,7 +93,7 @@ def thread_from_row(row: Sequence[Any], sealer: Sealer = PLAIN) -> ThreadInfo:
     if status not in ("done", "interrupted", "unfinished", "error"):
         raise _records.corrupt(f"its status {status!r} is unknown", thread_id=thread_id, table="threads")
     held_since = row[8]
-    outcome = _records.decode_thread_outcome(row[7], thread_id=thread_id, sealer=sealer)
+    outcome = _outcomes.decode_thread_outcome(row[7], thread_id=thread_id, sealer=sealer)
     return ThreadInfo(
         id=thread_id,
         created_at=moment(row[1], thread_id=thread_id, table="threads"),

@@ -385,7 +385,7 @@ class Supersteps:
             metadata=fields["metadata_text"],
         )
         if not inserted:
-            if self._same_stored(session, write):
+            if _same_stored(self, session, write):
                 # A put retried after its COMMIT's answer was lost: the
                 # writes above duplicated nothing that matters, so undo them.
                 raise _AlreadyStored
@@ -395,29 +395,6 @@ class Supersteps:
                 thread_id=thread_id,
                 checkpoint_id=checkpoint.id,
             )
-
-    def _same_stored(self, session: Session, write: _Write) -> bool:
-        """Whether the checkpoint stored under this id is this very write (a retry meeting itself)."""
-        thread_id, checkpoint, fields = write.thread_id, write.checkpoint, write.fields
-        rows = session.query(
-            self._statements.named("stored_fields"), thread_id=thread_id, checkpoint_id=checkpoint.id
-        )
-        if not rows:
-            return False
-        parent_id, step, next_text, pending_text, metadata_text = rows[0]
-        where = {"thread_id": thread_id, "checkpoint_id": checkpoint.id}
-        if not (
-            parent_id == checkpoint.parent_id
-            and step == checkpoint.step
-            and _records.same_plan_and_pauses(
-                self._owner.sealer, checkpoint, (next_text, pending_text), fields
-            )
-            and _records.load_plain(metadata_text, **where) == _records.load_plain(fields["metadata_text"])
-        ):
-            return False
-        manifest = self._reads.manifest(session, thread_id, checkpoint.id) or {}
-        stored = read_channels(self._reads.store(session), thread_id, manifest, None)
-        return same_channels(stored, checkpoint.channels)
 
     def _advance_thread(self, session: Session, write: _Write) -> tuple[bool, Any]:
         """Move the thread's latest pointer.
@@ -457,7 +434,7 @@ class Supersteps:
             return True, reason
         rows = session.query(named("thread_latest"), thread_id=thread_id)
         found = rows[0][0] if rows else None
-        if found == checkpoint.id and self._same_stored(session, write):
+        if found == checkpoint.id and _same_stored(self, session, write):
             # A retry of a commit whose first try landed but whose answer was
             # lost with the connection: it is done already.
             return False, reason
@@ -548,3 +525,27 @@ class _CallPlan:
         for (channel, length), log_id in zip(self.new_channels, log_ids, strict=True):
             self.manifest[channel] = LogRef(log_id, length)
         return self.manifest
+
+
+def _same_stored(supersteps: Supersteps, session: Session, write: _Write) -> bool:
+    """Whether the checkpoint stored under this id is this very write (a retry meeting itself)."""
+    thread_id, checkpoint, fields = write.thread_id, write.checkpoint, write.fields
+    rows = session.query(
+        supersteps._statements.named("stored_fields"), thread_id=thread_id, checkpoint_id=checkpoint.id
+    )
+    if not rows:
+        return False
+    parent_id, step, next_text, pending_text, metadata_text = rows[0]
+    where = {"thread_id": thread_id, "checkpoint_id": checkpoint.id}
+    if not (
+        parent_id == checkpoint.parent_id
+        and step == checkpoint.step
+        and _records.same_plan_and_pauses(
+            supersteps._owner.sealer, checkpoint, (next_text, pending_text), fields
+        )
+        and _records.load_plain(metadata_text, **where) == _records.load_plain(fields["metadata_text"])
+    ):
+        return False
+    manifest = supersteps._reads.manifest(session, thread_id, checkpoint.id) or {}
+    stored = read_channels(supersteps._reads.store(session), thread_id, manifest, None)
+    return same_channels(stored, checkpoint.channels)

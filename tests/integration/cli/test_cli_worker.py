@@ -124,3 +124,94 @@ def test_worker_help_names_its_options(capsys: pytest.CaptureFixture[str]) -> No
     assert 0 == main(["worker", "--help"])
     out = capsys.readouterr().out
     assert all(option in out for option in ("--graph", "--every", "--recover-after", "--json"))
+
+
+LEDGER = """
+import datetime as dt
+import os
+
+from ilmek import START, answers, channel, graph
+
+EFFECTS = os.environ["TEST_EFFECTS"]
+LONG_AGO = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def note(what):
+    with open(EFFECTS, "a", encoding="utf-8") as out:
+        out.write(what + "\\n")
+    return what
+
+
+def settle(state, ctx):
+    ctx.sleep("nap", until=LONG_AGO)
+    ctx.step("woke", note, f"woke {ctx.thread_id}")
+    answer = ctx.interrupt({"question": "Charge?"}, answers=answers.choice("yes", "no"),
+                           deadline=LONG_AGO, on_timeout="no")
+    ctx.step("decided", note, f"decided {ctx.thread_id} {answer}")
+    return {"log": [answer]}
+
+
+ledger = graph("ledger", {"log": channel.append()}).node("settle", settle).edge(START, "settle").compile()
+"""
+
+
+@pytest.mark.postgres
+def test_two_workers_on_one_postgres_wake_and_time_out_each_thread_once(
+    tmp_path: pathlib.Path, postgres_dsn: str
+) -> None:
+    """Two `ilmek worker` processes sweep one Postgres: each thread's timer wakes once and its deadline
+    applies once (every step runs exactly once), and both stop on SIGTERM with exit 0."""
+    from ilmek.checkpoint.postgres import PostgresCheckpointer
+    from tests.support.pgcluster import dsn_to_url
+
+    (tmp_path / "ledger.py").write_text(textwrap.dedent(LEDGER), encoding="utf-8")
+    effects = tmp_path / "effects.txt"
+    environment = {
+        **os.environ,
+        "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO_ROOT}",
+        "TEST_EFFECTS": str(effects),
+    }
+    sys.path.insert(0, str(tmp_path))
+    os.environ["TEST_EFFECTS"] = str(effects)
+    threads = [f"order-{n}" for n in range(12)]
+    try:
+        ledger = importlib.import_module("ledger")
+        with PostgresCheckpointer.connect(postgres_dsn) as store:
+            for thread_id in threads:
+                assert "interrupted" == run(ledger.ledger, {}, thread_id=thread_id, checkpointer=store).status
+        command = [sys.executable, "-m", "ilmek", "worker", "--db", dsn_to_url(postgres_dsn)]
+        command += ["--graph", "ledger:ledger", "--every", "1s", "--json"]
+        workers = [
+            subprocess.Popen(
+                command,
+                cwd=tmp_path,
+                env=environment,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        deadline = time.monotonic() + 90
+        while len(_effects(effects)) < 2 * len(threads):
+            assert all(worker.poll() is None for worker in workers), [w.communicate() for w in workers]
+            assert time.monotonic() < deadline, _effects(effects)
+            time.sleep(0.1)
+        time.sleep(1.5)  # a full sweep more: a second delivery of any step would show now
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
+        for worker in workers:
+            out, err = worker.communicate(timeout=60)
+            assert 0 == worker.returncode, err
+            assert "stopped" == json.loads(out.splitlines()[-1])["event"]
+        expected = sorted([f"woke {t}" for t in threads] + [f"decided {t} no" for t in threads])
+        assert expected == sorted(_effects(effects))
+        with PostgresCheckpointer.connect(postgres_dsn) as store:
+            for thread_id in threads:
+                info = store.get_thread(thread_id)
+                assert info is not None
+                assert ("done", False) == (info.status, info.running)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("ledger", None)
+        os.environ.pop("TEST_EFFECTS", None)

@@ -361,7 +361,8 @@ def expected_for(kind: str, command: str, shown: str) -> tuple[int, str]:
     if kind == "folder":
         return 1, f"ilmek: cannot open {shown}: unable to open database file"
     if kind == "later-schema":
-        return 1, "ilmek: the ilmek_* tables are at schema version 99, this ilmek uses version 3"
+        version = SqliteCheckpointer.SCHEMA_VERSION
+        return 1, f"ilmek: the ilmek_* tables are at schema version 99, this ilmek uses version {version}"
     missing_thread = {
         "history": f"ilmek: thread 't' has no checkpoints in {shown}",
         "show": f"ilmek: thread 't' has no checkpoints in {shown}",

@@ -12,6 +12,8 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -63,13 +65,28 @@ def _effects(path: pathlib.Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
 
 
-def test_sigterm_mid_superstep_finishes_it_gives_the_thread_back_and_exits_0(tmp_path: pathlib.Path) -> None:
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def worker_store(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> tuple[str, Callable[[], Any]]:
+    """The store a worker sweeps (its --db argument) and how the test opens it: a SQLite file or Postgres."""
+    if request.param == "sqlite":
+        database = str(tmp_path / "store.db")
+        return database, lambda: SqliteCheckpointer(database)
+    from ilmek.checkpoint.postgres import PostgresCheckpointer
+    from tests.support.pgcluster import dsn_to_url
+
+    dsn = request.getfixturevalue("postgres_dsn")
+    return dsn_to_url(dsn), lambda: PostgresCheckpointer.connect(dsn)
+
+
+def test_sigterm_mid_superstep_finishes_it_gives_the_thread_back_and_exits_0(
+    tmp_path: pathlib.Path, worker_store: tuple[str, Callable[[], Any]]
+) -> None:
     """The worker wakes a due timer and runs a 3 s step; SIGTERM during it: the step completes and is
     committed, the run stops at the boundary, the thread is not held, the process exits 0 with a stop
-    line; recover then finishes the thread without running the slow step again."""
+    line; recover then finishes the thread without running the slow step again. SQLite and Postgres."""
     (tmp_path / "flows.py").write_text(textwrap.dedent(FLOWS), encoding="utf-8")
     effects = tmp_path / "effects.txt"
-    database = str(tmp_path / "store.db")
+    database, opened = worker_store
     environment = {
         **os.environ,
         "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO_ROOT}",
@@ -81,7 +98,7 @@ def test_sigterm_mid_superstep_finishes_it_gives_the_thread_back_and_exits_0(tmp
         # The test's own module, written above: by name, as no installed package provides it.
         flows = importlib.import_module("flows")
 
-        with SqliteCheckpointer(database) as store:
+        with opened() as store:
             assert "interrupted" == run(flows.napping, {}, thread_id="nap", checkpointer=store).status
         worker = subprocess.Popen(
             [sys.executable, "-m", "ilmek", "worker", "--db", database, "--graph", "flows:napping", "--json"],
@@ -103,7 +120,7 @@ def test_sigterm_mid_superstep_finishes_it_gives_the_thread_back_and_exits_0(tmp
         assert "started" == events[0]
         assert "stopped" == events[-1]
         assert ["slow started", "slow done"] == _effects(effects)
-        with SqliteCheckpointer(database) as store:
+        with opened() as store:
             info = store.get_thread("nap")
             assert info is not None
             assert not info.running

@@ -40,12 +40,15 @@ class Outcome:
 
     ``cancelling``: the run a cancel was asked of (when it took the thread), so
     the page can say the request is on its way until that run ends.
+    ``refused``: the form's answer was refused before anything was written
+    (the page is drawn again with what was typed, to correct it).
     """
 
     tone: str
     text: str
     gone: bool = False
     cancelling: str | None = None
+    refused: bool = False
 
 
 def _failed(text: str) -> Outcome:
@@ -126,7 +129,7 @@ def _resume(
     # The whole payloads, as stored: an option or a draft is sent as the pause holds it.
     answers = answers_from_form(form, checkpoint.pending)
     if isinstance(answers, str):
-        return _failed(answers)
+        return Outcome("error", answers, refused=True)
 
     # A fork names the latest checkpoint the page saw: sent twice, the second finds it moved on.
     expect = form.get("expect") or None

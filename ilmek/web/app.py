@@ -401,7 +401,18 @@ class Console:
         thread_id = request.arg("id")
         if not thread_id:
             raise _Refused(400, "Bad request", "Which thread? The link names none (?id=...).")
-        checkpoint_id = request.arg("checkpoint") or None
+        return self._thread_view(request, thread_id, request.arg("checkpoint") or None, self._note(request))
+
+    def _thread_view(
+        self,
+        request: _Request,
+        thread_id: str,
+        checkpoint_id: str | None,
+        note: Note | None,
+        kept: Mapping[str, str] | None = None,
+        status: int = 200,
+    ) -> _Response:
+        """A thread's page (``kept``: a refused answer's form, drawn again to correct it)."""
         try:
             view = read_thread(
                 self.checkpointer,
@@ -418,7 +429,8 @@ class Console:
         if view is None:
             self._missing(thread_id, checkpoint_id)
         assert view is not None
-        note = self._note(request)
+        if kept:
+            view = attrs.evolve(view, kept=kept)
         if view.problems:
             # What a damaged row hides is said on every view; an action's outcome goes first.
             said = "\n\n".join([*([note.text] if note is not None else []), *view.problems])
@@ -433,7 +445,7 @@ class Console:
             cancelling=note.cancelling if note is not None else None,
             refresh=refresh,
         )
-        return self._html(markup)
+        return self._html(markup, status)
 
     def _missing(self, thread_id: str, checkpoint_id: str | None) -> None:
         """Refuse a thread page whose thread, or checkpoint, is not stored (a 404 that says which)."""
@@ -545,6 +557,10 @@ class Console:
             background=self.background,
         )
         back = form.get("back") == "inbox"
+        if outcome.refused and not back:
+            # Nothing was written: the same page again, with what was typed or chosen, and why (422).
+            shown = request.arg("checkpoint") or None if name == "fork" else None
+            return self._thread_view(request, thread_id, shown, Note("error", outcome.text), form, 422)
         if back and not outcome.gone:
             # The inbox lists many threads: its note says which one was answered.
             outcome = attrs.evolve(outcome, text=f"{thread_id}: {outcome.text}")

@@ -26,6 +26,7 @@ from ..operations import request_cancel
 from ..types import Result
 from .answers import answers_from_form
 from .background import Background, console_process, quick_result
+from .contract_input import contract_of
 from .reading import graph_for, held_since, thread_info
 from .values import question_of
 
@@ -129,7 +130,9 @@ def _resume(
     # The whole payloads, as stored: an option or a draft is sent as the pause holds it.
     answers = answers_from_form(form, checkpoint.pending)
     if isinstance(answers, str):
-        return Outcome("error", answers, refused=True)
+        # A pause with a contract draws its page again with what was typed (a 422); else, as before, a note.
+        contracted = any(contract_of(pause) is not None for pause in checkpoint.pending)
+        return Outcome("error", answers, refused=contracted)
 
     # A fork names the latest checkpoint the page saw: sent twice, the second finds it moved on.
     expect = form.get("expect") or None

@@ -427,7 +427,7 @@ class Console:
             # Damaged (or forged) rows, refused in bounded time: the store's trouble, not the console's.
             raise _Refused(500, "Damaged thread", f"This thread cannot be shown: {error}") from error
         if view is None:
-            self._missing(thread_id, checkpoint_id)
+            _missing(self.checkpointer, thread_id, checkpoint_id)
         assert view is not None
         if kept:
             view = attrs.evolve(view, kept=kept)
@@ -446,16 +446,6 @@ class Console:
             refresh=refresh,
         )
         return self._html(markup, status)
-
-    def _missing(self, thread_id: str, checkpoint_id: str | None) -> None:
-        """Refuse a thread page whose thread, or checkpoint, is not stored (a 404 that says which)."""
-        if checkpoint_id and self.checkpointer.get(thread_id) is not None:
-            raise _Refused(
-                404,
-                "No such checkpoint",
-                f"Thread {thread_id!r} has no checkpoint {checkpoint_id!r} (pruned, or from another thread).",
-            )
-        raise _Refused(404, "No such thread", f"There is no thread {thread_id!r} in this store.")
 
     def _value(self, request: _Request) -> _Response:
         thread_id, checkpoint_id = request.arg("id"), request.arg("checkpoint")
@@ -646,6 +636,17 @@ def _asset(static: Mapping[str, tuple[bytes, str]], request: _Request) -> _Respo
     if request.environ.get("HTTP_IF_NONE_MATCH") == etag:
         return _Response(304, b"", headers)
     return _Response(200, body, (("Content-Type", _STATIC[name]), *headers))
+
+
+def _missing(checkpointer: Checkpointer, thread_id: str, checkpoint_id: str | None) -> None:
+    """Refuse a thread page whose thread, or checkpoint, is not stored (a 404 that says which)."""
+    if checkpoint_id and checkpointer.get(thread_id) is not None:
+        raise _Refused(
+            404,
+            "No such checkpoint",
+            f"Thread {thread_id!r} has no checkpoint {checkpoint_id!r} (pruned, or from another thread).",
+        )
+    raise _Refused(404, "No such thread", f"There is no thread {thread_id!r} in this store.")
 
 
 def _note_params(guard: Guard, outcome: Outcome) -> dict[str, str]:

@@ -53,6 +53,23 @@ ASKING = (
 )
 
 
+def _asker(kind: str) -> Any:
+    def node(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        return _ask({"kind": kind}, ctx)
+
+    return node
+
+
+BOTH = (
+    graph("both", {"got": channel.append()})
+    .node("reviewing", _asker("review"))
+    .node("counting", _asker("number"))
+    .edge(START, "reviewing")
+    .edge(START, "counting")
+    .compile()
+)
+
+
 @pytest.fixture
 def store(tmp_path: pathlib.Path) -> Iterator[SqliteCheckpointer]:
     """A real SQLite file with one paused thread per shape (thread id = the shape's kind)."""
@@ -61,6 +78,7 @@ def store(tmp_path: pathlib.Path) -> Iterator[SqliteCheckpointer]:
         assert "interrupted" == run(ASKING, {"kind": kind}, thread_id=kind, checkpointer=checkpointer).status
     for extra in ("review-edit", "review-reject"):
         run(ASKING, {"kind": "review"}, thread_id=extra, checkpointer=checkpointer)
+    run(BOTH, {}, thread_id="both", checkpointer=checkpointer)
     yield checkpointer
     checkpointer.close()
 
@@ -68,7 +86,7 @@ def store(tmp_path: pathlib.Path) -> Iterator[SqliteCheckpointer]:
 @pytest.fixture
 def console(store: SqliteCheckpointer) -> Iterator[ConsoleServer]:
     """The console, actions on, served on a real socket."""
-    with serving(store, {"asking": ASKING}, allow_actions=True) as server:
+    with serving(store, {"asking": ASKING, "both": BOTH}, allow_actions=True) as server:
         yield server
 
 
@@ -149,6 +167,27 @@ def test_review_accept_edit_and_reject_reach_the_node_as_a_review(
     assert [["edit", "Dear Ada,\nsorry.", None]] == _got(store, "review-edit")
     assert 200 == _answer(console, "review-reject", {"review.0": "reject", "reason.0": " too curt "})[0]
     assert [["reject", None, "too curt"]] == _got(store, "review-reject")
+
+
+def test_two_contracts_are_answered_with_one_form_or_not_at_all(
+    console: ConsoleServer, store: SqliteCheckpointer
+) -> None:
+    """A review and a number paused together: radio buttons and one submit; a number out of range refuses
+    both (422, the chosen action kept, nothing written); in range, both reach their nodes in one resume."""
+    page = _page(console, "both")
+    assert '<input type="radio" name="review.0" value="reject">' in page
+    before = store.get("both")
+    assert before is not None
+    status, refused = _answer(console, "both", {"review.0": "edit", "text.0": "Hi", "number.1": "0"})
+    assert 422 == status
+    assert '<input type="radio" name="review.0" value="edit" checked>' in refused
+    assert before.id == store.get("both").id  # type: ignore[union-attr]
+    status, done = _answer(console, "both", {"review.0": "edit", "text.0": "Hi", "number.1": "4"})
+    assert 200 == status
+    assert "Answered" in done
+    assert sorted([["edit", "Hi", None], 4], key=str) == sorted(
+        thread_state(BOTH, store, "both")["got"], key=str
+    )
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from .contract_input import draft_text
 from .html import Markup, escape, join, tag
 from .values import label
 
@@ -48,12 +49,8 @@ def _choices(name: str, labels: list[tuple[str, str]], kept: _Kept, several: boo
     return tag("div", {"class": css}, tag("span", {"class": "label"}, "Answer with"), items)
 
 
-def _as_text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
-
-
 def _review(contract: Mapping[str, Any], index: int, kept: _Kept, several: bool) -> Markup:
-    draft = _as_text(contract.get("draft"))
+    draft = draft_text(contract.get("draft"))
     edited = kept.get(f"text.{index}", draft)
     action = f"review.{index}"
     buttons = (

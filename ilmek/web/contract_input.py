@@ -26,13 +26,18 @@ from ..errors import InvalidArgumentError
 from ..types import Pending
 from . import json_input
 
-__all__ = ["contract_of", "from_contract"]
+__all__ = ["contract_of", "draft_text", "from_contract"]
 
 
 def contract_of(pause: Pending) -> Mapping[str, Any] | None:
     """The pause's stored contract, or ``None`` (none, or one sealed without its key)."""
     form = pause.answers
     return form if isinstance(form, Mapping) and isinstance(form.get("kind"), str) else None
+
+
+def draft_text(draft: Any) -> str:
+    """A review's draft as its editor holds it: text as it is, anything else as indented JSON."""
+    return draft if isinstance(draft, str) else json.dumps(draft, indent=2, ensure_ascii=False)
 
 
 def _text(form: Mapping[str, str], name: str) -> str | None:
@@ -105,6 +110,13 @@ def from_contract(form: Mapping[str, str], index: int, pause: Pending) -> tuple[
     """``(True, answer)`` fitting the pause's contract, ``(False, None)`` for none, or why it is refused."""
     contract = contract_of(pause)
     assert contract is not None
+    edited = _text(form, f"text.{index}")
+    if form.get(f"review.{index}") == "accept" and edited not in (None, draft_text(contract.get("draft"))):
+        # Accept sends the draft as stored; an edit left in the editor would be lost without a word.
+        return (
+            f"The draft of {pause.id} was edited, and Accept sends it unedited; nothing was answered. "
+            "Press Edit to send your version."
+        )
     try:
         given, answer = _raw(form, index, contract)
     except (ValueError, json.JSONDecodeError) as error:

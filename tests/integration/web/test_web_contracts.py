@@ -160,8 +160,12 @@ def test_a_choice_button_answers_with_its_option(console: ConsoleServer, store: 
 def test_review_accept_edit_and_reject_reach_the_node_as_a_review(
     console: ConsoleServer, store: SqliteCheckpointer
 ) -> None:
-    """Accept gives Review("accept", draft), Edit the edited text (CRLF as LF), Reject its reason."""
-    assert 200 == _answer(console, "review", {"review.0": "accept", "text.0": "ignored"})[0]
+    """Accept gives Review("accept", draft) (refused if the draft was edited first), Edit the edited text
+    (CRLF as LF), Reject its reason."""
+    edited_then_accepted = _answer(console, "review", {"review.0": "accept", "text.0": "edited, then Accept"})
+    assert 422 == edited_then_accepted[0]  # the edit would be lost without a word: nothing is sent
+    assert "edited, then Accept</textarea>" in edited_then_accepted[1]
+    assert 200 == _answer(console, "review", {"review.0": "accept", "text.0": DRAFT.replace("\n", "\r\n")})[0]
     assert [["accept", DRAFT, None]] == _got(store, "review")
     assert 200 == _answer(console, "review-edit", {"review.0": "edit", "text.0": "Dear Ada,\r\nsorry."})[0]
     assert [["edit", "Dear Ada,\nsorry.", None]] == _got(store, "review-edit")

@@ -234,6 +234,32 @@ def test_the_inbox_never_answers_a_review_in_one_click(console: ConsoleServer) -
     assert 'name="option.0"' in rows["choice"]
 
 
+@pytest.mark.postgres
+def test_on_postgres_the_inbox_reads_the_contract_and_a_refusal_writes_nothing(postgres_dsn: str) -> None:
+    """On a real Postgres store the inbox's bounded preview keeps the contract (a review row links to its
+    page, a choice row keeps its buttons), and a number out of range is a 422 that records nothing."""
+    import psycopg2
+
+    from ilmek.checkpoint.postgres import PostgresCheckpointer
+
+    store = PostgresCheckpointer(psycopg2.connect(postgres_dsn))
+    for kind in ("review", "choice", "number"):
+        run(ASKING, {"kind": kind}, thread_id=kind, checkpointer=store)
+    before = store.get("number")
+    with serving(store, {"asking": ASKING}, allow_actions=True) as server:
+        inbox = _request(server.url)[1]
+        review_row = inbox[inbox.index('thread?id=review"') :].split("</tr>")[0]
+        choice_row = inbox[inbox.index('thread?id=choice"') :].split("</tr>")[0]
+        assert "Open to answer" in review_row
+        assert 'name="option.0"' in choice_row
+        assert 422 == _answer(server, "number", {"number.0": "6"})[0]
+    after = store.get("number")
+    store.close()
+    assert before is not None
+    assert after is not None
+    assert before.id == after.id
+
+
 @pytest.fixture(scope="module")
 def driver() -> Iterator[Any]:
     """One headless Chromium for the module."""

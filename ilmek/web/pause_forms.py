@@ -1,6 +1,8 @@
 """A pause as a person answers it: what it asks, its draft or payload, and its controls.
 
-The controls follow :func:`ilmek.web.answers.shape_of`: a button per option
+A pause with a contract (:mod:`ilmek.answers`) gets the contract's own
+controls (:mod:`ilmek.web.contract_fields`). Without one, the controls
+follow :func:`ilmek.web.answers.shape_of`: a button per option
 (*Approve* / *Reject* for a yes/no pair), a draft shown as text with
 *Accept* and *Send edited text*, and a free answer typed as JSON that
 starts empty. The thread page's answer and fork forms, and the inbox's

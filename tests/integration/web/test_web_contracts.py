@@ -274,25 +274,36 @@ def driver() -> Iterator[Any]:
         yield chromium
 
 
-@pytest.mark.parametrize("width", [1440, 390])
+@pytest.mark.parametrize(("width", "scheme"), [(1440, "light"), (390, "dark")])
 def test_the_contract_forms_are_axe_clean_and_a_review_is_edited_in_the_browser(
-    driver: Any, console: ConsoleServer, store: SqliteCheckpointer, width: int
+    driver: Any, console: ConsoleServer, store: SqliteCheckpointer, width: int, scheme: str
 ) -> None:
-    """axe-core finds nothing on each shape's page at 1440 and 390 px; editing the draft and pressing Edit
-    in Chromium reaches the node as Review("edit", ...)."""
+    """axe-core finds nothing on each shape's page (1440 px light, 390 px dark), nor on a refused answer's
+    page; editing the draft and pressing Edit in Chromium reaches the node as Review("edit", ...)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from tests.support.web_browser_support import axe_violations
+    from tests.support.web_browser_support import axe_violations, set_color_scheme
 
     driver.execute_cdp_cmd(
         "Emulation.setDeviceMetricsOverride",
         {"width": width, "height": 844, "deviceScaleFactor": 1, "mobile": width < 600},
     )
+    set_color_scheme(driver, scheme)
     found = []
-    for kind in SHAPES:
-        driver.get(f"{console.url}thread?id={kind}")
-        found += [f"{kind} :: {v['id']} :: {n}" for v in axe_violations(driver) for n in v["nodes"]]
+    try:
+        for kind in SHAPES:
+            driver.get(f"{console.url}thread?id={kind}")
+            found += [f"{kind} :: {v['id']} :: {n}" for v in axe_violations(driver) for n in v["nodes"]]
+        driver.get(f"{console.url}thread?id=number")
+        box = driver.find_element(By.NAME, "number.0")
+        driver.execute_script("arguments[0].value = '9'; arguments[0].form.noValidate = true;", box)
+        driver.find_element(By.CSS_SELECTOR, "form.answer-form button.send").click()
+        WebDriverWait(driver, 20).until(lambda d: "does not fit" in d.page_source)
+        assert "9" == driver.find_element(By.NAME, "number.0").get_attribute("value")  # kept
+        found += [f"refused :: {v['id']} :: {n}" for v in axe_violations(driver) for n in v["nodes"]]
+    finally:
+        set_color_scheme(driver, "light")
     assert [] == found
     driver.get(f"{console.url}thread?id=review-edit")
     editor = driver.find_element(By.NAME, "text.0")

@@ -26,6 +26,7 @@ from ..operations import request_cancel
 from ..types import Result
 from .answers import answers_from_form
 from .background import Background, console_process, quick_result
+from .contract_input import contract_of
 from .reading import graph_for, held_since, thread_info
 from .values import question_of
 
@@ -40,12 +41,15 @@ class Outcome:
 
     ``cancelling``: the run a cancel was asked of (when it took the thread), so
     the page can say the request is on its way until that run ends.
+    ``refused``: the form's answer was refused before anything was written
+    (the page is drawn again with what was typed, to correct it).
     """
 
     tone: str
     text: str
     gone: bool = False
     cancelling: str | None = None
+    refused: bool = False
 
 
 def _failed(text: str) -> Outcome:
@@ -126,7 +130,9 @@ def _resume(
     # The whole payloads, as stored: an option or a draft is sent as the pause holds it.
     answers = answers_from_form(form, checkpoint.pending)
     if isinstance(answers, str):
-        return _failed(answers)
+        # A pause with a contract draws its page again with what was typed (a 422); else, as before, a note.
+        contracted = any(contract_of(pause) is not None for pause in checkpoint.pending)
+        return Outcome("error", answers, refused=contracted)
 
     # A fork names the latest checkpoint the page saw: sent twice, the second finds it moved on.
     expect = form.get("expect") or None

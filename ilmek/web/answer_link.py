@@ -82,7 +82,7 @@ def answer_page(
     typed = form.get("answer.0")  # kept in the editor when the answer is refused
     answers = answers_from_form(form, [pause])
     if isinstance(answers, str):
-        return _form_page(guard, here, pause, signed.thread_id, answers, 422, typed)
+        return _form_page(guard, here, pause, signed.thread_id, answers, 422, typed, form)
     _name, graph = graph_for(graphs, latest)
     if graph is None:
         return _refused(503, "Cannot answer here", "This console was not given the question's graph.")
@@ -92,11 +92,18 @@ def answer_page(
         if refusal.reason == "already answered":
             return _refused(410, "Already answered", "This question was answered already; a link works once.")
         return _form_page(
-            guard, here, pause, signed.thread_id, f"That answer does not fit: {refusal.reason}", 422, typed
+            guard,
+            here,
+            pause,
+            signed.thread_id,
+            f"That answer does not fit: {refusal.reason}",
+            422,
+            typed,
+            form,
         )
     except ThreadBusyError:
         return _form_page(
-            guard, here, pause, signed.thread_id, "The run is busy; send your answer again.", 409, typed
+            guard, here, pause, signed.thread_id, "The run is busy; send your answer again.", 409, typed, form
         )
     except IlmekError as error:
         return _refused(409, "Not answered", f"Nothing was answered: {error}")
@@ -116,6 +123,7 @@ def _form_page(
     problem: str | None,
     status: int,
     typed: str | None = None,
+    kept: Mapping[str, str] | None = None,
 ) -> LinkPage:
     submit = tag("button", {"type": "submit", "name": "send"}, "Send the answer")
     form: Markup = tag(
@@ -125,7 +133,7 @@ def _form_page(
             "input",
             {"type": "hidden", "name": "token", "value": guard.token(_ACTION, f"{thread_id}\0{pause.id}")},
         ),
-        pause_fields(pause, 0, inputs=True, submit=submit, typed=typed),
+        pause_fields(pause, 0, inputs=True, submit=submit, typed=typed, kept=kept),
     )
     return LinkPage(
         status=status,

@@ -1,6 +1,8 @@
 """How a pause may be answered, and the answers a submitted form gives.
 
-A pause's payload decides its controls (:func:`shape_of`):
+A pause with a contract is answered as its contract says
+(:mod:`ilmek.web.contract_input`, checked before anything is written).
+Without one, its payload decides its controls (:func:`shape_of`):
 
 * ``options`` (a dict's list): one button per option; a yes/no pair
   (``yes``/``no``, ``approve``/``reject``, ``true``/``false``...) reads
@@ -26,6 +28,7 @@ import attrs
 
 from ..types import Pending
 from . import json_input
+from .contract_input import contract_of, from_contract
 
 __all__ = ["MAX_OPTION_DIGITS", "AnswerShape", "answers_from_form", "malformed_field", "shape_of"]
 
@@ -133,6 +136,8 @@ def malformed_field(form: Mapping[str, str]) -> str | None:
 
 def _one(form: Mapping[str, str], index: int, pause: Pending) -> tuple[bool, Any] | str:
     """``(True, answer)``, ``(False, None)`` when the form gives none, or what is wrong."""
+    if contract_of(pause) is not None:
+        return from_contract(form, index, pause)
     shape = shape_of(pause.payload)
     option = form.get(f"option.{index}")
     if option is not None:

@@ -401,7 +401,18 @@ class Console:
         thread_id = request.arg("id")
         if not thread_id:
             raise _Refused(400, "Bad request", "Which thread? The link names none (?id=...).")
-        checkpoint_id = request.arg("checkpoint") or None
+        return self._thread_view(request, thread_id, request.arg("checkpoint") or None, self._note(request))
+
+    def _thread_view(
+        self,
+        request: _Request,
+        thread_id: str,
+        checkpoint_id: str | None,
+        note: Note | None,
+        kept: Mapping[str, str] | None = None,
+        status: int = 200,
+    ) -> _Response:
+        """A thread's page (``kept``: a refused answer's form, drawn again to correct it)."""
         try:
             view = read_thread(
                 self.checkpointer,
@@ -416,9 +427,10 @@ class Console:
             # Damaged (or forged) rows, refused in bounded time: the store's trouble, not the console's.
             raise _Refused(500, "Damaged thread", f"This thread cannot be shown: {error}") from error
         if view is None:
-            self._missing(thread_id, checkpoint_id)
+            _missing(self.checkpointer, thread_id, checkpoint_id)
         assert view is not None
-        note = self._note(request)
+        if kept:
+            view = attrs.evolve(view, kept=kept)
         if view.problems:
             # What a damaged row hides is said on every view; an action's outcome goes first.
             said = "\n\n".join([*([note.text] if note is not None else []), *view.problems])
@@ -433,17 +445,7 @@ class Console:
             cancelling=note.cancelling if note is not None else None,
             refresh=refresh,
         )
-        return self._html(markup)
-
-    def _missing(self, thread_id: str, checkpoint_id: str | None) -> None:
-        """Refuse a thread page whose thread, or checkpoint, is not stored (a 404 that says which)."""
-        if checkpoint_id and self.checkpointer.get(thread_id) is not None:
-            raise _Refused(
-                404,
-                "No such checkpoint",
-                f"Thread {thread_id!r} has no checkpoint {checkpoint_id!r} (pruned, or from another thread).",
-            )
-        raise _Refused(404, "No such thread", f"There is no thread {thread_id!r} in this store.")
+        return self._html(markup, status)
 
     def _value(self, request: _Request) -> _Response:
         thread_id, checkpoint_id = request.arg("id"), request.arg("checkpoint")
@@ -545,6 +547,10 @@ class Console:
             background=self.background,
         )
         back = form.get("back") == "inbox"
+        if outcome.refused and not back:
+            # Nothing was written: the same page again, with what was typed or chosen, and why (422).
+            shown = request.arg("checkpoint") or None if name == "fork" else None
+            return self._thread_view(request, thread_id, shown, Note("error", outcome.text), form, 422)
         if back and not outcome.gone:
             # The inbox lists many threads: its note says which one was answered.
             outcome = attrs.evolve(outcome, text=f"{thread_id}: {outcome.text}")
@@ -630,6 +636,17 @@ def _asset(static: Mapping[str, tuple[bytes, str]], request: _Request) -> _Respo
     if request.environ.get("HTTP_IF_NONE_MATCH") == etag:
         return _Response(304, b"", headers)
     return _Response(200, body, (("Content-Type", _STATIC[name]), *headers))
+
+
+def _missing(checkpointer: Checkpointer, thread_id: str, checkpoint_id: str | None) -> None:
+    """Refuse a thread page whose thread, or checkpoint, is not stored (a 404 that says which)."""
+    if checkpoint_id and checkpointer.get(thread_id) is not None:
+        raise _Refused(
+            404,
+            "No such checkpoint",
+            f"Thread {thread_id!r} has no checkpoint {checkpoint_id!r} (pruned, or from another thread).",
+        )
+    raise _Refused(404, "No such thread", f"There is no thread {thread_id!r} in this store.")
 
 
 def _note_params(guard: Guard, outcome: Outcome) -> dict[str, str]:

@@ -82,6 +82,9 @@ def pauses_form(
             recorded=recorded.get(pause.id),
             # One pause: its typed answer's button sits with its editor (folded away behind its options).
             submit=None if several else submit,
+            # A refused answer's form, drawn again to correct it.
+            typed=view.kept.get(f"answer.{index}"),
+            kept=view.kept,
         )
         for index, pause in enumerate(checkpoint.pending)
     ]

@@ -212,7 +212,7 @@ def _answer_cell(links: Links, guard: Guard, row: InboxRow, graphs: Mapping[str,
         return tag("span", {"class": "muted"}, "a timer: nothing to answer")
     if len(row.pending) != 1 or info.checkpoint_id is None or row.graph not in graphs:
         return open_link
-    buttons = inbox_buttons(row.pending[0].payload)
+    buttons = inbox_buttons(row.pending[0])
     if buttons is None:
         return open_link
     return action_form(

@@ -1,6 +1,8 @@
 """A pause as a person answers it: what it asks, its draft or payload, and its controls.
 
-The controls follow :func:`ilmek.web.answers.shape_of`: a button per option
+A pause with a contract (:mod:`ilmek.answers`) gets the contract's own
+controls (:mod:`ilmek.web.contract_fields`). Without one, the controls
+follow :func:`ilmek.web.answers.shape_of`: a button per option
 (*Approve* / *Reject* for a yes/no pair), a draft shown as text with
 *Accept* and *Send edited text*, and a free answer typed as JSON that
 starts empty. The thread page's answer and fork forms, and the inbox's
@@ -9,10 +11,13 @@ one-click rows, are all built here.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import Final
 
 from ..types import JournalEntry, Pending
 from .answers import AnswerShape, shape_of
+from .contract_fields import contract_controls
+from .contract_input import contract_of
 from .html import Markup, escape, join, tag
 from .payload_fields import payload_block
 from .values import as_json_text, label
@@ -178,6 +183,7 @@ def pause_fields(
     recorded: JournalEntry | None = None,
     submit: Markup | None = None,
     typed: str | None = None,
+    kept: Mapping[str, str] | None = None,
 ) -> Markup:
     """One pause: what it asks, its draft or payload, and (with ``inputs``) the controls to answer it.
 
@@ -185,9 +191,24 @@ def pause_fields(
     it, as sending it again is how the run is retried. ``submit``: the button
     sending a typed answer, placed with its editor. ``typed``: what the person
     typed in the editor before it was refused, kept for them to correct.
+    ``kept``: the whole form a refused answer came with (a pause with a
+    contract draws its fields again from it).
+
+    A pause with a contract is drawn from the contract alone: its payload's
+    ``options`` and ``draft`` are data then, not controls.
     """
-    shape = shape_of(pause.payload)
+    contract = contract_of(pause)
+    payload_shape = shape_of(pause.payload)
+    shape = payload_shape if contract is None else AnswerShape(question=payload_shape.question)
     offered = bool(shape.options) or shape.draft is not None
+    if contract is not None:
+        controls = contract_controls(contract, index, several=several, submit=submit, kept=kept or {})
+    else:
+        controls = join(
+            _option_controls(shape, index, several),
+            _draft_controls(shape, index, several),
+            _free_answer(index, recorded, offered, several, submit, typed),
+        )
     draft_view = (
         tag(
             "div",
@@ -220,24 +241,26 @@ def pause_fields(
         )
         if recorded is not None
         else None,
-        join(
-            _option_controls(shape, index, several),
-            _draft_controls(shape, index, several),
-            _free_answer(index, recorded, offered, several, submit, typed),
-        )
-        if inputs
-        else None,
+        controls if inputs else None,
     )
 
 
-def inbox_buttons(payload: Any) -> list[tuple[str, str, str]] | None:
+def inbox_buttons(pause: Pending) -> list[tuple[str, str, str]] | None:
     """The one-click answers of an inbox row: ``(field value, label, css class)`` per option, or ``None``.
 
     Only a pause whose options are few enough to read at a glance; the
     button names the option's index, and the action reads the option from
-    the stored pause (the inbox shows a preview, never sends it).
+    the stored pause (the inbox shows a preview, never sends it). A pause
+    with a contract offers buttons only for a choice: a review's draft is
+    not on the row, so it is never approved in one click from there.
     """
-    shape = shape_of(payload)
+    contract = contract_of(pause)
+    if contract is not None:
+        options = list(contract.get("options") or ()) if contract.get("kind") == "choice" else []
+        # The contract's options, read as a yes/no pair as the payload's would be.
+        shape = shape_of({"options": options})
+    else:
+        shape = shape_of(pause.payload)
     if not shape.options or len(shape.options) > INBOX_OPTIONS:
         return None
     buttons = []

@@ -170,10 +170,17 @@ def _preview_pauses(stored: Any) -> tuple[Pending, ...]:
             kind="timer" if item.get("kind") == "timer" else "person",
             deadline=_deadline(item.get("deadline")),
             on_timeout=_preview_payload(item.get("on_timeout")),
+            answers=_preview_contract(item.get("answers")),
         )
         for item in plain[:PREVIEW_ITEMS]
         if isinstance(item, dict)
     )
+
+
+def _preview_contract(plain: Any) -> Mapping[str, Any] | None:
+    """A stored pause's contract, as a preview (enough for the inbox to know a choice from a review)."""
+    contract = _preview_payload(plain) if plain is not None else None
+    return contract if isinstance(contract, Mapping) else None
 
 
 def _deadline(plain: Any) -> _dt.datetime | None:

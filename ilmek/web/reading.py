@@ -364,6 +364,8 @@ class ThreadView:
         next_waiting: The most recently updated other thread waiting for an answer.
         reached: The checkpoints drawn from outside the tree's page: the
             parents of its forks (they are in ``checkpoints`` too).
+        kept: The form of an answer the console refused, drawn again in the
+            answer form so the person corrects it rather than starts over.
     """
 
     thread_id: str
@@ -384,6 +386,7 @@ class ThreadView:
     paged: bool = False
     next_waiting: str | None = None
     reached: frozenset[str] = frozenset()
+    kept: Mapping[str, str] = attrs.field(factory=dict)
 
 
 def _recorded_answer(journals: Mapping[str, tuple[JournalEntry, ...]], pause: Pending) -> JournalEntry | None:

@@ -112,6 +112,16 @@ def axe_violations(driver: Any) -> list[dict[str, Any]]:
     raise AssertionError("unreachable")
 
 
+def show_as_screen(driver: Any, width: int, scheme: str = "light", height: int = 900) -> None:
+    """Show pages as a screen ``width`` CSS pixels wide (a phone's, with its viewport rules, under 600)
+    in the ``light`` or ``dark`` color scheme."""
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600},
+    )
+    set_color_scheme(driver, scheme)
+
+
 def set_color_scheme(driver: Any, scheme: str) -> None:
     """Make the page see ``prefers-color-scheme: scheme`` (``light`` or ``dark``)."""
     driver.execute_cdp_cmd(
@@ -153,11 +163,7 @@ def take_screenshots(out: pathlib.Path) -> list[pathlib.Path]:
                 base = server.url.rstrip("/")
 
                 def shoot(name: str, path: str, width: int = 1360, scheme: str = "light") -> None:
-                    driver.execute_cdp_cmd(
-                        "Emulation.setDeviceMetricsOverride",
-                        {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 600},
-                    )
-                    set_color_scheme(driver, scheme)
+                    show_as_screen(driver, width, scheme)
                     driver.get(base + path)
                     target = out / f"console-{name}.png"
                     full_page_screenshot(driver, target, width=width)

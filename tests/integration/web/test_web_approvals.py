@@ -22,10 +22,8 @@ from tests.support.conftest_postgres import unavailable
 from tests.support.web_browser_support import (
     AXE_SCRIPT,
     axe_violations,
-    browser,
-    find_browser,
     full_page_screenshot,
-    set_color_scheme,
+    show_as_screen,
 )
 from tests.support.web_support import XSS_SCRIPT, fetch, serving
 
@@ -90,16 +88,6 @@ def test_an_orders_fields_are_shown_in_the_open_and_escaped(console: str, thread
     assert "The whole payload" in panel
 
 
-@pytest.fixture(scope="module")
-def driver() -> Iterator[Any]:
-    """One headless Chromium for the module."""
-    pytest.importorskip("selenium")
-    if find_browser() is None:
-        unavailable("no chromium and chromedriver: apt-get install chromium chromium-driver")
-    with browser(1440, 900) as chromium:
-        yield chromium
-
-
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 @pytest.mark.parametrize("width", [1440, 390])
 def test_the_order_reads_at_a_glance_on_both_screens(
@@ -108,11 +96,7 @@ def test_the_order_reads_at_a_glance_on_both_screens(
     """At 1440 and 390 px, light and dark: the amount shows unfolded, no sideways scroll, axe is clean."""
     if not AXE_SCRIPT.exists():
         unavailable("no axe-core: run scripts/test (npm ci in tests/axe)")
-    driver.execute_cdp_cmd(
-        "Emulation.setDeviceMetricsOverride",
-        {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 600},
-    )
-    set_color_scheme(driver, scheme)
+    show_as_screen(driver, width, scheme)
     driver.get(f"{console}/thread?id=order-bare")
     amount = driver.find_element(
         "xpath", "//section[contains(@class, 'waiting')]//th[text()='amount']/following-sibling::td"

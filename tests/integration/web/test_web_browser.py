@@ -29,8 +29,7 @@ import pytest
 import ilmek
 from ilmek import Checkpointer, SqliteCheckpointer, run
 from ilmek.web.access import Login
-from tests.support.conftest_postgres import unavailable
-from tests.support.web_browser_support import browser, find_browser, full_page_screenshot
+from tests.support.web_browser_support import full_page_screenshot
 from tests.support.web_support import (
     HOSTILE_THREAD,
     THREADS,
@@ -46,19 +45,6 @@ from tests.support.web_support import (
 pytestmark = pytest.mark.timeout(90)
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-
-
-@pytest.fixture(scope="module")
-def driver() -> Iterator[Any]:
-    """One headless Chromium for the module."""
-    pytest.importorskip("selenium")
-    if find_browser() is None:
-        unavailable("no chromium and chromedriver: apt-get install chromium chromium-driver")
-    try:
-        with browser() as chromium:
-            yield chromium
-    except Exception as error:  # a browser that is there but will not start
-        unavailable(f"chromium did not start: {error}")
 
 
 @pytest.fixture(scope="module")

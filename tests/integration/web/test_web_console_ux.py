@@ -30,8 +30,6 @@ from tests.support.conftest_postgres import unavailable
 from tests.support.web_browser_support import (
     AXE_SCRIPT,
     axe_violations,
-    browser,
-    find_browser,
     set_color_scheme,
 )
 from tests.support.web_support import (
@@ -53,19 +51,6 @@ pytestmark = pytest.mark.timeout(180)
 DESKTOP = (1440, 900)
 PHONE = (390, 844)
 SIZES = [pytest.param(DESKTOP, id="1440"), pytest.param(PHONE, id="390")]
-
-
-@pytest.fixture(scope="module")
-def driver() -> Iterator[Any]:
-    """One headless Chromium for the module."""
-    pytest.importorskip("selenium")
-    if find_browser() is None:
-        unavailable("no chromium and chromedriver: apt-get install chromium chromium-driver")
-    try:
-        with browser(*DESKTOP) as chromium:
-            yield chromium
-    except Exception as error:  # a browser that is there but will not start
-        unavailable(f"chromium did not start: {error}")
 
 
 @pytest.fixture

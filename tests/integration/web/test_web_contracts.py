@@ -19,7 +19,6 @@ import pytest
 
 from ilmek import START, Review, answers, channel, graph, run, thread_state
 from ilmek.checkpoint.sqlite import SqliteCheckpointer
-from tests.support.conftest_postgres import unavailable
 from tests.support.web_support import ConsoleServer, serving
 
 pytestmark = pytest.mark.timeout(120)
@@ -260,20 +259,6 @@ def test_on_postgres_the_inbox_reads_the_contract_and_a_refusal_writes_nothing(p
     assert before.id == after.id
 
 
-@pytest.fixture(scope="module")
-def driver() -> Iterator[Any]:
-    """One headless Chromium for the module."""
-    pytest.importorskip("selenium")
-    from tests.support.web_browser_support import AXE_SCRIPT, browser, find_browser
-
-    if find_browser() is None:
-        unavailable("no chromium and chromedriver: apt-get install chromium chromium-driver")
-    if not AXE_SCRIPT.exists():
-        unavailable("no axe-core: run scripts/test (npm ci in tests/axe)")
-    with browser(1440, 900) as chromium:
-        yield chromium
-
-
 @pytest.mark.parametrize(("width", "scheme"), [(1440, "light"), (390, "dark")])
 def test_the_contract_forms_are_axe_clean_and_a_review_is_edited_in_the_browser(
     driver: Any, console: ConsoleServer, store: SqliteCheckpointer, width: int, scheme: str
@@ -283,13 +268,9 @@ def test_the_contract_forms_are_axe_clean_and_a_review_is_edited_in_the_browser(
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from tests.support.web_browser_support import axe_violations, set_color_scheme
+    from tests.support.web_browser_support import axe_violations, set_color_scheme, show_as_screen
 
-    driver.execute_cdp_cmd(
-        "Emulation.setDeviceMetricsOverride",
-        {"width": width, "height": 844, "deviceScaleFactor": 1, "mobile": width < 600},
-    )
-    set_color_scheme(driver, scheme)
+    show_as_screen(driver, width, scheme, height=844)
     found = []
     try:
         for kind in SHAPES:

@@ -27,10 +27,8 @@ from tests.support.conftest_postgres import unavailable
 from tests.support.web_browser_support import (
     AXE_SCRIPT,
     axe_violations,
-    browser,
-    find_browser,
     full_page_screenshot,
-    set_color_scheme,
+    show_as_screen,
 )
 from tests.support.web_support import failing_graph, fetch, serving
 
@@ -156,16 +154,6 @@ def test_a_metadata_filter_on_10000_threads_renders_within_a_second(console: str
     assert seconds < 2.0
 
 
-@pytest.fixture(scope="module")
-def driver() -> Iterator[Any]:
-    """One headless Chromium for the module."""
-    pytest.importorskip("selenium")
-    if find_browser() is None:
-        unavailable("no chromium and chromedriver: apt-get install chromium chromium-driver")
-    with browser(1440, 900) as chromium:
-        yield chromium
-
-
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 @pytest.mark.parametrize("width", [1440, 390])
 def test_the_lists_read_right_on_both_screens(
@@ -174,11 +162,7 @@ def test_the_lists_read_right_on_both_screens(
     """At 1440 and 390 px, light and dark: a question spans its lines, no sideways scroll, axe is clean."""
     if not AXE_SCRIPT.exists():
         unavailable("no axe-core: run scripts/test (npm ci in tests/axe)")
-    driver.execute_cdp_cmd(
-        "Emulation.setDeviceMetricsOverride",
-        {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 600},
-    )
-    set_color_scheme(driver, scheme)
+    show_as_screen(driver, width, scheme)
     found = []
     for name, query in (
         ("inbox", {}),

@@ -26,10 +26,8 @@ from tests.support.conftest_postgres import unavailable
 from tests.support.web_browser_support import (
     AXE_SCRIPT,
     axe_violations,
-    browser,
-    find_browser,
     full_page_screenshot,
-    set_color_scheme,
+    show_as_screen,
 )
 from tests.support.web_support import fetch, serving
 
@@ -202,16 +200,6 @@ def test_conversation_reads_role_dicts_langchain_dicts_and_objects_and_nothing_e
     assert conversation_of({"role": "user", "content": "x"}) is None
 
 
-@pytest.fixture(scope="module")
-def driver() -> Iterator[Any]:
-    """One headless Chromium for the module."""
-    pytest.importorskip("selenium")
-    if find_browser() is None:
-        unavailable("no chromium and chromedriver: apt-get install chromium chromium-driver")
-    with browser(1440, 900) as chromium:
-        yield chromium
-
-
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 @pytest.mark.parametrize("width", [1440, 390])
 def test_the_long_chat_page_is_short_readable_and_axe_clean(
@@ -220,11 +208,7 @@ def test_the_long_chat_page_is_short_readable_and_axe_clean(
     """At 1440 and 390 px, light and dark: under 6,000 px tall, the conversation shown, axe finds nothing."""
     if not AXE_SCRIPT.exists():
         unavailable("no axe-core: run scripts/test (npm ci in tests/axe)")
-    driver.execute_cdp_cmd(
-        "Emulation.setDeviceMetricsOverride",
-        {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 600},
-    )
-    set_color_scheme(driver, scheme)
+    show_as_screen(driver, width, scheme)
     driver.get(f"{console}/thread?{urllib.parse.urlencode({'id': THREAD})}")
     height = int(driver.execute_script("return document.documentElement.scrollHeight"))
     assert height < 6000, height

@@ -15,7 +15,6 @@ import ilmek
 import ilmek.web
 from ilmek import START, answers, channel, graph, run, tick
 from ilmek.checkpoint.sqlite import SqliteCheckpointer
-from tests.support.conftest_postgres import unavailable
 from tests.support.web_support import Client, serving
 
 pytestmark = pytest.mark.timeout(120)
@@ -84,24 +83,6 @@ def test_deadlines_timers_and_who_answered_read_in_words(store: SqliteCheckpoint
     assert "by the deadline (its on_timeout answer)" in answered
 
 
-def _driver() -> Iterator[Any]:
-    pytest.importorskip("selenium")
-    from tests.support.web_browser_support import AXE_SCRIPT, browser, find_browser
-
-    if find_browser() is None:
-        unavailable("no chromium and chromedriver: apt-get install chromium chromium-driver")
-    if not AXE_SCRIPT.exists():
-        unavailable("no axe-core: run scripts/test (npm ci in tests/axe)")
-    with browser(1440, 900) as chromium:
-        yield chromium
-
-
-@pytest.fixture(scope="module")
-def driver() -> Iterator[Any]:
-    """One headless Chromium for the module."""
-    yield from _driver()
-
-
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 @pytest.mark.parametrize("width", [1440, 390])
 def test_the_time_pages_are_axe_clean(
@@ -109,13 +90,9 @@ def test_the_time_pages_are_axe_clean(
 ) -> None:
     """axe-core finds nothing on the inbox and a thread page with a deadline, at 1440 and 390 px, light
     and dark, and the deadline is on screen."""
-    from tests.support.web_browser_support import axe_violations, set_color_scheme
+    from tests.support.web_browser_support import axe_violations, set_color_scheme, show_as_screen
 
-    driver.execute_cdp_cmd(
-        "Emulation.setDeviceMetricsOverride",
-        {"width": width, "height": 844, "deviceScaleFactor": 1, "mobile": width < 600},
-    )
-    set_color_scheme(driver, scheme)
+    show_as_screen(driver, width, scheme, height=844)
     found = []
     try:
         with serving(store, _graphs(), allow_actions=True) as server:

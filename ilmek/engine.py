@@ -76,7 +76,7 @@ def collect_result(graph: CompiledGraph[StateT], the_run: Run) -> Result[StateT]
 @overload
 def stream(
     graph: CompiledGraph[MappingStateT],
-    input: MappingInput[MappingStateT] = None,  # noqa: A002 - the spec's name
+    input: MappingInput[MappingStateT] = None,
     *,
     thread_id: str | None = None,
     checkpointer: Checkpointer | None = None,
@@ -91,7 +91,7 @@ def stream(
 @overload
 def stream(
     graph: CompiledGraph[AttrsStateT],
-    input: Mapping[str, Any] | AttrsStateT | None = None,  # noqa: A002 - the spec's name
+    input: Mapping[str, Any] | AttrsStateT | None = None,
     *,
     thread_id: str | None = None,
     checkpointer: Checkpointer | None = None,
@@ -140,7 +140,7 @@ def stream(
 @overload
 def run(
     graph: CompiledGraph[MappingStateT],
-    input: MappingInput[MappingStateT] = None,  # noqa: A002 - the spec's name
+    input: MappingInput[MappingStateT] = None,
     *,
     thread_id: str | None = None,
     checkpointer: Checkpointer | None = None,
@@ -155,7 +155,7 @@ def run(
 @overload
 def run(
     graph: CompiledGraph[AttrsStateT],
-    input: Mapping[str, Any] | AttrsStateT | None = None,  # noqa: A002 - the spec's name
+    input: Mapping[str, Any] | AttrsStateT | None = None,
     *,
     thread_id: str | None = None,
     checkpointer: Checkpointer | None = None,

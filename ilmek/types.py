@@ -20,9 +20,8 @@ if TYPE_CHECKING:
     # For type checkers only (mypy and pyright bundle typing_extensions): a
     # default lets ``CompiledGraph`` and ``Result`` be written bare, meaning
     # ``[Any]``, in code that does not care about the state's type.
-    from typing_extensions import TypeVar
-
     from attrs import AttrsInstance
+    from typing_extensions import TypeVar
 
     from .events import Event
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, overload
 
 from .checkpoint.base import Checkpointer
 from .events import Event, RunEnd
@@ -24,7 +24,7 @@ from .execution.answers import Resume
 from .execution.lifecycle import Run, Start
 from .execution.setup import DEFAULT_RECURSION_LIMIT, RunOptions
 from .graph import CompiledGraph
-from .types import AnsweredBy, Result, StateT
+from .types import AnsweredBy, AttrsStateT, MappingInput, MappingStateT, Result, StateT
 
 __all__ = [
     "DEFAULT_RECURSION_LIMIT",
@@ -37,6 +37,12 @@ __all__ = [
     "stream",
 ]
 
+# run and stream type their input from the graph's state: a TypedDict graph
+# (or a channel map's dict) takes that mapping, so a misspelt key is a type
+# error; an attrs graph takes a mapping of writes or an instance. There is no
+# catch-all overload, so a TypedDict input that does not fit is an error
+# rather than a match of a looser signature.
+#
 # Every entry point spells out the same keyword-only options, so that a type
 # checker catches a misspelt one; None means "the graph's binding, else the
 # library's default", resolved in one place: RunSetup.of.
@@ -67,6 +73,36 @@ def collect_result(graph: CompiledGraph[StateT], the_run: Run) -> Result[StateT]
     )
 
 
+@overload
+def stream(
+    graph: CompiledGraph[MappingStateT],
+    input: MappingInput[MappingStateT] = None,
+    *,
+    thread_id: str | None = None,
+    checkpointer: Checkpointer | None = None,
+    checkpoint_id: str | None = None,
+    recursion_limit: int | None = None,
+    strict: bool | None = None,
+    meta: Mapping[str, Any] | None = None,
+    cancel: threading.Event | None = None,
+    max_workers: int | None = None,
+    expect_checkpoint_id: str | None = None,
+) -> Iterator[Event]: ...
+@overload
+def stream(
+    graph: CompiledGraph[AttrsStateT],
+    input: Mapping[str, Any] | AttrsStateT | None = None,
+    *,
+    thread_id: str | None = None,
+    checkpointer: Checkpointer | None = None,
+    checkpoint_id: str | None = None,
+    recursion_limit: int | None = None,
+    strict: bool | None = None,
+    meta: Mapping[str, Any] | None = None,
+    cancel: threading.Event | None = None,
+    max_workers: int | None = None,
+    expect_checkpoint_id: str | None = None,
+) -> Iterator[Event]: ...
 def stream(
     graph: CompiledGraph[StateT],
     input: Any = None,  # noqa: A002 - the spec's name
@@ -101,6 +137,36 @@ def stream(
     return Run(graph, Start(input), options).events()
 
 
+@overload
+def run(
+    graph: CompiledGraph[MappingStateT],
+    input: MappingInput[MappingStateT] = None,
+    *,
+    thread_id: str | None = None,
+    checkpointer: Checkpointer | None = None,
+    checkpoint_id: str | None = None,
+    recursion_limit: int | None = None,
+    strict: bool | None = None,
+    meta: Mapping[str, Any] | None = None,
+    cancel: threading.Event | None = None,
+    max_workers: int | None = None,
+    expect_checkpoint_id: str | None = None,
+) -> Result[MappingStateT]: ...
+@overload
+def run(
+    graph: CompiledGraph[AttrsStateT],
+    input: Mapping[str, Any] | AttrsStateT | None = None,
+    *,
+    thread_id: str | None = None,
+    checkpointer: Checkpointer | None = None,
+    checkpoint_id: str | None = None,
+    recursion_limit: int | None = None,
+    strict: bool | None = None,
+    meta: Mapping[str, Any] | None = None,
+    cancel: threading.Event | None = None,
+    max_workers: int | None = None,
+    expect_checkpoint_id: str | None = None,
+) -> Result[AttrsStateT]: ...
 def run(
     graph: CompiledGraph[StateT],
     input: Any = None,  # noqa: A002 - the spec's name

@@ -10,7 +10,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, Generic, Never, TypeAlias, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Final, Generic, Never, TypeAlias, overload
 
 import attrs
 
@@ -31,11 +31,9 @@ from .errors import GraphError
 from .options import RunOptions
 from .predicates import Predicate
 from .schema import StateSchema
-from .types import ScheduledTask, StateT
+from .types import AttrsStateT, MappingStateT, ScheduledTask, StateT
 
 if TYPE_CHECKING:
-    from attrs import AttrsInstance
-
     from .context import NodeContext, PlanContext
     from .notices import PauseNotice
 
@@ -66,11 +64,6 @@ class UnreachableNodeWarning(UserWarning):
 
 Update: TypeAlias = "Mapping[str, Any] | Command | None"
 """What a node of a graph with a channel map or an ``attrs`` state returns."""
-
-# The state types the overloads of GraphBuilder.node tell apart: a TypedDict
-# is a Mapping, an attrs class is not (and has __attrs_attrs__).
-_Typed = TypeVar("_Typed", bound=Mapping[str, object])
-_Attrs = TypeVar("_Attrs", bound="AttrsInstance")
 
 Guard: TypeAlias = "Callable[[StateT], object] | Callable[[StateT, PlanContext], object]"
 """An edge's ``when=`` function: ``when(state)`` or ``when(state, ctx)``, true to take the edge."""
@@ -150,37 +143,37 @@ class GraphBuilder(Generic[StateT]):
     ) -> GraphBuilder[dict[str, Any]]: ...
     @overload
     def node(
-        self: GraphBuilder[_Attrs],
+        self: GraphBuilder[AttrsStateT],
         name: str,
-        fn: Callable[[_Attrs], Update] | Callable[[_Attrs, NodeContext], Update],
+        fn: Callable[[AttrsStateT], Update] | Callable[[AttrsStateT, NodeContext], Update],
         *,
         retry: RetryPolicy | None = None,
         destinations: Iterable[str] | None = None,
         type: str | None = None,
         config: Mapping[str, Any] | None = None,
-    ) -> GraphBuilder[_Attrs]: ...
+    ) -> GraphBuilder[AttrsStateT]: ...
     @overload
     def node(
-        self: GraphBuilder[_Typed],
+        self: GraphBuilder[MappingStateT],
         name: str,
-        fn: Callable[[_Typed], _Typed | Command | None],
+        fn: Callable[[MappingStateT], MappingStateT | Command | None],
         *,
         retry: RetryPolicy | None = None,
         destinations: Iterable[str] | None = None,
         type: str | None = None,
         config: Mapping[str, Any] | None = None,
-    ) -> GraphBuilder[_Typed]: ...
+    ) -> GraphBuilder[MappingStateT]: ...
     @overload
     def node(
-        self: GraphBuilder[_Typed],
+        self: GraphBuilder[MappingStateT],
         name: str,
-        fn: Callable[[_Typed, NodeContext], _Typed | Command | None],
+        fn: Callable[[MappingStateT, NodeContext], MappingStateT | Command | None],
         *,
         retry: RetryPolicy | None = None,
         destinations: Iterable[str] | None = None,
         type: str | None = None,
         config: Mapping[str, Any] | None = None,
-    ) -> GraphBuilder[_Typed]: ...
+    ) -> GraphBuilder[MappingStateT]: ...
     def node(
         self,
         name: str,

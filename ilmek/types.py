@@ -12,7 +12,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Generic, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal, Never, TypeAlias
 
 import attrs
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     # For type checkers only (mypy and pyright bundle typing_extensions): a
     # default lets ``CompiledGraph`` and ``Result`` be written bare, meaning
     # ``[Any]``, in code that does not care about the state's type.
+    from attrs import AttrsInstance
     from typing_extensions import TypeVar
 
     from .events import Event
@@ -29,6 +30,21 @@ else:
     from typing import TypeVar
 
     StateT = TypeVar("StateT")
+
+# The two kinds of state the overloads of GraphBuilder.node and of run and
+# stream tell apart: a TypedDict (or a channel map's dict) is a Mapping, an
+# attrs class is not (and has __attrs_attrs__).
+MappingStateT = TypeVar("MappingStateT", bound=Mapping[str, object])
+AttrsStateT = TypeVar("AttrsStateT", bound="AttrsInstance")
+
+# What run and stream take as input on a graph whose state is a Mapping: that
+# state, or None. mypy infers a call's type variables in two passes, leaving
+# for the second an argument whose parameter holds a callable of a type
+# variable; the callable here (which no input is: it would take a Never and
+# never return) makes mypy read the state from the graph first and then check
+# a dict literal as that TypedDict, instead of inferring it as a dict and
+# failing to agree with the graph.
+MappingInput: TypeAlias = "MappingStateT | Callable[[MappingStateT, Never], Never] | None"
 
 __all__ = [
     "AnsweredBy",

@@ -56,8 +56,9 @@ def test_mypy_sees_the_installed_ilmek_and_its_types(tmp_path: pathlib.Path) -> 
     # Without the types, ilmek is "import-not-found" and everything from it is Any.
     assert [] == [line for line in out.splitlines() if "import-" in line or '"Any"' in line], out
     run_type = (
-        'app.py:4: note: Revealed type is "def [StateT = Any] (graph: ilmek.graph.CompiledGraph[StateT]'
+        'app.py:4: note: Revealed type is "Overload(def [MappingStateT <: typing.Mapping[str, object]] '
     )
+    run_type += "(graph: ilmek.graph.CompiledGraph[MappingStateT]"
     assert run_type in out, out
     assert "-> ilmek.checkpoint.sqlite.SqliteCheckpointer" in out, out
     assert "-> ilmek.checkpoint.postgres.PostgresCheckpointer" in out, out

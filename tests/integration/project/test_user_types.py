@@ -146,6 +146,104 @@ def decide(state: State, ctx: NodeContext) -> State:
     ctx.step("charge", charge, "9.5")
     return {}
 """,
+    "typed_input.py": HEADER
+    + """
+
+class Refund(TypedDict, total=False):
+    amount: float
+    reason: str
+
+
+def pay(state: Refund) -> Refund:
+    return {"reason": f"paid {state.get('amount', 0.0)}"}
+
+
+refunds = graph("refunds", Refund).node("pay", pay).edge(START, "pay").compile()
+ilmek.run(refunds, {"amuont": 1.0})
+ilmek.stream(refunds, {"amount": "one"})
+ilmek.run(refunds, 3)
+reveal_type(ilmek.run(refunds, {"amount": 1.0}))
+start: Refund = {"amount": 2.0}
+for event in ilmek.stream(refunds, start):
+    print(event.type)
+print(ilmek.run(refunds).status)
+
+
+@attrs.define
+class Order:
+    total: float = 0.0
+
+
+orders = graph("orders", Order).node("bill", lambda o: {"total": o.total * 2}).edge(START, "bill").compile()
+reveal_type(ilmek.run(orders, {"total": 2.0}))
+ilmek.run(orders, Order(total=1.0))
+ilmek.run(orders, 3)
+plain = graph("plain", {"n": ilmek.last_write(0)}).node("inc", lambda s: {"n": s["n"] + 1}).edge(START, "inc")
+print(ilmek.run(plain.compile(), {"n": 1}).state)
+""",
+    "langchain_chat.py": HEADER
+    + """
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+
+for message_class in (AIMessage, HumanMessage):
+    ilmek.serde.register(message_class)
+
+
+class Chat(TypedDict, total=False):
+    messages: Annotated[list[AnyMessage], ilmek.messages]
+
+
+def agent(state: Chat, ctx: NodeContext) -> Chat:
+    last = state["messages"][-1]
+    reply = ctx.step("llm", lambda: AIMessage(content=f"echo: {last.content}", id="ai-1"))
+    return {"messages": [reply]}
+
+
+chat = (
+    graph("chat", Chat)
+    .node("agent", agent)
+    .edge(START, "agent")
+    .edge("agent", END)
+    .compile(checkpointer=ilmek.SqliteCheckpointer("chat.db"))
+)
+ilmek.run(chat, {"messages": [HumanMessage(content="hi")]}, thread_id="c").raise_for_status()
+stored = ilmek.thread_state(chat, ilmek.SqliteCheckpointer("chat.db"), "c")
+assert stored is not None
+reveal_type(stored["messages"])
+print([type(m).__name__ for m in stored["messages"]], stored["messages"][-1].content)
+""",
+    "pydantic_field.py": HEADER
+    + """
+import pydantic
+
+
+@ilmek.serde.register
+class Address(pydantic.BaseModel):
+    city: str
+    postcode: str = ""
+
+
+class Customer(TypedDict, total=False):
+    address: Address
+    visits: Annotated[int, ilmek.last_write(0)]
+
+
+def move(state: Customer) -> Customer:
+    return {"address": state["address"].model_copy(update={"postcode": "34000"}), "visits": 1}
+
+
+customers = (
+    graph("customers", Customer)
+    .node("move", move)
+    .edge(START, "move")
+    .compile(checkpointer=ilmek.SqliteCheckpointer("customers.db"))
+)
+ilmek.run(customers, {"address": Address(city="Istanbul")}, thread_id="c").raise_for_status()
+moved = ilmek.thread_state(customers, ilmek.SqliteCheckpointer("customers.db"), "c")
+assert moved is not None
+reveal_type(moved["address"])
+print(repr(moved["address"]))
+""",
 }
 
 
@@ -218,7 +316,7 @@ def test_a_misspelt_run_option_fails_mypy(mypy_says: dict[str, list[str]]) -> No
     for text, said in [
         ("thred_id", 'Unexpected keyword argument "thred_id" for "resume"'),
         ("chekpointer", 'Unexpected keyword argument "chekpointer" for "resume_keyed"'),
-        ("recursion_limt", 'Unexpected keyword argument "recursion_limt" for "stream"'),
+        ("recursion_limt", 'Unexpected keyword argument "recursion_limt" for overloaded function "stream"'),
         (
             'compile(thread_id="t")',
             'Argument "thread_id" to "compile" of "GraphBuilder" has incompatible type',
@@ -261,3 +359,66 @@ def test_an_interrupt_returns_what_its_contract_gives_and_a_step_checks_its_argu
     bad = lines_of("contracts.py", 'ctx.step("charge", charge, "9.5")')[0]
     assert [bad] == [int(line.split(":", 1)[0]) for line in errors], errors
     assert 'incompatible type "str"; expected "float"' in errors[0]
+
+
+def test_a_misspelt_or_mistyped_input_fails_mypy_on_a_typed_dict_graph(
+    mypy_says: dict[str, list[str]],
+) -> None:
+    """run(g, {"amuont": 1.0}) on a CompiledGraph[Refund], a wrong value, a non-mapping: each an error."""
+    errors = [line for line in mypy_says["typed_input.py"] if ": error:" in line]
+    program = "typed_input.py"
+    expected = [
+        (lines_of(program, '"amuont"')[0], 'Argument 2 to "run" has incompatible type "dict[str, float]"'),
+        (lines_of(program, '"one"')[0], 'Argument 2 to "stream" has incompatible type "dict[str, str]"'),
+        (lines_of(program, "ilmek.run(refunds, 3)")[0], 'No overload variant of "run"'),
+        (lines_of(program, "ilmek.run(orders, 3)")[0], 'No overload variant of "run"'),
+    ]
+    assert [line for line, _ in expected] == [int(e.split(":", 1)[0]) for e in errors], errors
+    for (line, text), error in zip(expected, errors, strict=True):
+        assert error.startswith(f"{line}: "), (line, error)
+        assert text in error, (text, error)
+    assert all('expected "Refund | ' in e for e in errors[:2]), errors
+
+
+def test_a_well_typed_input_passes_mypy_and_types_the_result(mypy_says: dict[str, list[str]]) -> None:
+    """A TypedDict literal, a Refund variable, no input; an attrs graph's mapping or instance: all pass."""
+    said = mypy_says["typed_input.py"]
+    notes = [line.split("Revealed type is ", 1)[1] for line in said if "Revealed type is" in line]
+    refund = "TypedDict(typed_input.Refund, {'amount'?: float, 'reason'?: str})"
+    assert [f'"ilmek.types.Result[{refund}]"', '"ilmek.types.Result[typed_input.Order]"'] == notes
+
+
+@pytest.mark.parametrize("program", ["langchain_chat.py", "pydantic_field.py"])
+def test_a_langchain_chat_graph_and_a_pydantic_state_field_pass_strict_mypy(
+    mypy_says: dict[str, list[str]], program: str
+) -> None:
+    """LangChain messages in a messages channel, a pydantic model as a field: no mypy error, typed reads."""
+    said = mypy_says[program]
+    assert [] == [line for line in said if ": error:" in line], said
+    notes = [line.split("Revealed type is ", 1)[1] for line in said if "Revealed type is" in line]
+    expected = {
+        "langchain_chat.py": '"list[langchain_core.messages.ai.AIMessage | langchain_core.messages.human.',
+        "pydantic_field.py": '"pydantic_field.Address"',
+    }[program]
+    assert 1 == len(notes), notes
+    assert notes[0].startswith(expected), notes
+
+
+@pytest.mark.parametrize(
+    ("program", "printed"),
+    [
+        ("langchain_chat.py", "['HumanMessage', 'AIMessage'] echo: hi"),
+        ("pydantic_field.py", "Address(city='Istanbul', postcode='34000')"),
+    ],
+)
+def test_the_langchain_and_pydantic_programs_store_their_objects_in_sqlite(
+    tmp_path: pathlib.Path, program: str, printed: str
+) -> None:
+    """The programs mypy passes run: their objects go through a SQLite file and come back as themselves."""
+    path = tmp_path / program
+    path.write_text(textwrap.dedent(PROGRAMS[program]).replace("reveal_type(", "print("), encoding="utf-8")
+    ran = subprocess.run(
+        [sys.executable, str(path)], cwd=tmp_path, capture_output=True, text=True, env=child_env(), timeout=60
+    )
+    assert 0 == ran.returncode, ran.stderr
+    assert printed == ran.stdout.splitlines()[-1], ran.stdout

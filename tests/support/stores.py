@@ -14,7 +14,11 @@ from ilmek.checkpoint.base import Checkpointer
 from ilmek.checkpoint.postgres import PostgresCheckpointer
 from ilmek.checkpoint.sqlite import SqliteCheckpointer
 
+#: A short lease, for the tests that watch a hold lapse or be renewed.
 LEASE = 0.4
+#: A lease no loaded machine lets lapse by starving a renewal: for tests where a
+#: lapse would be a failure for a reason other than the one they test.
+STEADY_LEASE = 30.0
 
 
 class Store:

@@ -4,8 +4,9 @@ Transient: serialization failures and deadlocks, lock timeouts, the server
 shutting down or starting up, too many clients, a session ended for idling
 or a statement cancelled by the server (its timeouts, ``pg_cancel_backend``),
 every connection exception (class 08), a connection that broke while in use
-(even one broken while a pool's first connect probed it), and a pool with no
-free connection. A connection refused while logging in is transient only once
+(even one broken while a pool's first connect probed it), a psycopg 3
+connection whose replies no longer match its commands (an InternalError with
+no SQLSTATE), and a pool with no free connection. A connection refused while logging in is transient only once
 this client has worked before (the server is coming back); the first login
 failing (a wrong password, no such database) is permanent.
 """
@@ -96,7 +97,18 @@ def classify_postgres_error(error: BaseException, *, connected_once: bool = Fals
             return "transient" if connected_once else "permanent"
         # No SQLSTATE on a connection in use: it broke (reset, closed, server gone).
         return "transient"
+    if _lost_the_protocol(driver_error):
+        return "transient"
     return "permanent"
+
+
+def _lost_the_protocol(error: BaseException) -> bool:
+    # psycopg 3 raises InternalError with no SQLSTATE when the server's replies
+    # no longer match what it sent (``received 2 results from command``): the
+    # connection's protocol state is lost, as when a pooler recycles the server
+    # connection under it. The connection is discarded and the work retried on
+    # a fresh one, as for a broken connection.
+    return type(error).__module__.split(".")[0] == "psycopg" and type(error).__name__ == "InternalError"
 
 
 def _from_connect_attempt(error: BaseException) -> bool:

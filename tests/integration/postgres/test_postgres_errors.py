@@ -321,3 +321,23 @@ def test_an_engine_whose_logins_are_refused_still_raises_a_permanent_storage_err
         engine.dispose()
     assert not isinstance(caught.value, TransientStorageError)
     assert "hunter2" not in str(caught.value)
+
+
+def test_a_psycopg_connection_whose_replies_no_longer_match_its_commands_is_transient(counters: str) -> None:
+    """psycopg 3's InternalError with no SQLSTATE (two results for one command, as when a pooler recycles
+    the server connection under it) is a lost connection, retried on a fresh one; a server's own internal
+    error (SQLSTATE XX000) stays permanent."""
+    connection = psycopg.connect(counters)
+    try:
+        # The driver's own path for BEGIN and COMMIT, given two commands' replies for one.
+        with pytest.raises(psycopg.InternalError) as lost:
+            connection.wait(connection._exec_command(b"SELECT 1; SELECT 2"))
+    finally:
+        connection.close()
+    assert lost.value.sqlstate is None, repr(lost.value)
+    assert "results" in str(lost.value)
+    assert "transient" == classify_postgres_error(lost.value)
+    raise_internal = "DO $$ BEGIN RAISE EXCEPTION 'broken' USING ERRCODE = 'XX000'; END $$"
+    server_side = error_from(lambda: psycopg.connect(counters), raise_internal)
+    assert isinstance(server_side, psycopg.InternalError)
+    assert "permanent" == classify_postgres_error(server_side)

@@ -30,7 +30,7 @@ from ilmek import (
     graph,
     run,
 )
-from tests.support.stores import Store, execute, rows_of, store_fixture  # noqa: F401 - the store fixture
+from tests.support.stores import STEADY_LEASE, Store, execute, rows_of, store_fixture  # noqa: F401 - the store fixture
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -225,8 +225,13 @@ def test_a_bound_equal_to_the_reported_time_keeps_a_thread_stored_below_the_micr
 
 @pytest.fixture
 def two(store: Store) -> tuple[Checkpointer, Checkpointer]:
-    """Two checkpointers on one SQLite file or Postgres database: a worker and an operator."""
-    return store.open(), store.open()
+    """Two checkpointers on one SQLite file or Postgres database: a worker and an operator.
+
+    Their lease is long: these tests race deletes against live runs, and a
+    lease a loaded machine lets lapse (a renewal starved past it) would end a
+    run for a reason that is not the delete.
+    """
+    return store.open(lease_seconds=STEADY_LEASE), store.open(lease_seconds=STEADY_LEASE)
 
 
 def test_delete_threads_from_another_process_spares_the_held_thread_and_the_run_finishes(

@@ -116,7 +116,8 @@ def test_a_stream_ended_inside_a_step_keeps_the_thread_until_the_step_is_recorde
     only once the step's function returned and its record landed, so the other process replays the step and
     never runs it beside the first. The effect happens once."""
     effects = str(tmp_path / "effects.txt")
-    lease = 4.0
+    # Far longer than the step: the end must wait for the step, never for a lapse.
+    lease = 10.0
     other = SecondProcess(store, effects, "closed")
     events, _ = started_stream(store, effects, "closed", seconds=1.5, lease=lease)
     began = time.monotonic()
@@ -157,14 +158,16 @@ def interrupt_when(started: threading.Event) -> list[float]:
 def test_a_step_outlasting_its_closed_stream_keeps_the_thread_until_it_is_recorded(
     store: Store, tmp_path: Any, connection: str, ending: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A stream closed (or Ctrl-C'd while it waits for the next event) while its step's function runs six
+    """A stream closed (or Ctrl-C'd while it waits for the next event) while its step's function runs four
     leases, with another process trying the thread all along: the hold is renewed until the step returned
     and its record landed, then given back, so the other process replays the step instead of running it
     again beside the first. On a pool the end returns after one lease (the keeping is handed over, and the
     warning says so); on one connection bound to the caller's thread (where no event reaches the reader
     during a step, so only a Ctrl-C can end it there) the end returns once the step is recorded."""
     effects = str(tmp_path / "effects.txt")
-    lease, seconds = 0.4, 2.4
+    # A lease a loaded machine still renews in time (renewals come every quarter
+    # of it), and a step four leases long.
+    lease, seconds = 1.0, 4.0
     other = SecondProcess(store, effects, "long")
     if connection == "pool":
         checkpointer = store.open(lease_seconds=lease)

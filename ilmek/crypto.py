@@ -312,7 +312,7 @@ def open_sealed(
     if text is None:
         raise refused(
             "does not open: it was tampered with or moved from another thread, checkpoint, channel, "
-            "step or store. Restore the row from a backup or delete the thread",
+            "list position, step, pause or store. Restore the row from a backup or delete the thread",
             key_id,
         )
     return text.decode("utf-8")

@@ -24,7 +24,8 @@ the clear, so rotation can find what is not yet under the current key). The
 plaintext is the value's tagged JSON text. The associated data is built from
 the row's identity by :func:`associated_data`: the store (table prefix), the
 thread, the kind of value and its scope (checkpoint or task, channel or step
-key), so a value copied anywhere else does not open.
+key; for a channel's row, the checkpoint that wrote it and an item's position
+in its list), so a value copied anywhere else does not open.
 """
 
 from __future__ import annotations
@@ -311,7 +312,7 @@ def open_sealed(
     if text is None:
         raise refused(
             "does not open: it was tampered with or moved from another thread, checkpoint, channel, "
-            "step or store. Restore the row from a backup or delete the thread",
+            "list position, step, pause or store. Restore the row from a backup or delete the thread",
             key_id,
         )
     return text.decode("utf-8")

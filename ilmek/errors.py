@@ -234,8 +234,9 @@ class DecryptionError(IlmekError):
     Raised when a store read with a keyring holds a plaintext value (and the
     keyring does not allow plaintext), a value sealed under a key id the
     keyring does not have, or a value whose seal fails: it was tampered with
-    or moved from another thread, checkpoint, channel, step or store. The
-    message names the thread and the row; it never holds key material.
+    or moved from another thread, checkpoint, channel, list position, step,
+    pause or store. The message names the thread and the row; it never holds
+    key material.
 
     Attributes:
         table: The table (or store) the value is in.

@@ -137,22 +137,27 @@ class DeltaStore(Protocol):
     """The storage primitives a backend provides; each acts inside the caller's transaction.
 
     Stored values go in and come out as stored (sealed, with a keyring):
-    this module opens them, knowing which channel each belongs to.
+    this module opens them, knowing which channel each belongs to. Each
+    row keeps its *origin* beside it: the checkpoint that wrote it (``None``
+    in rows stored before ilmek recorded it), part of what its value is
+    sealed to.
     """
 
     #: How the store's values are sealed and opened.
     sealer: Sealer
 
-    def insert_blob(self, thread_id: str, channel: str, text: str) -> int:
-        """Store a whole value; return its new blob id."""
+    def insert_blob(self, thread_id: str, channel: str, origin: str, text: str) -> int:
+        """Store a whole value written by checkpoint ``origin``; return its new blob id."""
 
-    def fetch_blobs(self, thread_id: str, blob_ids: Sequence[int]) -> dict[int, Any]:
-        """The stored values (text, or JSON a driver parsed) of the given blobs of the thread."""
+    def fetch_blobs(self, thread_id: str, blob_ids: Sequence[int]) -> dict[int, tuple[str | None, Any]]:
+        """``(origin, stored value)`` (text, or JSON a driver parsed) of the given blobs of the thread."""
 
     def create_log(self, thread_id: str, channel: str, parent_id: int | None, base: int, length: int) -> int:
         """Start a log holding items ``[base, length)``; return its id."""
 
-    def append_items(self, thread_id: str, log_id: int, start: int, texts: Sequence[str]) -> bool:
+    def append_items(
+        self, thread_id: str, log_id: int, start: int, origin: str, texts: Sequence[str]
+    ) -> bool:
         """Store items at ``start, start + 1, ...`` of the thread's log if ``start`` is its end.
 
         Returns:
@@ -160,14 +165,18 @@ class DeltaStore(Protocol):
             ``start`` (a fork grew it) or is not the thread's.
         """
 
-    def insert_items(self, thread_id: str, log_id: int, start: int, texts: Sequence[str]) -> None:
+    def insert_items(
+        self, thread_id: str, log_id: int, start: int, origin: str, texts: Sequence[str]
+    ) -> None:
         """Store items at indices ``start, start + 1, ...`` of a log just created."""
 
     def fetch_logs(self, thread_id: str) -> dict[int, LogInfo]:
         """Every log of the thread."""
 
-    def fetch_items(self, thread_id: str, spans: Sequence[tuple[int, int, int]]) -> dict[int, list[Any]]:
-        """Stored items of each ``(log_id, start, stop)`` span, by log id, in index order.
+    def fetch_items(
+        self, thread_id: str, spans: Sequence[tuple[int, int, int]]
+    ) -> dict[int, list[tuple[int, str | None, Any]]]:
+        """``(index, origin, stored value)`` of the items of each ``(log_id, start, stop)`` span, by log.
 
         The spans name distinct logs (a log appears once in any list's ancestry).
         """
@@ -178,12 +187,12 @@ def _blob_values(store: DeltaStore, thread_id: str, wanted: Mapping[int, str]) -
     found = store.fetch_blobs(thread_id, list(wanted))
     return {
         blob_id: decode_stored_value(
-            channel_slot(store.sealer, thread_id, wanted[blob_id], item=False),
+            channel_slot(store.sealer, thread_id, wanted[blob_id], origin=origin),
             stored,
             thread_id=thread_id,
             table="blobs",
         )
-        for blob_id, stored in found.items()
+        for blob_id, (origin, stored) in found.items()
         if blob_id in wanted
     }
 
@@ -191,15 +200,20 @@ def _blob_values(store: DeltaStore, thread_id: str, wanted: Mapping[int, str]) -
 def _item_values(
     store: DeltaStore, thread_id: str, plan: Mapping[str, Sequence[tuple[int, int, int]]]
 ) -> dict[int, list[Any]]:
-    """The items of each channel's spans (one fetch for all), each opened as an item of its channel."""
+    """The items of each channel's spans (one fetch for all), each opened at its place in its channel."""
     fetched = store.fetch_items(thread_id, [span for spans in plan.values() for span in spans])
+    sealer = store.sealer
     values: dict[int, list[Any]] = {}
     for channel, spans in plan.items():
-        slot = channel_slot(store.sealer, thread_id, channel, item=True)
         for log_id, _start, _stop in spans:
             values[log_id] = [
-                decode_stored_value(slot, stored, thread_id=thread_id, table="items")
-                for stored in fetched.get(log_id, ())
+                decode_stored_value(
+                    channel_slot(sealer, thread_id, channel, origin=origin, index=index),
+                    stored,
+                    thread_id=thread_id,
+                    table="items",
+                )
+                for index, origin, stored in fetched.get(log_id, ())
             ]
     return values
 
@@ -272,10 +286,10 @@ def write_channels(
         name: ref for name, ref in parent_manifest.items() if keep is None or name in keep
     }
     for change in changes:
-        name = change.channel
+        name, origin = change.channel, change.origin
         if change.items is None:
             assert change.value is not None
-            manifest[name] = BlobRef(store.insert_blob(thread_id, name, change.value))
+            manifest[name] = BlobRef(store.insert_blob(thread_id, name, origin, change.value))
             continue
         texts = list(change.items)
         ref = manifest.get(name)
@@ -284,9 +298,11 @@ def write_channels(
                 continue
             new_length = ref.length + len(texts)
             log_id = ref.log_id
-            if not store.append_items(thread_id, log_id, ref.length, texts):
+            # The items' positions are the list's, in a forked child log too.
+            stored = change.stored_items(texts, ref.length)
+            if not store.append_items(thread_id, log_id, ref.length, origin, stored):
                 log_id = store.create_log(thread_id, name, ref.log_id, ref.length, new_length)
-                store.insert_items(thread_id, log_id, ref.length, texts)
+                store.insert_items(thread_id, log_id, ref.length, origin, stored)
             manifest[name] = LogRef(log_id, new_length)
             continue
         if isinstance(ref, BlobRef):
@@ -299,10 +315,9 @@ def write_channels(
                     thread_id=thread_id,
                     table="blobs",
                 )
-            slot = channel_slot(store.sealer, thread_id, name, item=True)
-            texts = [slot.seal_text(serde.encode(item, where=f"channel {name!r}")) for item in before] + texts
+            texts = [serde.encode(item, where=f"channel {name!r}") for item in before] + texts
         log_id = store.create_log(thread_id, name, None, 0, len(texts))
-        store.insert_items(thread_id, log_id, 0, texts)
+        store.insert_items(thread_id, log_id, 0, origin, change.stored_items(texts, 0))
         manifest[name] = LogRef(log_id, len(texts))
     return manifest
 
@@ -526,7 +541,7 @@ def extend_cached_logs(
             if after.length == len(change.items):
                 # A log made for this commit that holds exactly its items (a
                 # new list): the thread's next read finds them here.
-                items = _Items(serde.decode(text) for text in change.cached_items)
+                items = _Items(serde.decode(text) for text in change.items)
                 cache.put(("l", thread_id, after.log_id), items, held_bytes(items))
             continue
         key = ("l", thread_id, after.log_id)
@@ -534,7 +549,7 @@ def extend_cached_logs(
         if isinstance(cached, _Items) and len(cached) == before.length:
             # Grown in place (amortized O(new items), not a copy of the history):
             # readers only ever take a slice of the first ``length`` items.
-            added = [serde.decode(text) for text in change.cached_items]
+            added = [serde.decode(text) for text in change.items]
             cached.extend(added)
             # A list's slots grow by one pointer per item, amortized.
             cache.grow(key, held_bytes_of_items(added) + 8 * len(added))

@@ -557,41 +557,67 @@ def decode_metadata(
     return value
 
 
+def channel_slot(
+    sealer: Sealer, thread_id: str, channel: str, *, origin: str | None, index: int | None = None
+) -> Slot:
+    """Where one stored channel value is sealed: a whole value, or the list item at ``index``.
+
+    The value is bound to its thread and channel, to ``origin`` (the
+    checkpoint that wrote its row, stored beside the row) and, for an item,
+    to its position in the list. A row stored before ilmek recorded its
+    origin (``None``) is bound to its thread and channel alone, until
+    ``rekey`` reseals it with an origin.
+    """
+    kind = "value" if index is None else "item"
+    if origin is None:
+        return sealer.slot(thread_id, kind, channel)
+    if index is None:
+        return sealer.slot(thread_id, kind, channel, origin)
+    return sealer.slot(thread_id, kind, channel, str(index), origin)
+
+
 @attrs.frozen
 class EncodedChange:
     """A channel change with its value or items already encoded as JSON text.
 
-    ``value`` and ``items`` are the stored texts (sealed, with a keyring);
-    ``plain_items`` the items' JSON before sealing, for this process's cache.
+    ``value`` is the stored text (sealed, with a keyring); ``items`` the
+    items' JSON text before sealing, since an item is sealed to its position,
+    which the write decides (:meth:`stored_items`). ``origin`` is the
+    checkpoint that writes the change, recorded beside each row it stores.
     """
 
     channel: str
+    origin: str
     value: str | None = None
     items: tuple[str, ...] | None = None
-    plain_items: tuple[str, ...] | None = None
+    sealer: Sealer = PLAIN
+    thread_id: str = ""
 
-    @property
-    def cached_items(self) -> tuple[str, ...]:
-        """The items' unsealed JSON text (what the value cache decodes)."""
-        return self.plain_items if self.plain_items is not None else self.items or ()
-
-
-def channel_slot(sealer: Sealer, thread_id: str, channel: str, *, item: bool) -> Slot:
-    """Where a channel's stored values are sealed: a whole value, or each item of a list on its own."""
-    return sealer.slot(thread_id, "item" if item else "value", channel)
+    def stored_items(self, texts: Sequence[str], start: int) -> list[str]:
+        """Items' JSON texts as stored at positions ``start, start + 1, ...`` of the list (sealed there)."""
+        if self.sealer.cipher is None:
+            return list(texts)
+        return [
+            channel_slot(
+                self.sealer, self.thread_id, self.channel, origin=self.origin, index=start + offset
+            ).seal_text(text)
+            for offset, text in enumerate(texts)
+        ]
 
 
 def encode_changes(
-    changes: Mapping[str, ChannelChange], sealer: Sealer = PLAIN, thread_id: str = ""
+    changes: Mapping[str, ChannelChange], checkpoint: Checkpoint, sealer: Sealer = PLAIN
 ) -> list[EncodedChange]:
-    """Encode every change, so that nothing is written if any value cannot be stored.
+    """Encode every change ``checkpoint`` writes, so that nothing is written if any cannot be stored.
 
-    With a keyring each whole value, and each appended item on its own, is
-    sealed to its thread and channel.
+    With a keyring each whole value is sealed to its thread, channel and
+    checkpoint; appended items are sealed by :meth:`EncodedChange.stored_items`
+    once their positions are known.
 
     Raises:
         SerializationError: naming the channel (and item index) and the type.
     """
+    thread_id, checkpoint_id = checkpoint.thread_id, checkpoint.id
     encoded: list[EncodedChange] = []
     for name, change in changes.items():
         # Stored as text, indexed with the thread: NUL (which Postgres cannot
@@ -599,19 +625,16 @@ def encode_changes(
         checks.text(name, "a channel name")
         if isinstance(change, Replace):
             text = serde.encode(change.value, where=f"channel {name!r}")
-            slot = channel_slot(sealer, thread_id, name, item=False)
-            encoded.append(EncodedChange(name, value=slot.seal_text(text)))
+            slot = channel_slot(sealer, thread_id, name, origin=checkpoint_id)
+            encoded.append(EncodedChange(name, checkpoint_id, value=slot.seal_text(text)))
         elif isinstance(change, Extend):
             items = tuple(
                 serde.encode(item, where=f"channel {name!r} item {index}")
                 for index, item in enumerate(change.items)
             )
-            if sealer.cipher is None:
-                encoded.append(EncodedChange(name, items=items))
-            else:
-                slot = channel_slot(sealer, thread_id, name, item=True)
-                sealed = tuple(slot.seal_text(text) for text in items)
-                encoded.append(EncodedChange(name, items=sealed, plain_items=items))
+            encoded.append(
+                EncodedChange(name, checkpoint_id, items=items, sealer=sealer, thread_id=thread_id)
+            )
         else:
             raise TypeError(f"unknown channel change {change!r} for channel {name!r}")
     return encoded

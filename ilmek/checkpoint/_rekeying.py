@@ -45,21 +45,39 @@ class Resealer:
             return encode(self._writing, decode(self._reading))
         return None
 
-    def channel_value(self, stored: Any, thread_id: str, channel: str, *, item: bool) -> str | None:
-        """A blob's (or a list item's) new stored text, or ``None``: already under the current key."""
+    def channel_value(
+        self,
+        stored: Any,
+        thread_id: str,
+        channel: str,
+        origin: str | None,
+        *,
+        index: int | None = None,
+        row: str,
+    ) -> tuple[str, str] | None:
+        """A blob's (or the list item at ``index``'s) new ``(origin, stored text)``, or ``None``.
+
+        ``None``: already under the current key, bound to its origin. A row
+        stored before ilmek recorded origins (``origin`` is ``None``) is
+        always resealed, bound from then on to ``row`` (the row's own id) as
+        its origin, which the caller stores beside it.
+        """
+        table = "blobs" if index is None else "items"
 
         def decode(sealer: Sealer) -> Any:
-            slot = _records.channel_slot(sealer, thread_id, channel, item=item)
-            return _records.decode_stored_value(
-                slot, stored, thread_id=thread_id, table="items" if item else "blobs"
-            )
+            slot = _records.channel_slot(sealer, thread_id, channel, origin=origin, index=index)
+            return _records.decode_stored_value(slot, stored, thread_id=thread_id, table=table)
+
+        new_origin = row if origin is None else origin
 
         def encode(sealer: Sealer, value: Any) -> str:
-            slot = _records.channel_slot(sealer, thread_id, channel, item=item)
+            slot = _records.channel_slot(sealer, thread_id, channel, origin=new_origin, index=index)
             return slot.seal_text(serde.encode(value, where=f"channel {channel!r}"))
 
-        result: str | None = self._reseal(decode, encode)
-        return result
+        text: str | None = (
+            encode(self._writing, decode(self._reading)) if origin is None else self._reseal(decode, encode)
+        )
+        return None if text is None else (new_origin, text)
 
     def entry(self, stored: Any, thread_id: str, base_id: str, task_key: str) -> str | None:
         """A journal row's new stored entry, or ``None``."""

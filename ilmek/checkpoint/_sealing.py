@@ -2,8 +2,8 @@
 
 A backend holds one :class:`Sealer`; the records layer (``_records``,
 ``_delta``) asks it for a :class:`Slot` naming the row a value is stored in
-(thread, kind, checkpoint or task, channel or key) and seals or opens the
-value there. The writers and readers above never see a key. Without a
+(thread, kind, checkpoint or task, channel or key; a channel row's origin and
+position) and seals or opens the value there. The writers and readers above never see a key. Without a
 keyring values are stored as they are, and a sealed value met on a read is
 refused (or, in a display context, shown as :class:`~ilmek.crypto.Sealed`).
 """

@@ -92,9 +92,10 @@ class _Thread:
     outcome_text: str | None = None
     ids: list[str] = attrs.Factory(list)
     checkpoints: dict[str, _StoredCheckpoint] = attrs.Factory(dict)
-    blobs: dict[int, str] = attrs.Factory(dict)
+    #: Stored values as ``(origin, text)``: the checkpoint that wrote each (see ``_delta.DeltaStore``).
+    blobs: dict[int, tuple[str, str]] = attrs.Factory(dict)
     logs: dict[int, LogInfo] = attrs.Factory(dict)
-    items: dict[int, list[str]] = attrs.Factory(dict)
+    items: dict[int, list[tuple[str, str]]] = attrs.Factory(dict)
     #: The channel of each blob and log (what their values are sealed to), for rekey.
     channels: dict[tuple[str, int], str] = attrs.Factory(dict)
     journals: dict[tuple[str, str], dict[str, str]] = attrs.Factory(dict)
@@ -110,13 +111,13 @@ class _Store:
     def _thread(self, thread_id: str) -> _Thread:
         return self._owner._threads[thread_id]
 
-    def insert_blob(self, thread_id: str, channel: str, text: str) -> int:
+    def insert_blob(self, thread_id: str, channel: str, origin: str, text: str) -> int:
         blob_id = self._owner._next_id()
-        self._thread(thread_id).blobs[blob_id] = text
+        self._thread(thread_id).blobs[blob_id] = (origin, text)
         self._thread(thread_id).channels["b", blob_id] = channel
         return blob_id
 
-    def fetch_blobs(self, thread_id: str, blob_ids: Sequence[int]) -> dict[int, Any]:
+    def fetch_blobs(self, thread_id: str, blob_ids: Sequence[int]) -> dict[int, tuple[str | None, Any]]:
         blobs = self._thread(thread_id).blobs
         return {i: blobs[i] for i in blob_ids if i in blobs}
 
@@ -128,29 +129,36 @@ class _Store:
         thread.items[log_id] = []
         return log_id
 
-    def append_items(self, thread_id: str, log_id: int, start: int, texts: Sequence[str]) -> bool:
+    def append_items(
+        self, thread_id: str, log_id: int, start: int, origin: str, texts: Sequence[str]
+    ) -> bool:
         thread = self._thread(thread_id)
         log = thread.logs.get(log_id)
         if log is None or log.base + len(thread.items[log_id]) != start:
             return False
-        thread.items[log_id].extend(texts)
+        thread.items[log_id].extend((origin, text) for text in texts)
         return True
 
-    def insert_items(self, thread_id: str, log_id: int, start: int, texts: Sequence[str]) -> None:
+    def insert_items(
+        self, thread_id: str, log_id: int, start: int, origin: str, texts: Sequence[str]
+    ) -> None:
         thread = self._thread(thread_id)
         stored = thread.items[log_id]
         assert thread.logs[log_id].base + len(stored) == start
-        stored.extend(texts)
+        stored.extend((origin, text) for text in texts)
 
     def fetch_logs(self, thread_id: str) -> dict[int, LogInfo]:
         return dict(self._thread(thread_id).logs)
 
-    def fetch_items(self, thread_id: str, spans: Sequence[tuple[int, int, int]]) -> dict[int, list[Any]]:
+    def fetch_items(
+        self, thread_id: str, spans: Sequence[tuple[int, int, int]]
+    ) -> dict[int, list[tuple[int, str | None, Any]]]:
         thread = self._thread(thread_id)
-        found: dict[int, list[Any]] = {}
+        found: dict[int, list[tuple[int, str | None, Any]]] = {}
         for log_id, start, stop in spans:
             base = thread.logs[log_id].base
-            found[log_id] = thread.items[log_id][start - base : stop - base]
+            stored = thread.items[log_id][start - base : stop - base]
+            found[log_id] = [(start + n, origin, text) for n, (origin, text) in enumerate(stored)]
         return found
 
 
@@ -207,7 +215,7 @@ class InMemoryCheckpointer(MemoryOutbox, Checkpointer):
         checks.checkpoint_id(checkpoint.id, "checkpoint.id")
         # Encode everything before touching the store: a value that cannot be
         # stored must leave the thread as it was.
-        encoded = _records.encode_changes(changes, self._sealer, thread_id) if changes is not None else None
+        encoded = _records.encode_changes(changes, checkpoint, self._sealer) if changes is not None else None
         stored_fields = _records.encode_fields(checkpoint, self._sealer)
         recorded = _encode_entries(self._sealer, thread_id, journal)
         with self._lock:
@@ -238,7 +246,7 @@ class InMemoryCheckpointer(MemoryOutbox, Checkpointer):
             if encoded is None:
                 parent_values = self._values(thread_id, parent) if parent is not None else None
                 changed = diff_channels(parent_values, checkpoint.channels)
-                encoded = _records.encode_changes(changed, self._sealer, thread_id)
+                encoded = _records.encode_changes(changed, checkpoint, self._sealer)
                 keep = set(checkpoint.channels)
             thread = self._touch(thread_id)
             parent_manifest = parent.manifest if parent else {}
@@ -706,16 +714,21 @@ def _same_record(
 
 def _rekey_thread(resealer: Resealer, thread_id: str, thread: _Thread, done: RekeyProgress) -> RekeyProgress:
     """Reseal every stored value of one thread under the current key; ``done`` counts them in."""
-    found: builtins.list[str | tuple[str, str, str] | None] = []
-    for blob_id, text in thread.blobs.items():
+    found: builtins.list[str | tuple[str, ...] | None] = []
+    for blob_id, (origin, text) in thread.blobs.items():
         channel = thread.channels["b", blob_id]
-        found.append(new := resealer.channel_value(text, thread_id, channel, item=False))
-        thread.blobs[blob_id] = new or text
-    for log_id, texts in thread.items.items():
+        found.append(row := resealer.channel_value(text, thread_id, channel, origin, row=f"blob {blob_id}"))
+        thread.blobs[blob_id] = row or (origin, text)
+    for log_id, rows in thread.items.items():
         channel = thread.channels["l", log_id]
-        for index, text in enumerate(texts):
-            found.append(new := resealer.channel_value(text, thread_id, channel, item=True))
-            texts[index] = new or text
+        base = thread.logs[log_id].base
+        for offset, (origin, text) in enumerate(rows):
+            found.append(
+                row := resealer.channel_value(
+                    text, thread_id, channel, origin, index=base + offset, row=f"log {log_id}"
+                )
+            )
+            rows[offset] = row or (origin, text)
     for (base_id, task_key), entries in thread.journals.items():
         for key, text in entries.items():
             found.append(new := resealer.entry(text, thread_id, base_id, task_key))

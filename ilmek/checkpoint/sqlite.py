@@ -63,9 +63,11 @@ _SCHEMA: list[str] = [
     " pending TEXT NOT NULL, task_journals TEXT NOT NULL, metadata TEXT NOT NULL,"
     " journal_chain TEXT NOT NULL DEFAULT '[]',"
     " PRIMARY KEY (thread_id, checkpoint_id)) WITHOUT ROWID",
+    # origin: the checkpoint that wrote the row, which a sealed value is bound
+    # to (version 5; NULL in older rows until rekey gives them one).
     "CREATE TABLE IF NOT EXISTS {p}_blobs ("
     " blob_id INTEGER PRIMARY KEY AUTOINCREMENT, thread_id TEXT NOT NULL,"
-    " channel TEXT NOT NULL, value TEXT NOT NULL)",
+    " channel TEXT NOT NULL, value TEXT NOT NULL, origin TEXT)",
     "CREATE INDEX IF NOT EXISTS {p}_blobs_thread ON {p}_blobs (thread_id)",
     # length: how many items the log was created with; appends claim the next
     # index of items (a primary key) instead of rewriting this row.
@@ -74,7 +76,7 @@ _SCHEMA: list[str] = [
     " parent_id INTEGER, base INTEGER NOT NULL, length INTEGER NOT NULL)",
     "CREATE INDEX IF NOT EXISTS {p}_logs_thread ON {p}_logs (thread_id)",
     "CREATE TABLE IF NOT EXISTS {p}_items ("
-    " log_id INTEGER NOT NULL, idx INTEGER NOT NULL, value TEXT NOT NULL,"
+    " log_id INTEGER NOT NULL, idx INTEGER NOT NULL, value TEXT NOT NULL, origin TEXT,"
     " PRIMARY KEY (log_id, idx)) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS {p}_journals ("
     " entry_id INTEGER PRIMARY KEY AUTOINCREMENT, thread_id TEXT NOT NULL, base_id TEXT NOT NULL,"
@@ -106,6 +108,8 @@ _UPGRADES: dict[int, list[Migration]] = {
     2: ["ALTER TABLE {p}_threads ADD COLUMN due_at REAL", _DUE_INDEX],
     # Version 4: the outbox of pause notices (on_pause hooks).
     3: [*_NOTICES],
+    # Version 5: each channel row records the checkpoint that wrote it (what its sealed value is bound to).
+    4: ["ALTER TABLE {p}_blobs ADD COLUMN origin TEXT", "ALTER TABLE {p}_items ADD COLUMN origin TEXT"],
 }
 
 
@@ -322,7 +326,7 @@ class SqliteCheckpointer(SqlCheckpointer):
 
     SCHEMA: ClassVar[list[str]] = _SCHEMA
     UPGRADES: ClassVar[dict[int, list[Migration]]] = _UPGRADES
-    SCHEMA_VERSION: ClassVar[int] = 4
+    SCHEMA_VERSION: ClassVar[int] = 5
     AUTO_MIGRATE: ClassVar[bool] = True
     REWRITES_ASSIGNED_INDEXES: ClassVar[bool] = True
     # A step's effect waits for a check of the hold: a thread deleted by force

@@ -122,8 +122,8 @@ BEGIN
     END IF;
     SELECT h.cancel_reason INTO reason FROM {{p}}_holds AS h
     WHERE h.thread_id = p_thread AND h.owner = p_owner;
-    INSERT INTO {{p}}_items (log_id, idx, value)
-        SELECT CAST(e ->> 0 AS bigint), CAST(e ->> 1 AS bigint), e -> 2
+    INSERT INTO {{p}}_items (log_id, idx, origin, value)
+        SELECT CAST(e ->> 0 AS bigint), CAST(e ->> 1 AS bigint), p_checkpoint, e -> 2
         FROM jsonb_array_elements(p_items) AS e
         WHERE EXISTS (SELECT 1 FROM {{p}}_logs AS l
                       WHERE l.log_id = CAST(e ->> 0 AS bigint) AND l.thread_id = p_thread)
@@ -137,8 +137,8 @@ BEGIN
         INSERT INTO {{p}}_logs (thread_id, channel, parent_id, base, length)
         VALUES (p_thread, v_log.channel, NULL, 0, jsonb_array_length(v_log.items))
         RETURNING log_id INTO v_id;
-        INSERT INTO {{p}}_items (log_id, idx, value)
-            SELECT v_id, i.idx - 1, i.value
+        INSERT INTO {{p}}_items (log_id, idx, origin, value)
+            SELECT v_id, i.idx - 1, p_checkpoint, i.value
             FROM jsonb_array_elements(v_log.items) WITH ORDINALITY AS i(value, idx);
         v_manifest := v_manifest || jsonb_build_object(v_log.channel,
             jsonb_build_array('l', v_id, jsonb_array_length(v_log.items)));
@@ -146,7 +146,8 @@ BEGIN
     END LOOP;
     FOR v_blob IN SELECT e ->> 0 AS channel, e -> 1 AS value FROM jsonb_array_elements(p_blobs) AS e
     LOOP
-        INSERT INTO {{p}}_blobs (thread_id, channel, value) VALUES (p_thread, v_blob.channel, v_blob.value)
+        INSERT INTO {{p}}_blobs (thread_id, channel, origin, value)
+        VALUES (p_thread, v_blob.channel, p_checkpoint, v_blob.value)
         RETURNING blob_id INTO v_id;
         v_manifest := v_manifest || jsonb_build_object(v_blob.channel, jsonb_build_array('b', v_id));
         blob_ids := blob_ids || CASE WHEN blob_ids = '' THEN '' ELSE ',' END || v_id;
@@ -237,8 +238,10 @@ _SCHEMA: list[str] = [
     " next JSONB NOT NULL, pending JSONB NOT NULL, task_journals JSONB NOT NULL,"
     " metadata JSONB NOT NULL, journal_chain JSONB NOT NULL DEFAULT '[]'::jsonb,"
     " PRIMARY KEY (thread_id, checkpoint_id))",
+    # origin: the checkpoint that wrote the row, which a sealed value is bound
+    # to (version 7; NULL in older rows until rekey gives them one).
     "CREATE TABLE IF NOT EXISTS {p}_blobs (blob_id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
-    f" thread_id TEXT {_C} NOT NULL, channel TEXT NOT NULL, value JSONB NOT NULL)",
+    f" thread_id TEXT {_C} NOT NULL, channel TEXT NOT NULL, value JSONB NOT NULL, origin TEXT)",
     "CREATE INDEX IF NOT EXISTS {p}_blobs_thread ON {p}_blobs (thread_id)",
     # length: how many items the log was created with; appends claim the next
     # index of items (a primary key) instead of rewriting this row.
@@ -247,7 +250,7 @@ _SCHEMA: list[str] = [
     " base BIGINT NOT NULL, length BIGINT NOT NULL)",
     "CREATE INDEX IF NOT EXISTS {p}_logs_thread ON {p}_logs (thread_id)",
     "CREATE TABLE IF NOT EXISTS {p}_items (log_id BIGINT NOT NULL, idx BIGINT NOT NULL,"
-    " value JSONB NOT NULL, PRIMARY KEY (log_id, idx))",
+    " value JSONB NOT NULL, origin TEXT, PRIMARY KEY (log_id, idx))",
     _JOURNALS,
     _JOURNAL_ENTRIES,
     f"CREATE TABLE IF NOT EXISTS {{p}}_holds (thread_id TEXT {_C} PRIMARY KEY,"
@@ -286,6 +289,13 @@ _UPGRADES: dict[int, list[Migration]] = {
     ],
     # The outbox of pause notices (on_pause hooks).
     5: [*_NOTICES],
+    # Each channel row records the checkpoint that wrote it (what its sealed value is bound to),
+    # which the superstep function now writes.
+    6: [
+        "ALTER TABLE {p}_blobs ADD COLUMN IF NOT EXISTS origin TEXT",
+        "ALTER TABLE {p}_items ADD COLUMN IF NOT EXISTS origin TEXT",
+        _SUPERSTEP_FUNCTION,
+    ],
 }
 
 _TABLE_EXISTS = Statement("SELECT to_regclass(:name) IS NOT NULL")
@@ -369,7 +379,7 @@ class PostgresCheckpointer(SqlCheckpointer):
     FIND: ClassVar[str] = "strpos(lower(t.thread_id), :needle) > 0"
     LOCK_SHARE: ClassVar[str] = " FOR SHARE"
     WRITES_IN_ONE_STATEMENT: ClassVar[bool] = True
-    SCHEMA_VERSION: ClassVar[int] = 6
+    SCHEMA_VERSION: ClassVar[int] = 7
 
     def __init__(
         self,

@@ -43,13 +43,15 @@ class _Table:
 
 
 def _blob(resealer: Resealer, row: Sequence[Any]) -> dict[str, Any] | None:
-    text = resealer.channel_value(row[3], row[1], row[2], item=False)
-    return None if text is None else {"value": text}
+    blob_id, thread_id, channel, origin, value = row
+    found = resealer.channel_value(value, thread_id, channel, origin, row=f"blob {blob_id}")
+    return None if found is None else {"origin": found[0], "value": found[1]}
 
 
 def _item(resealer: Resealer, row: Sequence[Any]) -> dict[str, Any] | None:
-    text = resealer.channel_value(row[4], row[2], row[3], item=True)
-    return None if text is None else {"value": text}
+    log_id, index, thread_id, channel, origin, value = row
+    found = resealer.channel_value(value, thread_id, channel, origin, index=int(index), row=f"log {log_id}")
+    return None if found is None else {"origin": found[0], "value": found[1]}
 
 
 def _entry(resealer: Resealer, row: Sequence[Any]) -> dict[str, Any] | None:
@@ -72,19 +74,19 @@ def _tables(json_in: str) -> list[_Table]:
     return [
         _Table(
             "blobs",
-            "SELECT blob_id, thread_id, channel, {jo_value} FROM {p}_blobs WHERE blob_id > :k0 "
+            "SELECT blob_id, thread_id, channel, origin, {jo_value} FROM {p}_blobs WHERE blob_id > :k0 "
             "ORDER BY blob_id LIMIT :batch",
-            "UPDATE {p}_blobs SET value = {ji_value} WHERE blob_id = :k0",
+            "UPDATE {p}_blobs SET origin = :origin, value = {ji_value} WHERE blob_id = :k0",
             ("blob_id",),
             _blob,
         ),
         _Table(
             "items",
-            "SELECT i.log_id, i.idx, l.thread_id, l.channel, {jo_i_value} FROM {p}_items AS i "
+            "SELECT i.log_id, i.idx, l.thread_id, l.channel, i.origin, {jo_i_value} FROM {p}_items AS i "
             "JOIN {p}_logs AS l ON l.log_id = i.log_id "
             "WHERE i.log_id > :k0 OR (i.log_id = :k0 AND i.idx > :k1) "
             "ORDER BY i.log_id, i.idx LIMIT :batch",
-            "UPDATE {p}_items SET value = {ji_value} WHERE log_id = :k0 AND idx = :k1",
+            "UPDATE {p}_items SET origin = :origin, value = {ji_value} WHERE log_id = :k0 AND idx = :k1",
             ("log_id", "idx"),
             _item,
         ),

@@ -188,7 +188,8 @@ SQL: dict[str, str] = {
         "WHERE thread_id = :thread_id AND checkpoint_id IS NOT NULL"
     ),
     "insert_blob": (
-        "INSERT INTO {p}_blobs (thread_id, channel, value) VALUES (:thread_id, :channel, {ji_value}) "
+        "INSERT INTO {p}_blobs (thread_id, channel, origin, value) "
+        "VALUES (:thread_id, :channel, :origin, {ji_value}) "
         "RETURNING blob_id"
     ),
     "insert_log": (
@@ -198,7 +199,7 @@ SQL: dict[str, str] = {
     # Appending to a log claims its next index: taken already means another
     # checkpoint (a fork) extended the log past this one's view of it.
     "append_item": (
-        "INSERT INTO {p}_items (log_id, idx, value) SELECT :log_id, :idx, {ji_value} "
+        "INSERT INTO {p}_items (log_id, idx, origin, value) SELECT :log_id, :idx, :origin, {ji_value} "
         "WHERE EXISTS (SELECT 1 FROM {p}_logs WHERE log_id = :log_id AND thread_id = :thread_id) "
         "ON CONFLICT (log_id, idx) DO NOTHING RETURNING idx"
     ),

@@ -146,7 +146,7 @@ class Supersteps:
             fields=fields,
             expect_latest=expect_latest,
             hold=hold,
-            encoded=_records.encode_changes(changes, sealer, thread_id) if changes is not None else None,
+            encoded=_records.encode_changes(changes, checkpoint, sealer) if changes is not None else None,
             recorded=recorded,
             drops=[task_scope(task_id)[1:] for task_id in drop_journals],
             release_hold=release_hold,
@@ -361,7 +361,7 @@ class Supersteps:
         if to_write is None:
             parent_values = self._reads.channel_values(session, thread_id, parent_manifest)
             to_write = _records.encode_changes(
-                diff_channels(parent_values, checkpoint.channels), self._owner.sealer, thread_id
+                diff_channels(parent_values, checkpoint.channels), checkpoint, self._owner.sealer
             )
             keep = set(checkpoint.channels)
         manifest = write_channels(store, thread_id, parent_manifest, to_write, keep)
@@ -500,15 +500,16 @@ class _CallPlan:
                 continue
             ref = plan.manifest.get(change.channel)
             # Each item is already JSON text: the call's arrays are spliced, not re-encoded.
+            # The function records the checkpoint as each row's origin, as the long way does.
             if ref is None:
-                plan.new_logs.append(f"[{_records.dump_plain(change.channel)},[{','.join(change.items)}]]")
+                stored = change.stored_items(change.items, 0)
+                plan.new_logs.append(f"[{_records.dump_plain(change.channel)},[{','.join(stored)}]]")
                 plan.new_channels.append((change.channel, len(change.items)))
                 continue
             if not isinstance(ref, LogRef):
                 return None  # a list stored whole until now
-            plan.items.extend(
-                f"[{ref.log_id},{ref.length + k},{text}]" for k, text in enumerate(change.items)
-            )
+            stored = change.stored_items(change.items, ref.length)
+            plan.items.extend(f"[{ref.log_id},{ref.length + k},{text}]" for k, text in enumerate(stored))
             plan.manifest[change.channel] = LogRef(ref.log_id, ref.length + len(change.items))
         return plan
 

@@ -44,6 +44,8 @@ def test_a_sqlite_store_of_schema_2_migrates_to_due_at(tmp_path: pathlib.Path) -
     with sqlite3.connect(path) as connection:
         connection.execute("DROP INDEX ilmek_threads_due")
         connection.execute("ALTER TABLE ilmek_threads DROP COLUMN due_at")
+        for table in ("ilmek_blobs", "ilmek_items"):  # what schema 5 added
+            connection.execute(f"ALTER TABLE {table} DROP COLUMN origin")
         connection.execute("UPDATE ilmek_meta SET value = '2' WHERE key = 'schema_version'")
     with SqliteCheckpointer(str(path)) as checkpointer:
         _resumes_and_comes_due(checkpointer)

@@ -163,6 +163,27 @@ def _thread(console: Console, thread_id: str) -> str:
     return f"{console.url}thread?{urllib.parse.urlencode({'id': thread_id})}"
 
 
+_FIELD_LOOK = """
+const field = getComputedStyle(arguments[0]);
+const textarea = arguments[0].parentNode.appendChild(document.createElement('textarea'));
+const look = {width: arguments[0].getBoundingClientRect().width, screen: document.documentElement.clientWidth,
+              padding: field.paddingLeft, background: field.backgroundColor,
+              textarea: getComputedStyle(textarea).backgroundColor};
+textarea.remove();
+return look;
+"""
+
+
+def _looks_like_a_field(driver: Any, field: Any) -> bool:
+    """A one-line field is drawn as the page's text areas are, and wide enough to type in (200 px, or the
+    whole width a phone gives it)."""
+    look = driver.execute_script(_FIELD_LOOK, field)
+    wide = look["width"] >= min(200, look["screen"] - 80)
+    return bool(
+        field.is_displayed() and wide and look["background"] == look["textarea"] and look["padding"] != "0px"
+    )
+
+
 def _controls_of_each_shape(driver: Any, kind: str) -> None:
     """The controls the thread page of ``kind`` must show, each on screen; never the payload's options."""
     if kind == "choice":
@@ -172,13 +193,19 @@ def _controls_of_each_shape(driver: Any, kind: str) -> None:
     elif kind == "review":
         assert DRAFT == _css(driver, ".pause .draft-text")[0].text
         assert ["Accept", "Edit", "Reject"] == _texts(driver, "button[name='review.0']")
-        assert DRAFT == _css(driver, "textarea[name='text.0']")[0].get_attribute("value")
-        assert _css(driver, "input[name='reason.0']")[0].is_displayed()
+        editor = _css(driver, "textarea[name='text.0']")[0]
+        assert DRAFT == editor.get_attribute("value")
+        # The draft is edited in the letters it is read in.
+        assert _css(driver, ".pause .draft-text")[0].value_of_css_property("font-family") == (
+            editor.value_of_css_property("font-family")
+        )
+        assert _looks_like_a_field(driver, _css(driver, "input[name='reason.0']")[0])
     elif kind == "text":
         assert "10" == _css(driver, "textarea[name='text.0']")[0].get_attribute("maxlength")
     elif kind == "number":
         box = _css(driver, "input[name='number.0']")[0]
         assert ("number", "1", "5") == tuple(box.get_attribute(a) for a in ("type", "min", "max"))
+        assert _looks_like_a_field(driver, box)
     else:
         assert _css(driver, "textarea[name='answer.0']")[0].is_displayed()
         assert "The answer's JSON Schema" == _css(driver, "details.schema summary")[0].text
@@ -196,6 +223,13 @@ def _inbox_rows(driver: Any) -> dict[str, str]:
             answers = row.find_elements("css selector", ".row-answer button, a.open")
             rows[ids[0].text] = " | ".join(element.text for element in answers)
     return rows
+
+
+def _a_link_page_offers_nothing_but_its_pause(driver: Any) -> None:
+    """The page of a link leads nowhere else in the console (its token opens nothing else) and does not call
+    itself read-only (it answers)."""
+    assert [] == [link.get_attribute("href") for link in _css(driver, "header a[href]")]
+    assert "read-only" not in _css(driver, "header")[0].text
 
 
 def _refuse_a_text_too_long(driver: Any, console: Console) -> None:
@@ -244,6 +278,7 @@ def test_every_contract_page_fits_the_screen_and_is_axe_clean(
         look("inbox")
         driver.get(f"{console.url}answer/{console.links.valid}")
         assert ["ship", "hold", "cancel"] == _texts(driver, "form.answer-link button[name='option.0']")
+        _a_link_page_offers_nothing_but_its_pause(driver)
         look("link-valid")
         for name, title in (
             ("tampered", "This link is not valid"),
@@ -253,6 +288,7 @@ def test_every_contract_page_fits_the_screen_and_is_axe_clean(
             driver.get(f"{console.url}answer/{getattr(console.links, name)}")
             assert [title] == _texts(driver, "h1")
             assert [] == _css(driver, "form")
+            _a_link_page_offers_nothing_but_its_pause(driver)
             look(f"link-{name}")
         _refuse_a_text_too_long(driver, console)
         assert "eleven char" == _css(driver, "textarea[name='text.0']")[0].get_attribute("value")

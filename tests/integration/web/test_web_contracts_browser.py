@@ -141,7 +141,8 @@ _MISFITS = r"""
 const width = document.documentElement.clientWidth;
 const controls = [...document.querySelectorAll(
     'main button, main input:not([type=hidden]), main textarea, main .draft-text, main .note, main h1,'
-    + ' main .question, main summary, main a.open')].filter(e => e.getClientRects().length);
+    + ' main .question, main summary, main a.open, main table.pauses')]
+  .filter(e => e.getClientRects().length);
 return {
   sideways: document.documentElement.scrollWidth - width,
   cut: controls.filter(e => {
@@ -247,8 +248,9 @@ def _refuse_a_text_too_long(driver: Any, console: Console) -> None:
 def test_every_contract_page_fits_the_screen_and_is_axe_clean(
     driver: Any, console: Console, screenshots: pathlib.Path | None, width: int, scheme: str
 ) -> None:
-    """Each shape's thread page, the inbox, the link page (valid, tampered, expired, used) and a refused
-    answer's page: the right controls, on screen, no sideways scroll, and nothing axe-core objects to."""
+    """Each shape's thread page, the inbox, the link page (valid, tampered, expired, used), an answered
+    pause's page with its fork form, and a refused answer's page: the right controls, on screen, no
+    sideways scroll, and nothing axe-core objects to."""
     if not AXE_SCRIPT.exists():
         unavailable("no axe-core: run scripts/test (npm ci in tests/axe)")
     show_as_screen(driver, width, scheme, height=844 if width < 600 else 900)
@@ -290,6 +292,11 @@ def test_every_contract_page_fits_the_screen_and_is_axe_clean(
             assert [] == _css(driver, "form")
             _a_link_page_offers_nothing_but_its_pause(driver)
             look(f"link-{name}")
+        pause = next(checkpoint for checkpoint in console.store.list("forked") if checkpoint.pending)
+        driver.get(f"{console.url}thread?{urllib.parse.urlencode({'id': 'forked', 'checkpoint': pause.id})}")
+        assert ["ship", "hold", "cancel"] == _texts(driver, "div.fork form button[name='option.0']")
+        assert '"ship"' in _css(driver, "table.pauses")[0].text  # the answer given, on screen
+        look("fork")
         _refuse_a_text_too_long(driver, console)
         assert "eleven char" == _css(driver, "textarea[name='text.0']")[0].get_attribute("value")
         assert "more than the 10 allowed" in driver.find_element("css selector", ".note.error").text

@@ -2,14 +2,16 @@
 
 One SQLite file holds a thread paused under each shape of :mod:`ilmek.answers`
 (the thread's id is the shape's kind), three reviews to accept, edit and
-reject, an answered choice to fork, and threads behind answer links. Each
+reject, a choice to answer from the inbox, an answered choice to fork, and
+threads behind answer links. Each
 screen (every width with every scheme) loads every page once: the thread page
 of each shape, the inbox, the answer link page (valid, tampered, expired,
 used) and a refused answer's page; each must fit the screen (no sideways
 scroll, no control cut off) and pass axe-core. Then the flows, each done with
 the browser and checked in the database: a review accepted, edited and
-rejected reaching the node as ``ilmek.Review``, a link answering its pause
-once, and a fork form sent twice making one branch.
+rejected reaching the node as ``ilmek.Review``, a choice answered from its
+inbox row, a link answering its pause once, and a fork form sent twice
+making one branch.
 
 Screenshots go to ``$ILMEK_SCREENSHOTS`` or a temporary folder. Without
 Chromium, chromedriver or axe-core these tests skip; under ``CI`` they fail.
@@ -103,6 +105,7 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     for thread_id in REVIEWS.values():
         run(ASKING, {"kind": "review"}, thread_id=thread_id, checkpointer=store)
     run(ASKING, {"kind": "choice"}, thread_id="forked", checkpointer=store)
+    run(ASKING, {"kind": "choice"}, thread_id="from-the-inbox", checkpointer=store)
     resume_keyed(ASKING, {PAUSE: "ship"}, thread_id="forked", checkpointer=store)
     links = _links(store)
     with serving(store, {"asking": ASKING}, allow_actions=True, answer_secret=SECRET) as server:
@@ -330,6 +333,15 @@ def test_a_review_accepted_edited_or_rejected_in_the_browser_reaches_the_node_as
     _css(driver, f"button[name='review.0'][value='{action}']")[0].click()
     _wait_for(driver, lambda d: "Answered" in d.page_source)
     assert [expected] == got(console.store, thread_id)
+
+
+def test_a_choice_is_answered_from_its_inbox_row(driver: Any, console: Console) -> None:
+    """The inbox row of a choice offers its options; pressing "cancel" there is what the node receives."""
+    driver.get(console.url)
+    row = next(r for r in _css(driver, "table.threads tbody tr") if "from-the-inbox" in r.text)
+    row.find_element("xpath", ".//button[normalize-space()='cancel']").click()
+    _wait_for(driver, lambda d: "Answered" in d.page_source)
+    assert ["cancel"] == got(console.store, "from-the-inbox")
 
 
 def test_an_answer_link_answers_its_pause_once_in_the_browser(driver: Any, console: Console) -> None:

@@ -3,18 +3,19 @@
 One SQLite file holds a thread paused under each shape of :mod:`ilmek.answers`
 (the thread's id is the shape's kind), three reviews to accept, edit and
 reject, a choice to answer from the inbox, an answered choice to fork, and
-threads behind answer links. Each
-screen (every width with every scheme) loads every page once: the thread page
-of each shape, the inbox, the answer link page (valid, tampered, expired,
-used) and a refused answer's page; each must fit the screen (no sideways
-scroll, no control cut off) and pass axe-core. Then the flows, each done with
-the browser and checked in the database: a review accepted, edited and
+threads behind answer links. Each screen (every width with every scheme)
+loads every page once: the thread page of each shape, the inbox, the answer
+link page (valid, tampered, expired, used), an answered pause with its fork
+form and a refused answer's page; each must fit the screen (no sideways
+scroll, no control cut off) and pass axe-core. Then the flows, each done
+with the browser and checked in the database: a review accepted, edited and
 rejected reaching the node as ``ilmek.Review``, a choice answered from its
 inbox row, a link answering its pause once, and a fork form sent twice
 making one branch.
 
-Screenshots go to ``$ILMEK_SCREENSHOTS`` or a temporary folder. Without
-Chromium, chromedriver or axe-core these tests skip; under ``CI`` they fail.
+Set ``$ILMEK_SCREENSHOTS`` to a folder to get every page as a PNG there.
+Without Chromium, chromedriver or axe-core these tests skip; under ``CI``
+they fail.
 """
 
 from __future__ import annotations

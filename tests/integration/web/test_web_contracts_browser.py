@@ -98,8 +98,8 @@ def _links(store: SqliteCheckpointer) -> Links:
 
 @pytest.fixture(scope="module")
 def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
-    """A thread paused under each shape, the reviews, a choice answered "ship" (to fork) and the links'
-    threads on a SQLite file; the console on it with actions and answer links on."""
+    """A thread paused under each shape, the reviews, a choice for the inbox, a choice answered "ship" (to
+    fork) and the links' threads on a SQLite file; the console on it with actions and answer links on."""
     store = SqliteCheckpointer(tmp_path_factory.mktemp("contract-pages") / "contracts.db")
     for kind in SHAPES:
         run(ASKING, {"kind": kind}, thread_id=kind, checkpointer=store)

@@ -210,7 +210,7 @@ class PlanContext:
         deadline: _dt.timedelta | _dt.datetime | None = None,
         on_timeout: Any = UNSET,
     ) -> Any:
-        """Refused: plan-time code cannot pause.
+        """Refused: plan-time code cannot pause (a node's ``ctx.interrupt`` can).
 
         Raises:
             GraphError: always.
@@ -415,15 +415,32 @@ class NodeContext(PlanContext):
         ends ``interrupted``); after ``resume`` the node runs again from the
         top, its completed steps replay, and this returns the answer.
 
+        The contract, ``answers=``, is a shape of :mod:`ilmek.answers`. It is
+        stored with the pause (so the console and the CLI draw and check it
+        without the graph), ``resume`` refuses an answer that does not fit
+        before anything is written, and it decides what this returns (to
+        mypy too):
+
+        * ``choice(*options)``: one of the options, as given (a ``str`` for
+          a choice of strings);
+        * ``text(max_length=None, pattern=None)``: a ``str`` whose whole
+          matches ``pattern``;
+        * ``number(minimum=None, maximum=None, integer=False)``: a number
+          within the bounds, an ``int`` with ``integer=True``;
+        * ``boolean()``: a ``bool``;
+        * ``review(draft)``: an :class:`ilmek.Review`, ``action`` one of
+          ``"accept"`` (``value`` is the draft), ``"edit"`` (``value`` is the
+          person's version) or ``"reject"`` (``reason`` says why);
+        * ``schema(json_schema)``: a JSON value valid under the schema
+          (the ``[schema]`` extra).
+
+        Each shape's ``.check(fn)`` adds a rule of your own. Without a
+        contract any JSON value is an answer and the node checks it itself.
+
         Args:
             payload: What the person is asked (stored with the pause).
             key: The pause's key in the task's journal (default ``"interrupt"``).
-            answers: The contract: a shape of :mod:`ilmek.answers` —
-                ``choice(*options)``, ``text(max_length=, pattern=)``,
-                ``number(minimum=, maximum=, integer=)``, ``boolean()``,
-                ``review(draft)`` (the node receives an :class:`ilmek.Review`),
-                ``schema(json_schema)``, any of them with ``.check(fn)``.
-                ``resume`` refuses an answer that does not fit.
+            answers: The contract (above); ``None`` accepts any answer.
             deadline: A ``timedelta`` (from now, when the pause is made) or an
                 aware ``datetime``: once passed, :func:`ilmek.tick` records
                 ``on_timeout`` as the answer (``by="deadline"``).

@@ -512,7 +512,9 @@ class Console:
                 secret=self.answer_secret,
                 form=form,
             )
-        return self._html(document(page.title, request.links, page.body, actions_on=False), page.status)
+        return self._html(
+            document(page.title, request.links, page.body, actions_on=False, standalone=True), page.status
+        )
 
     def _act(self, request: _Request, name: str) -> _Response:
         if not self.allow_actions:

@@ -134,12 +134,20 @@ def _pause_states(view: ThreadView, links: Links, guard: Guard, actions_on: bool
         tag(
             "tr",
             {},
-            tag("td", {"class": "key"}, tag("code", {}, item.pause.id)),
-            tag("td", {}, tag("span", {"class": f"badge p-{item.state}"}, _PAUSE_STATES[item.state])),
-            tag("td", {"class": "question"}, escape(question_of(item.pause.payload, 80), keep_newlines=True)),
+            tag("td", {"class": "key", "data-label": "Pause"}, tag("code", {}, item.pause.id)),
             tag(
                 "td",
-                {},
+                {"data-label": "State"},
+                tag("span", {"class": f"badge p-{item.state}"}, _PAUSE_STATES[item.state]),
+            ),
+            tag(
+                "td",
+                {"class": "question", "data-label": "Asks"},
+                escape(question_of(item.pause.payload, 80), keep_newlines=True),
+            ),
+            tag(
+                "td",
+                {"data-label": "Answer"},
                 join(value_block(item.answer.value), answered_by(item.answer.by))
                 if item.answer is not None
                 else tag("span", {"class": "muted"}, "-"),
@@ -148,7 +156,7 @@ def _pause_states(view: ThreadView, links: Links, guard: Guard, actions_on: bool
         for item in view.pauses
     ]
     head = tag("tr", {}, [tag("th", {"scope": "col"}, name) for name in ("Pause", "State", "Asks", "Answer")])
-    table = _scroll(tag("table", {"class": "grid"}, tag("thead", {}, head), tag("tbody", {}, rows)))
+    table = _scroll(tag("table", {"class": "grid pauses"}, tag("thead", {}, head), tag("tbody", {}, rows)))
     if selected.id == view.latest.id:
         # The latest checkpoint's pauses are answered in the panel at the top.
         extra = tag(

@@ -80,7 +80,12 @@ def _review(contract: Mapping[str, Any], index: int, kept: _Kept, several: bool)
         tag("label", {"class": "label", "for": f"text-{index}"}, "Edit the draft, then send your version"),
         tag(
             "textarea",
-            {"name": f"text.{index}", "id": f"text-{index}", "rows": min(max(draft.count("\n") + 2, 4), 18)},
+            {
+                "name": f"text.{index}",
+                "id": f"text-{index}",
+                "rows": min(max(draft.count("\n") + 2, 4), 18),
+                "class": "draft-editor",
+            },
             escape(edited, keep_newlines=True),
         ),
         tag("div", {"class": "draft-buttons"}, button("edit", "Edit")),

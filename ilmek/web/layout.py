@@ -73,31 +73,44 @@ class Note:
     cancelling: str | None = None
 
 
+def _header(links: Links, actions_on: bool) -> Markup:
+    mode = (
+        tag("span", {"class": "mode on", "title": "answering, cancelling and deleting are on"}, "actions on")
+        if actions_on
+        else tag("span", {"class": "mode", "title": "started without allow_actions"}, "read-only")
+    )
+    return tag(
+        "div",
+        {"class": "bar"},
+        tag("a", {"class": "brand", "href": links.threads()}, _LOGO, "ilmek"),
+        tag("nav", {}, tag("a", {"href": links.threads()}, "Threads")),
+        mode,
+    )
+
+
 def document(
-    title: str, links: Links, body: Child, *, actions_on: bool, refresh: float | None = None
+    title: str,
+    links: Links,
+    body: Child,
+    *,
+    actions_on: bool,
+    refresh: float | None = None,
+    standalone: bool = False,
 ) -> Markup:
     """A whole page: head, the console's header, then ``body``.
 
     ``refresh``: seconds after which the page reloads itself, through the
     console's small script (``console.js``), which waits while a field is
     being filled in. Without JavaScript the page simply stays as it is.
+    ``standalone``: a page reached by its own credential (an answer link's
+    token), which opens no other: its header names ilmek and links nowhere.
     """
-    mode = (
-        tag("span", {"class": "mode on", "title": "answering, cancelling and deleting are on"}, "actions on")
-        if actions_on
-        else tag("span", {"class": "mode", "title": "started without allow_actions"}, "read-only")
+    bar = (
+        tag("div", {"class": "bar"}, tag("span", {"class": "brand"}, _LOGO, "ilmek"))
+        if standalone
+        else _header(links, actions_on)
     )
-    header = tag(
-        "header",
-        {"class": "top"},
-        tag(
-            "div",
-            {"class": "bar"},
-            tag("a", {"class": "brand", "href": links.threads()}, _LOGO, "ilmek"),
-            tag("nav", {}, tag("a", {"href": links.threads()}, "Threads")),
-            mode,
-        ),
-    )
+    header = tag("header", {"class": "top"}, bar)
     return Markup(
         "<!DOCTYPE html>\n"
         + tag(

@@ -141,12 +141,14 @@ def test_the_page_says_the_install_lines_first_and_shows_the_module_it_runs() ->
 
 
 def test_two_processes_and_the_console_run_as_the_page_shows(tmp_path: pathlib.Path) -> None:
-    """start, answer (a new process), start again, ilmek web --graph approvals:build: Approve finishes it."""
+    """start, an answer the contract refuses (nothing written), the right answer (each a new process), start
+    again, ilmek web --graph approvals:build: the contract's Approve button finishes it."""
     blocks = code_blocks(PAGE.read_text(encoding="utf-8"))
     (module,) = [block for block in blocks if block.caption == "approvals.py"]
     (tmp_path / "approvals.py").write_text(module.text, encoding="utf-8")
     shell = [command for block in blocks[1:] if block.language == "console" for command in commands(block)]
     assert [words[:2] for words in (command.words for command in shell)] == [
+        ["python", "approvals.py"],
         ["python", "approvals.py"],
         ["python", "approvals.py"],
         ["python", "approvals.py"],

@@ -17,44 +17,17 @@ from typing import Any
 
 import pytest
 
-from ilmek import START, Review, answers, channel, graph, run, thread_state
+from ilmek import START, channel, graph, run, thread_state
 from ilmek.checkpoint.sqlite import SqliteCheckpointer
+from tests.support.contract_graphs import ASKING, DRAFT, SHAPES, ask, got
 from tests.support.web_support import ConsoleServer, serving
 
 pytestmark = pytest.mark.timeout(120)
 
-DRAFT = "Dear Ada,\nyour refund of 40 EUR is on its way.\n<b>Thanks</b>"
-SHAPES: dict[str, Any] = {
-    "choice": answers.choice("ship", "hold", "cancel"),
-    "review": answers.review(DRAFT),
-    "text": answers.text(max_length=10),
-    "number": answers.number(minimum=1, maximum=5, integer=True),
-    "boolean": answers.boolean(),
-    "schema": answers.schema({"type": "object", "required": ["qty"]}),
-}
-
-
-def _ask(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
-    kind = state["kind"]
-    # options and a draft in the payload too: a contract's pause must not turn them into buttons.
-    payload = {"question": f"Your {kind}?", "options": ["approve", "reject"], "draft": "payload draft"}
-    got = ctx.interrupt(payload, answers=SHAPES[kind])
-    if isinstance(got, Review):
-        got = [got.action, got.value, got.reason]
-    return {"got": [got]}
-
-
-ASKING = (
-    graph("asking", {"kind": channel.last_write(), "got": channel.append()})
-    .node("ask", _ask)
-    .edge(START, "ask")
-    .compile()
-)
-
 
 def _asker(kind: str) -> Any:
     def node(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        return _ask({"kind": kind}, ctx)
+        return ask({"kind": kind}, ctx)
 
     return node
 
@@ -119,10 +92,6 @@ def _answer(console: ConsoleServer, thread_id: str, fields: dict[str, str]) -> t
     return _request(action, {**hidden, **fields})
 
 
-def _got(store: SqliteCheckpointer, thread_id: str) -> Any:
-    return thread_state(ASKING, store, thread_id).get("got")
-
-
 def test_each_contract_draws_its_own_controls(console: ConsoleServer) -> None:
     """Each shape's controls render from the contract, and the payload's options/draft give no buttons."""
     pages = {kind: _page(console, kind) for kind in SHAPES}
@@ -153,7 +122,7 @@ def test_a_choice_button_answers_with_its_option(console: ConsoleServer, store: 
     status, page = _answer(console, "choice", {"option.0": "1"})
     assert 200 == status
     assert "Answered" in page
-    assert ["hold"] == _got(store, "choice")
+    assert ["hold"] == got(store, "choice")
 
 
 def test_review_accept_edit_and_reject_reach_the_node_as_a_review(
@@ -165,11 +134,11 @@ def test_review_accept_edit_and_reject_reach_the_node_as_a_review(
     assert 422 == edited_then_accepted[0]  # the edit would be lost without a word: nothing is sent
     assert "edited, then Accept</textarea>" in edited_then_accepted[1]
     assert 200 == _answer(console, "review", {"review.0": "accept", "text.0": DRAFT.replace("\n", "\r\n")})[0]
-    assert [["accept", DRAFT, None]] == _got(store, "review")
+    assert [["accept", DRAFT, None]] == got(store, "review")
     assert 200 == _answer(console, "review-edit", {"review.0": "edit", "text.0": "Dear Ada,\r\nsorry."})[0]
-    assert [["edit", "Dear Ada,\nsorry.", None]] == _got(store, "review-edit")
+    assert [["edit", "Dear Ada,\nsorry.", None]] == got(store, "review-edit")
     assert 200 == _answer(console, "review-reject", {"review.0": "reject", "reason.0": " too curt "})[0]
-    assert [["reject", None, "too curt"]] == _got(store, "review-reject")
+    assert [["reject", None, "too curt"]] == got(store, "review-reject")
 
 
 def test_two_contracts_are_answered_with_one_form_or_not_at_all(
@@ -257,39 +226,3 @@ def test_on_postgres_the_inbox_reads_the_contract_and_a_refusal_writes_nothing(p
     assert before is not None
     assert after is not None
     assert before.id == after.id
-
-
-@pytest.mark.parametrize(("width", "scheme"), [(1440, "light"), (390, "dark")])
-def test_the_contract_forms_are_axe_clean_and_a_review_is_edited_in_the_browser(
-    driver: Any, console: ConsoleServer, store: SqliteCheckpointer, width: int, scheme: str
-) -> None:
-    """axe-core finds nothing on each shape's page (1440 px light, 390 px dark), nor on a refused answer's
-    page; editing the draft and pressing Edit in Chromium reaches the node as Review("edit", ...)."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    from tests.support.web_browser_support import axe_violations, set_color_scheme, show_as_screen
-
-    show_as_screen(driver, width, scheme, height=844)
-    found = []
-    try:
-        for kind in SHAPES:
-            driver.get(f"{console.url}thread?id={kind}")
-            found += [f"{kind} :: {v['id']} :: {n}" for v in axe_violations(driver) for n in v["nodes"]]
-        driver.get(f"{console.url}thread?id=number")
-        box = driver.find_element(By.NAME, "number.0")
-        driver.execute_script("arguments[0].value = '9'; arguments[0].form.noValidate = true;", box)
-        driver.find_element(By.CSS_SELECTOR, "form.answer-form button.send").click()
-        WebDriverWait(driver, 20).until(lambda d: "does not fit" in d.page_source)
-        assert "9" == driver.find_element(By.NAME, "number.0").get_attribute("value")  # kept
-        found += [f"refused :: {v['id']} :: {n}" for v in axe_violations(driver) for n in v["nodes"]]
-    finally:
-        set_color_scheme(driver, "light")
-    assert [] == found
-    driver.get(f"{console.url}thread?id=review-edit")
-    editor = driver.find_element(By.NAME, "text.0")
-    editor.clear()
-    editor.send_keys("Dear Ada, sorry for the wait.")
-    driver.find_element(By.CSS_SELECTOR, 'button[name="review.0"][value="edit"]').click()
-    WebDriverWait(driver, 20).until(lambda d: "Answered" in d.page_source)
-    assert [["edit", "Dear Ada, sorry for the wait.", None]] == _got(store, "review-edit")

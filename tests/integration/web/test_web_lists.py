@@ -144,14 +144,15 @@ def test_an_empty_failed_tab_under_a_filter_blames_the_filter_and_offers_to_clea
     assert 50 == len(re.findall(r'class="tid"', cleared)), "the cleared tab lists the failed threads"
 
 
-def test_a_metadata_filter_on_10000_threads_renders_within_a_second(console: str) -> None:
-    """The filter SQLite applies in Python over the tab's rows stays well under a second (time printed)."""
+def test_a_metadata_filter_on_10000_threads_renders_in_a_fraction_of_a_second(console: str) -> None:
+    """SQLite filters metadata in SQL: the page takes ~25 ms here (it took ~1 s decoding every thread in
+    Python); the bound is 0.5 s for a loaded machine (time printed)."""
     listing(console, status="all", meta="customer=acme")
     started = time.perf_counter()
     listing(console, status="all", meta="customer=acme")
     seconds = time.perf_counter() - started
     print(f"\n  metadata filter on 10,000 threads: {seconds * 1000:.0f} ms")
-    assert seconds < 2.0
+    assert seconds < 0.5
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])

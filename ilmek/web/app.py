@@ -621,8 +621,7 @@ class Console:
             user=_user(self.login, request.environ),
             background=self.background,
         )
-        back = list_params(scope.query, offset=0) if scope.query is not None else {}
-        params = {**{k: v for k, v in back.items() if v is not None}, **_note_params(self.guard, outcome)}
+        params = {**list_params(scope.back, offset=0), **_note_params(self.guard, outcome)}
         return _Response(
             303, b"", (("Location", str(request.links.threads(params))), ("Cache-Control", "no-store"))
         )

@@ -63,13 +63,15 @@ class BulkScope:
     """What a bulk action acts on: ``ticked`` threads, or every thread of ``query`` as of ``at``.
 
     ``at``: the moment the confirmation page was drawn (seconds since the
-    epoch), for a filter's scope; ``None`` until then.
+    epoch), for a filter's scope; ``None`` until then. ``back``: the list
+    the form was sent from, where the browser returns after the action.
     """
 
     action: str
     ticked: tuple[str, ...] = ()
     query: InboxQuery | None = None
     at: float | None = None
+    back: InboxQuery = attrs.field(factory=InboxQuery)
 
     @property
     def every(self) -> bool:
@@ -98,9 +100,10 @@ def bulk_scope(args: Mapping[str, Sequence[str]], page_size: int) -> BulkScope |
     action = first("action")
     if action not in BULK_ACTIONS:
         return "The form names no action to do (recover, cancel or delete)."
+    problems: list[str] = []
+    # The list the form was sent from: the filter of every thread, or where ticked ones go back to.
+    query = inbox_query({name: list(values) for name, values in args.items()}, page_size, problems)
     if first("every") == "1":
-        problems: list[str] = []
-        query = inbox_query({name: list(values) for name, values in args.items()}, page_size, problems)
         if problems:
             return f"The list's filter cannot be read ({'; '.join(problems)}); nothing was done."
         if query.graph:
@@ -109,13 +112,13 @@ def bulk_scope(args: Mapping[str, Sequence[str]], page_size: int) -> BulkScope |
                 "instead; nothing was done."
             )
         at = _moment(first("at"))
-        return BulkScope(action=action, query=query, at=at)
+        return BulkScope(action=action, query=query, at=at, back=query)
     ticked = tuple(dict.fromkeys(thread for thread in args.get("thread", ()) if thread))
     if not ticked:
         return "No thread was ticked: tick the threads to act on, or use the buttons for every thread."
     if len(ticked) > _MAX_TICKED:
         return f"At most {_MAX_TICKED} ticked threads at once; nothing was done."
-    return BulkScope(action=action, ticked=ticked)
+    return BulkScope(action=action, ticked=ticked, back=query)
 
 
 def _moment(text: str) -> float | None:

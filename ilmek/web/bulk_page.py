@@ -39,10 +39,10 @@ _EVERY_ACTIONS: Final = {
 }
 _CSS: Final = {"recover": "primary", "cancel": "warn", "delete": "danger"}
 _WHAT: Final = {
-    "recover": "continue each failed or stalled thread from its last checkpoint, replaying recorded steps, "
-    "one after another in the console's process",
-    "cancel": "ask the run holding each thread to stop at its next superstep boundary",
-    "delete": "delete each thread with every checkpoint and journal it has; this cannot be undone",
+    "recover": "Each failed or stalled thread continues from its last checkpoint, replaying its recorded "
+    "steps, one after another in the console's process.",
+    "cancel": "The run holding each thread is asked to stop at its next superstep boundary; it ends aborted.",
+    "delete": "Each thread is deleted with every checkpoint and journal it has. This cannot be undone.",
 }
 
 
@@ -81,50 +81,50 @@ def bulk_bar(links: Links, query: InboxQuery, listed: int, total: int | None) ->
     ticked = tag(
         "form",
         {"method": "get", "action": links.to("/bulk"), "id": "bulk", "class": "bulk"},
+        _list_fields(query),
         tag("span", {"class": "bulk-label"}, "Ticked threads:"),
         _buttons(list(VERBS)),
     )
     every = None
     if not query.graph and listed:
-        # The list's own filter, sent as the threads page reads it.
-        fields = {name: value for name, value in list_params(query, offset=0).items() if value is not None}
-        hidden = [
-            tag("input", {"type": "hidden", "name": name, "value": item})
-            for name, value in fields.items()
-            if name not in ("offset", "limit")
-            for item in ([value] if isinstance(value, (str, int)) else value)
-        ]
         count = f" ({total:,})" if total is not None else ""
         every = tag(
             "form",
             {"method": "get", "action": links.to("/bulk"), "class": "bulk every"},
             tag("input", {"type": "hidden", "name": "every", "value": "1"}),
-            tag("input", {"type": "hidden", "name": "status", "value": query.status}),
-            hidden,
+            _list_fields(query),
             tag("span", {"class": "bulk-label"}, f"Every thread of this list{count}:"),
             _buttons(_EVERY_ACTIONS[query.status]),
         )
     return tag("div", {"class": "bulk-bar", "role": "group", "aria-label": "bulk actions"}, ticked, every)
 
 
+def _list_fields(query: InboxQuery) -> list[Markup]:
+    """The hidden fields that name a threads list (its status and filters), as the threads page reads them."""
+    params = list_params(query, offset=0)
+    fields = [tag("input", {"type": "hidden", "name": "status", "value": query.status})]
+    for name in ("q", "meta", "graph", "updated"):
+        value = params.get(name)
+        items = [] if value is None else [value] if isinstance(value, (str, int)) else list(value)
+        fields += [tag("input", {"type": "hidden", "name": name, "value": str(item)}) for item in items]
+    return fields
+
+
 def _scope_fields(scope: BulkScope) -> list[Markup]:
     """The hidden fields that carry the scope to the POST, as the token was made for it."""
-    fields = [tag("input", {"type": "hidden", "name": "action", "value": scope.action})]
+    fields = [
+        tag("input", {"type": "hidden", "name": "action", "value": scope.action}),
+        *_list_fields(scope.back),
+    ]
     if scope.query is None:
         fields += [
             tag("input", {"type": "hidden", "name": "thread", "value": thread}) for thread in scope.ticked
         ]
         return fields
-    params = list_params(scope.query, offset=0)
     fields += [
         tag("input", {"type": "hidden", "name": "every", "value": "1"}),
-        tag("input", {"type": "hidden", "name": "status", "value": scope.query.status}),
         tag("input", {"type": "hidden", "name": "at", "value": repr(scope.at)}),
     ]
-    for name in ("q", "meta", "updated"):
-        value = params.get(name)
-        items = [] if value is None else [value] if isinstance(value, (str, int)) else list(value)
-        fields += [tag("input", {"type": "hidden", "name": name, "value": str(item)}) for item in items]
     return fields
 
 
@@ -167,11 +167,7 @@ def _named(links: Links, action: str, infos: Sequence[ThreadInfo]) -> list[Marku
 def _confirm_form(links: Links, guard: Guard, scope: BulkScope, applying: int) -> Markup:
     """The form that does the action: its token made for exactly this scope."""
     action = scope.action
-    back = links.threads(
-        {k: v for k, v in list_params(scope.query, offset=0).items() if v is not None}
-        if scope.query
-        else None
-    )
+    back = links.threads(list_params(scope.back, offset=0))
     token = guard.token(f"bulk-{action}", scope.token_subject())
     return tag(
         "form",
@@ -213,7 +209,7 @@ def confirm_page(
     body = [
         tag("h1", {}, title),
         tag("p", {"class": "lede"}, _said(scope, infos)),
-        tag("p", {"class": "total", "role": "status"}, f"{VERBS[action]} will {_WHAT[action]}."),
+        tag("p", {"class": "total", "role": "status"}, _WHAT[action]),
         tag("p", {"class": "note error"}, f"{_count(left)} will be left alone: {LEFT_ALONE[action]}.")
         if left
         else None,

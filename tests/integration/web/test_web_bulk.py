@@ -104,13 +104,14 @@ def test_deleting_ticked_threads_confirms_the_count_then_deletes_only_those(
     client = console(checkpointer)
     before = stored(checkpointer)
     chosen = [THREADS["answered"], THREADS["failed"]]
-    page, fields = ticked(client, "delete", *chosen)
+    page, fields = confirmation(client, action="delete", thread=chosen, status="done", q="order")
     assert "<h1>Delete 2 threads?</h1>" in page
     assert "You ticked 2 threads." in page
     assert all(f">{thread_id}</a>" in page for thread_id in chosen)
     assert before == stored(checkpointer), "the confirmation page deletes nothing"
     reply = client.post("/bulk", fields)
     assert 303 == reply.status
+    assert reply.location.startswith("/?status=done&q=order&"), "back to the list the threads were ticked in"
     assert "Deleted 2 threads." == note_of(client, reply.location)
     assert before - set(chosen) == stored(checkpointer)
     assert all(checkpointer.get(thread_id) is None for thread_id in chosen)

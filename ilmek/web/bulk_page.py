@@ -213,9 +213,10 @@ def confirm_page(
         tag("p", {"class": "note error"}, f"{_count(left)} will be left alone: {LEFT_ALONE[action]}.")
         if left
         else None,
-        tag("ul", {"class": "bulk-threads"}, _named(links, action, capped)),
-        tag("p", {"class": "muted"}, f"and {more:,} more.") if more > 0 else None,
+        # The button before the names: a list of 30 must not push it below the fold.
         _confirm_form(links, guard, scope, applying),
+        tag("ul", {"class": "bulk-threads", "aria-label": "the threads"}, _named(links, action, capped)),
+        tag("p", {"class": "muted"}, f"and {more:,} more.") if more > 0 else None,
     ]
     return document(title, links, body, actions_on=actions_on)
 

@@ -26,6 +26,7 @@ from tests.support.web_browser_support import (
     axe_violations,
     full_page_screenshot,
     show_as_screen,
+    wait_for,
 )
 from tests.support.web_support import THREADS, counter_graph, graphs, populate, serving
 
@@ -88,3 +89,44 @@ def test_checkpoint_ids_and_times_are_on_screen_at_both_widths(
             )
             found += [f"{name}: {violation['id']}" for violation in axe_violations(driver)]
     assert [] == found
+
+
+def test_keys_walk_the_checkpoint_tree_open_a_checkpoint_and_reach_the_answer(
+    driver: Any, store: Checkpointer
+) -> None:
+    """On a paused thread's page: j / k move between the tree's rows, o opens the one chosen, a puts the
+    focus on the pause's answer form."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    show_as_screen(driver, 1440)
+    with serving(store, graphs(), allow_actions=True) as server:
+        server.console.refresh_seconds = 0
+        driver.get(f"{server.url}thread?{urllib.parse.urlencode({'id': THREADS['waiting']})}")
+        rows = driver.find_elements("css selector", "svg.tree a.row")
+        assert len(rows) >= 3
+
+        def key(text: str) -> None:
+            ActionChains(driver).send_keys(text).perform()
+
+        key("jj")
+        assert rows[1] == driver.switch_to.active_element
+        assert "kbd-current" in (rows[1].get_attribute("class") or "")
+        key("k")
+        assert rows[0] == driver.switch_to.active_element
+        key("a")
+        answering = driver.switch_to.active_element
+        assert answering.find_elements("xpath", "ancestor::*[@id='pauses']")
+        driver.find_element("css selector", "h1").click()
+        key("jj")
+        chosen = driver.switch_to.active_element
+        assert "kbd-current" in (chosen.get_attribute("class") or "")
+        href = driver.execute_script("return arguments[0].getAttribute('href')", chosen)
+        wanted = urllib.parse.parse_qs(urllib.parse.urlsplit(href).query)["checkpoint"]
+        key("o")
+
+        def opened(page: Any) -> bool:
+            return wanted == urllib.parse.parse_qs(urllib.parse.urlsplit(page.current_url).query).get(
+                "checkpoint"
+            )
+
+        wait_for(driver, opened)

@@ -29,7 +29,9 @@ from typing import Final
 
 import attrs
 
+from .. import checks
 from ..checkpoint.base import Checkpointer
+from ..errors import InvalidArgumentError
 from ..graph import CompiledGraph
 from ..types import ThreadInfo
 from .actions import ACTIONS, Outcome, recover_now, recoverable
@@ -118,6 +120,11 @@ def bulk_scope(args: Mapping[str, Sequence[str]], page_size: int) -> BulkScope |
         return "No thread was ticked: tick the threads to act on, or use the buttons for every thread."
     if len(ticked) > _MAX_TICKED:
         return f"At most {_MAX_TICKED} ticked threads at once; nothing was done."
+    for thread_id in ticked:
+        try:
+            checks.thread_id(thread_id)
+        except InvalidArgumentError as error:
+            return f"A ticked thread is not a thread id ({error}); nothing was done."
     return BulkScope(action=action, ticked=ticked, back=query)
 
 

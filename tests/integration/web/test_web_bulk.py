@@ -21,8 +21,15 @@ import pytest
 
 import ilmek
 import ilmek.web
-from ilmek import Checkpointer, SqliteCheckpointer
-from tests.support.web_support import THREADS, Client, graphs, looping, populate
+from ilmek import END, START, Checkpointer, SqliteCheckpointer, channel, graph
+from tests.support.web_support import (
+    THREADS,
+    Client,
+    graphs,
+    looping,
+    populate,
+    stall_after_first_superstep,
+)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -213,12 +220,16 @@ def test_a_token_is_good_for_its_threads_its_moment_and_its_site_only(store: Che
 
 
 def test_a_bulk_form_without_threads_or_action_says_what_is_missing(store: Checkpointer) -> None:
-    """Nothing ticked, or no known action: a 400 that says so; a GET of a list filtered by graph too."""
+    """Nothing ticked, no known action, a list filtered by graph, an id no store can hold: a 400 saying so."""
     client = console(store)
     assert "No thread was ticked" in client.get("/bulk?action=delete").text
     assert 400 == client.get("/bulk?action=delete").status
     assert 400 == client.get(f"/bulk?action=explode&thread={THREADS['answered']}").status
     assert 400 == client.get("/bulk?action=delete&every=1&status=all&graph=checkout").status
+    for forged in ("%00", "x" * 1100):
+        reply = client.get(f"/bulk?action=delete&thread={forged}")
+        assert 400 == reply.status
+        assert "A ticked thread is not a thread id" in reply.text
 
 
 def test_recover_refuses_a_finished_thread_rather_than_run_it_again(store: Checkpointer) -> None:
@@ -232,3 +243,39 @@ def test_recover_refuses_a_finished_thread_rather_than_run_it_again(store: Check
     )
     assert "has not failed or stalled" in note_of(client, reply.location)
     assert before == store.get(THREADS["answered"])
+
+
+def slow_graph() -> ilmek.CompiledGraph:
+    """Two supersteps; the second takes 0.4 s."""
+    return (
+        graph("slow", {"log": channel.append()})
+        .node("first", lambda state: {"log": ["first"]})
+        .node("second", lambda state: time.sleep(0.4) or {"log": ["second"]})
+        .edge(START, "first")
+        .edge("first", "second")
+        .edge("second", END)
+        .compile()
+    )
+
+
+def test_a_long_bulk_recover_goes_on_after_the_page_and_finishes_every_thread(store: Checkpointer) -> None:
+    """Three stalled threads of 0.4 s each: the note says they are being recovered in the console's process;
+    each then finishes, one after another, without another request."""
+    slow = slow_graph()
+    stalled = [f"slow-{index}" for index in range(3)]
+    for thread_id in stalled:
+        stall_after_first_superstep(slow, thread_id, store)
+    app = ilmek.web.app(store, {**graphs(), "slow": slow}, allow_actions=True)
+    client = Client(app)
+    try:
+        page, fields = ticked(client, "recover", *stalled)
+        assert "<h1>Recover 3 threads?</h1>" in page
+        note = note_of(client, client.post("/bulk", fields).location)
+        assert note.startswith("Recovering 3 threads one after another in the console's process (pid ")
+        deadline = time.monotonic() + 20
+        while any(store.get_thread(t).status != "done" for t in stalled):  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "the background recovery did not finish"
+            time.sleep(0.05)
+        assert all(ilmek.thread_state(slow, store, t)["log"] == ["first", "second"] for t in stalled)  # type: ignore[index]
+    finally:
+        app.close()

@@ -66,23 +66,27 @@ def _failed(text: str) -> Outcome:
     return Outcome("error", text)
 
 
-def _off_the_request(
-    background: Background | None, thread_id: str, work: Callable[[threading.Event], Outcome], doing: str
+def off_the_request(
+    background: Background | None, key: str, work: Callable[[threading.Event], Outcome], going_on: str
 ) -> Outcome:
-    """Run ``work`` in the console's pool; its outcome if it ends at once, else that it goes on."""
+    """Run ``work`` in the console's pool under ``key`` (a thread id); its outcome if it ends at once,
+    else ``going_on``: what the page says of a run that goes on after it."""
     if background is None:
         return work(threading.Event())
-    started = background.start(thread_id, work)
+    started = background.start(key, work)
     if isinstance(started, str):
         return _failed(started)
     ended, outcome = quick_result(started)
     if ended:
         assert isinstance(outcome, Outcome)
         return outcome
-    return Outcome(
-        "ok",
+    return Outcome("ok", going_on)
+
+
+def _going_on(doing: str) -> str:
+    return (
         f"{doing} in {console_process()}: the run goes on after this page, which refreshes itself "
-        "until the run gives the thread back.",
+        "until the run gives the thread back."
     )
 
 
@@ -159,7 +163,7 @@ def _resume(
             expect=expect,
         )
 
-    return _off_the_request(background, thread_id, work, "Answered; the run is going on")
+    return off_the_request(background, thread_id, work, _going_on("Answered; the run is going on"))
 
 
 def _resumed(
@@ -323,7 +327,7 @@ def recover(
     def work(cancel: threading.Event) -> Outcome:
         return recover_now(checkpointer, graphs, thread_id, cancel)
 
-    return _off_the_request(background, thread_id, work, "Recovering")
+    return off_the_request(background, thread_id, work, _going_on("Recovering"))
 
 
 def delete(

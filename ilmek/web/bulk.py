@@ -34,8 +34,8 @@ from ..checkpoint.base import Checkpointer
 from ..errors import InvalidArgumentError
 from ..graph import CompiledGraph
 from ..types import ThreadInfo
-from .actions import ACTIONS, Outcome, recover_now, recoverable
-from .background import Background, console_process, quick_result
+from .actions import ACTIONS, Outcome, off_the_request, recover_now, recoverable
+from .background import Background, console_process
 from .reading import InboxQuery, inbox_query, listing_filters
 
 __all__ = [
@@ -213,20 +213,11 @@ def _recover_all(
             outcomes[thread_id] = recover_now(checkpointer, graphs, thread_id, cancel)
         return summary("recover", outcomes, skipped)
 
-    if background is None:
-        return work(threading.Event())
-    started = background.start(_BACKGROUND_KEY, work)
-    if isinstance(started, str):
-        return Outcome("error", started)
-    ended, outcome = quick_result(started)
-    if ended:
-        assert isinstance(outcome, Outcome)
-        return outcome
-    return Outcome(
-        "ok",
+    going_on = (
         f"Recovering {_threads(len(threads))} one after another in {console_process()}: the runs go on "
-        "after this page. The Failed and Unfinished tabs show what is left.",
+        "after this page. The Failed and Unfinished tabs show what is left."
     )
+    return off_the_request(background, _BACKGROUND_KEY, work, going_on)
 
 
 LEFT_ALONE: Final = {

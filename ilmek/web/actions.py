@@ -37,6 +37,7 @@ __all__ = [
     "cancel",
     "delete",
     "fork",
+    "off_the_request",
     "recover",
     "recover_now",
     "recoverable",

@@ -20,7 +20,7 @@ import time
 import weakref
 from typing import Any, ClassVar
 
-from .. import checks, forks
+from .. import checks, forks, serde
 from ..crypto import Keyring
 from ..dbapi import Adapter, ErrorKind, LockedConnection, Pin, Session, Statement
 from ..errors import InvalidArgumentError, StorageError, TransientStorageError
@@ -292,6 +292,37 @@ class _PerThreadConnections(_Connections):
             return len(self._own())
 
 
+_INT64 = 2**63
+
+
+def _metadata_fragment(index: int, key: str, value: Any) -> tuple[str, dict[str, Any]] | None:
+    """A WHERE fragment matching ``key`` equal to the scalar ``value`` in a thread's metadata, or ``None``.
+
+    SQLite's ``json_each`` types each stored value (``text``, ``integer``,
+    ``real``, ``true``, ``false``, ``null``), so a text never equals a
+    number, nor a number a boolean, as :func:`ilmek.checkpoint._records.json_equal`
+    has it. Values stored tagged (a tuple, a text holding NUL, a dict, a
+    list) and integers beyond 64 bits are left to the Python filter.
+    """
+    stored = serde.to_jsonable(value, where=f"the metadata filter {key!r}")
+    row = f"m{index}"
+    params: dict[str, Any]
+    if stored is None or isinstance(stored, bool):
+        kind = "null" if stored is None else "true" if stored else "false"
+        condition, params = f"{row}.type = '{kind}'", {}
+    elif isinstance(stored, str):
+        condition, params = f"{row}.type = 'text' AND {row}.value = :mv{index}", {f"mv{index}": stored}
+    elif isinstance(stored, (int, float)) and -_INT64 <= stored < _INT64:
+        condition = f"{row}.type IN ('integer', 'real') AND {row}.value = :mv{index}"
+        params = {f"mv{index}": stored}
+    else:
+        return None
+    fragment = (
+        f"EXISTS (SELECT 1 FROM json_each(t.metadata) AS {row} WHERE {row}.key = :mk{index} AND {condition})"
+    )
+    return fragment, {f"mk{index}": key, **params}
+
+
 class SqliteCheckpointer(SqlCheckpointer):
     """Checkpoints in a SQLite file (or ``:memory:``), through the standard ``sqlite3``.
 
@@ -333,6 +364,11 @@ class SqliteCheckpointer(SqlCheckpointer):
     # (ilmek delete --force) or taken over starts no step. It costs no query
     # while no other connection committed (PRAGMA data_version, commits_seen).
     CONFIRMS_EACH_STEP: ClassVar[bool] = True
+
+    def metadata_filter(self, index: int, key: str, value: Any) -> tuple[str, dict[str, Any]] | None:
+        # In SQL, so that a filtered page reads its page and not every thread: a
+        # scan of the threads in C (no index can serve any key a caller may tag by).
+        return _metadata_fragment(index, key, value)
 
     def commits_seen(self, pin: Pin) -> object | None:
         try:

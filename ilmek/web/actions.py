@@ -23,14 +23,25 @@ from ..errors import IlmekError, ThreadBusyError
 from ..execution.lifecycle import MovedOn
 from ..graph import CompiledGraph
 from ..operations import request_cancel
-from ..types import Result
+from ..types import Checkpoint, Result, ThreadInfo
 from .answers import answers_from_form
 from .background import Background, console_process, quick_result
 from .contract_input import contract_of
 from .reading import graph_for, held_since, thread_info
 from .values import question_of
 
-__all__ = ["ACTIONS", "Outcome", "answer", "cancel", "delete", "fork", "recover"]
+__all__ = [
+    "ACTIONS",
+    "Outcome",
+    "answer",
+    "cancel",
+    "delete",
+    "fork",
+    "off_the_request",
+    "recover",
+    "recover_now",
+    "recoverable",
+]
 
 Form = Mapping[str, str]
 
@@ -56,23 +67,27 @@ def _failed(text: str) -> Outcome:
     return Outcome("error", text)
 
 
-def _off_the_request(
-    background: Background | None, thread_id: str, work: Callable[[threading.Event], Outcome], doing: str
+def off_the_request(
+    background: Background | None, key: str, work: Callable[[threading.Event], Outcome], going_on: str
 ) -> Outcome:
-    """Run ``work`` in the console's pool; its outcome if it ends at once, else that it goes on."""
+    """Run ``work`` in the console's pool under ``key`` (a thread id); its outcome if it ends at once,
+    else ``going_on``: what the page says of a run that goes on after it."""
     if background is None:
         return work(threading.Event())
-    started = background.start(thread_id, work)
+    started = background.start(key, work)
     if isinstance(started, str):
         return _failed(started)
     ended, outcome = quick_result(started)
     if ended:
         assert isinstance(outcome, Outcome)
         return outcome
-    return Outcome(
-        "ok",
+    return Outcome("ok", going_on)
+
+
+def _going_on(doing: str) -> str:
+    return (
         f"{doing} in {console_process()}: the run goes on after this page, which refreshes itself "
-        "until the run gives the thread back.",
+        "until the run gives the thread back."
     )
 
 
@@ -149,7 +164,7 @@ def _resume(
             expect=expect,
         )
 
-    return _off_the_request(background, thread_id, work, "Answered; the run is going on")
+    return off_the_request(background, thread_id, work, _going_on("Answered; the run is going on"))
 
 
 def _resumed(
@@ -266,6 +281,35 @@ def cancel(
     )
 
 
+def recoverable(info: ThreadInfo | None, latest: Checkpoint | None) -> bool:
+    """Whether Recover may continue a thread: it failed or stalled, no run holds it, no pause is open.
+
+    ``run(graph, None)`` on a finished thread would start it again from
+    ``START``, and on a paused one it would refuse: neither is a recovery.
+    """
+    # A store that keeps no thread summaries: the latest checkpoint's own status.
+    status = info.status if info is not None else latest.status if latest is not None else None
+    running = info is not None and info.running
+    return status in ("error", "unfinished") and not running and (latest is None or not latest.pending)
+
+
+def recover_now(
+    checkpointer: Checkpointer, graphs: Mapping[str, CompiledGraph], thread_id: str, cancel: threading.Event
+) -> Outcome:
+    """Continue a failed or stalled thread in this thread of the process, until it ends or pauses."""
+    latest = checkpointer.get(thread_id)
+    if not recoverable(thread_info(checkpointer, thread_id), latest):
+        return _failed("The thread has not failed or stalled (or a run holds it); nothing was run.")
+    graph, problem = _graph(checkpointer, graphs, thread_id)
+    if graph is None:
+        return _failed(problem)
+    try:
+        result = run(graph, None, thread_id=thread_id, checkpointer=checkpointer, cancel=cancel)
+    except IlmekError as error:
+        return _failed(f"Nothing was run: {error}")
+    return _ended(result, "Recovered.", "Recovery did not succeed.", again=True)
+
+
 def recover(
     checkpointer: Checkpointer,
     graphs: Mapping[str, CompiledGraph],
@@ -282,13 +326,9 @@ def recover(
         return _failed(problem)
 
     def work(cancel: threading.Event) -> Outcome:
-        try:
-            result = run(graph, None, thread_id=thread_id, checkpointer=checkpointer, cancel=cancel)
-        except IlmekError as error:
-            return _failed(f"Nothing was run: {error}")
-        return _ended(result, "Recovered.", "Recovery did not succeed.", again=True)
+        return recover_now(checkpointer, graphs, thread_id, cancel)
 
-    return _off_the_request(background, thread_id, work, "Recovering")
+    return off_the_request(background, thread_id, work, _going_on("Recovering"))
 
 
 def delete(

@@ -6,6 +6,8 @@ Routes, under wherever the console is mounted (``SCRIPT_NAME``)::
     GET  /thread?id=&checkpoint=&tree=   a thread's page (tree=: its older checkpoints)
     GET  /value?id=&checkpoint=&channel= (or &task=&key=)   one value, whole
     POST /action/NAME?id=&checkpoint=   answer, fork, cancel, recover, delete
+    GET  /bulk?action=&thread=...  (or &every=1&status=&q=&meta=&updated=)   confirm a bulk action
+    POST /bulk                 do it: recover, cancel or delete each thread (see ilmek.web.bulk)
     GET  /static/console.css   the stylesheet
     GET  /static/console.js    the small script that refreshes the inbox and a running thread
 
@@ -44,9 +46,12 @@ from .actions import ACTIONS, Outcome
 from .answer_link import answer_page
 from .answers import malformed_field
 from .background import Background
+from .bulk import bulk_scope, run_bulk, scope_threads
+from .bulk_page import confirm_page, first_values, scope_at_now
 from .csrf import Guard, same_origin
 from .html import Markup, tag
 from .inbox import threads_page
+from .inbox_params import list_params
 from .layout import Note, document
 from .links import Links
 from .reading import InboxQuery, inbox_query, read_inbox, read_thread
@@ -144,6 +149,64 @@ def _plain(status: int, text: str, headers: tuple[tuple[str, str], ...] = ()) ->
     """A page of plain text that shows nothing of the store (and needs no layout, links or tokens)."""
     content = (("Content-Type", "text/plain; charset=utf-8"), ("Cache-Control", "no-store"))
     return _Response(status, text.encode("utf-8") + b"\n", (*content, *headers))
+
+
+def _form_lists(environ: Mapping[str, Any]) -> dict[str, list[str]]:
+    """A POSTed form's fields, each with every value it was sent."""
+    try:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError as error:
+        raise _Refused(400, "Bad request", "The request's length is malformed.") from error
+    if length > _MAX_BODY:
+        raise _Refused(413, "Too large", "The form is larger than the console accepts.")
+    try:
+        body = environ["wsgi.input"].read(length) if length > 0 else b""
+    except OSError as error:
+        # The server's deadline passed (a client sending its form a byte at a time), or it left.
+        raise _Refused(
+            408, "Request timeout", "The form did not arrive in time; nothing was done."
+        ) from error
+    content_type = str(environ.get("CONTENT_TYPE") or "").split(";")[0].strip().lower()
+    if content_type != "application/x-www-form-urlencoded":
+        return {}
+    return _parse(body.decode("utf-8", "replace"))
+
+
+def _form(environ: Mapping[str, Any]) -> dict[str, str]:
+    """A POSTed form's fields, each with its first value."""
+    return {key: values[0] for key, values in _form_lists(environ).items()}
+
+
+def _html(markup: Markup, status: int = 200) -> _Response:
+    return _Response(
+        status,
+        # Text was escaped on its way in (a lone surrogate reads \ud800); should any slip
+        # through, it is written as that escape here rather than failing the whole page.
+        markup.encode("utf-8", "backslashreplace"),
+        (("Content-Type", "text/html; charset=utf-8"), ("Cache-Control", "no-store")),
+    )
+
+
+def _note(guard: Guard, request: _Request) -> Note | None:
+    text, tone = request.arg("note"), request.arg("tone")
+    if text is None or tone not in ("ok", "error"):
+        return None
+    # Only the console's own words: a crafted link cannot make it say "log in at evil.example".
+    signed = f"{tone}\0{text}\0{request.arg('cancelling') or ''}"
+    if not guard.signed(signed, request.arg("sig")):
+        return None
+    return Note(tone, text, request.arg("cancelling") or None)
+
+
+def _user(login: Login | None, environ: Mapping[str, Any]) -> str | None:
+    """Who the request says is acting: the host application's ``REMOTE_USER``, or the login's user."""
+    user = environ.get("REMOTE_USER")
+    if isinstance(user, str) and user.strip():
+        return printable(_wsgi_text(user.strip()))[:100]
+    if login is not None:
+        named = basic_user(environ)
+        return printable(named.strip())[:100] if named and named.strip() else None
+    return None
 
 
 _LOGIN_NEEDED: Final = (
@@ -311,6 +374,8 @@ class Console:
                     (("Allow", "POST"),),
                 )
             return self._act(request, name)
+        if path == "/bulk":
+            return self._bulk(request)
         routes: dict[str, Callable[[_Request], _Response]] = {
             "/": self._threads,
             "/thread": self._thread,
@@ -330,16 +395,6 @@ class Console:
 
     # --- responses --------------------------------------------------------------------------
 
-    @staticmethod
-    def _html(markup: Markup, status: int = 200) -> _Response:
-        return _Response(
-            status,
-            # Text was escaped on its way in (a lone surrogate reads \ud800); should any slip
-            # through, it is written as that escape here rather than failing the whole page.
-            markup.encode("utf-8", "backslashreplace"),
-            (("Content-Type", "text/html; charset=utf-8"), ("Cache-Control", "no-store")),
-        )
-
     def _page(
         self, links: Links, status: int, title: str, message: str, headers: tuple[tuple[str, str], ...] = ()
     ) -> _Response:
@@ -348,28 +403,8 @@ class Console:
             tag("p", {"class": "note error"}, message),
             tag("p", {}, tag("a", {"href": links.threads()}, "Back to the threads")),
         ]
-        response = self._html(document(title, links, body, actions_on=self.allow_actions), status)
+        response = _html(document(title, links, body, actions_on=self.allow_actions), status)
         return attrs.evolve(response, headers=(*response.headers, *headers))
-
-    def _note(self, request: _Request) -> Note | None:
-        text, tone = request.arg("note"), request.arg("tone")
-        if text is None or tone not in ("ok", "error"):
-            return None
-        # Only the console's own words: a crafted link cannot make it say "log in at evil.example".
-        signed = f"{tone}\0{text}\0{request.arg('cancelling') or ''}"
-        if not self.guard.signed(signed, request.arg("sig")):
-            return None
-        return Note(tone, text, request.arg("cancelling") or None)
-
-    def _user(self, environ: Mapping[str, Any]) -> str | None:
-        """Who the request says is acting: the host application's ``REMOTE_USER``, or the login's user."""
-        user = environ.get("REMOTE_USER")
-        if isinstance(user, str) and user.strip():
-            return printable(_wsgi_text(user.strip()))[:100]
-        if self.login is not None:
-            named = basic_user(environ)
-            return printable(named.strip())[:100] if named and named.strip() else None
-        return None
 
     # --- pages ------------------------------------------------------------------------------
 
@@ -391,17 +426,19 @@ class Console:
             page,
             actions_on=self.allow_actions,
             graphs=self.graphs,
-            note=self._note(request),
+            note=_note(self.guard, request),
             problem="; ".join(problems) or None,
             refresh=self.refresh_seconds or None,
         )
-        return self._html(markup)
+        return _html(markup)
 
     def _thread(self, request: _Request) -> _Response:
         thread_id = request.arg("id")
         if not thread_id:
             raise _Refused(400, "Bad request", "Which thread? The link names none (?id=...).")
-        return self._thread_view(request, thread_id, request.arg("checkpoint") or None, self._note(request))
+        return self._thread_view(
+            request, thread_id, request.arg("checkpoint") or None, _note(self.guard, request)
+        )
 
     def _thread_view(
         self,
@@ -445,7 +482,7 @@ class Console:
             cancelling=note.cancelling if note is not None else None,
             refresh=refresh,
         )
-        return self._html(markup, status)
+        return _html(markup, status)
 
     def _value(self, request: _Request) -> _Response:
         thread_id, checkpoint_id = request.arg("id"), request.arg("checkpoint")
@@ -462,28 +499,9 @@ class Console:
             raise _Refused(404, "No such thread", str(error)) from error
         if isinstance(stored, str):
             raise _Refused(404, "No such value", stored)
-        return self._html(value_page(request.links, stored, actions_on=self.allow_actions))
+        return _html(value_page(request.links, stored, actions_on=self.allow_actions))
 
     # --- actions ----------------------------------------------------------------------------
-
-    def _form(self, environ: Mapping[str, Any]) -> dict[str, str]:
-        try:
-            length = int(environ.get("CONTENT_LENGTH") or 0)
-        except ValueError as error:
-            raise _Refused(400, "Bad request", "The request's length is malformed.") from error
-        if length > _MAX_BODY:
-            raise _Refused(413, "Too large", "The form is larger than the console accepts.")
-        try:
-            body = environ["wsgi.input"].read(length) if length > 0 else b""
-        except OSError as error:
-            # The server's deadline passed (a client sending its form a byte at a time), or it left.
-            raise _Refused(
-                408, "Request timeout", "The form did not arrive in time; nothing was done."
-            ) from error
-        content_type = str(environ.get("CONTENT_TYPE") or "").split(";")[0].strip().lower()
-        if content_type != "application/x-www-form-urlencoded":
-            return {}
-        return {key: values[0] for key, values in _parse(body.decode("utf-8", "replace")).items()}
 
     def _answering(self, environ: Mapping[str, Any]) -> bool:
         path = _wsgi_text(str(environ.get("PATH_INFO") or ""))
@@ -500,7 +518,7 @@ class Console:
         if request.method == "POST":
             if not same_origin(request.environ, self.trusted_origins):
                 raise _Refused(403, "Forbidden", "The form was sent from another site; nothing was done.")
-            form = self._form(request.environ)
+            form = _form(request.environ)
         token = request.path.removeprefix("/answer/")
         with serde.showing_unregistered():
             page = answer_page(
@@ -512,30 +530,43 @@ class Console:
                 secret=self.answer_secret,
                 form=form,
             )
-        return self._html(
+        return _html(
             document(page.title, request.links, page.body, actions_on=False, standalone=True), page.status
         )
 
-    def _act(self, request: _Request, name: str) -> _Response:
+    def _writable(self) -> None:
+        """Refuse every action of a read-only console (a 403, nothing written)."""
         if not self.allow_actions:
             raise _Refused(
                 403,
                 "Read-only",
                 "This console is read-only: actions need allow_actions=True (--allow-actions).",
             )
-        thread_id = request.arg("id")
-        if not thread_id:
-            raise _Refused(400, "Bad request", "The form names no thread.")
+
+    def _posted(self, request: _Request) -> dict[str, list[str]]:
+        """An action's form, once the console is writable and the form came from its own origin."""
+        self._writable()
         if not same_origin(request.environ, self.trusted_origins):
             raise _Refused(403, "Forbidden", "The form was sent from another site; nothing was done.")
-        form = self._form(request.environ)
-        if not self.guard.valid(form.get("token"), name, thread_id):
+        return _form_lists(request.environ)
+
+    def _check_token(self, token: str | None, action: str, subject: str) -> None:
+        """Refuse a form whose token was not made by this console for ``action`` on ``subject``."""
+        if not self.guard.valid(token, action, subject):
             raise _Refused(
                 403,
                 "Forbidden",
                 "The form has expired or did not come from this console; nothing was done. "
                 "Reload the page and try again.",
             )
+
+    def _act(self, request: _Request, name: str) -> _Response:
+        self._writable()
+        thread_id = request.arg("id")
+        if not thread_id:
+            raise _Refused(400, "Bad request", "The form names no thread.")
+        form = {key: values[0] for key, values in self._posted(request).items()}
+        self._check_token(form.get("token"), name, thread_id)
         malformed = malformed_field(form)
         if malformed is not None:
             raise _Refused(400, "Bad request", malformed)
@@ -545,7 +576,7 @@ class Console:
             thread_id,
             request.arg("checkpoint"),
             form,
-            user=self._user(request.environ),
+            user=_user(self.login, request.environ),
             background=self.background,
         )
         back = form.get("back") == "inbox"
@@ -564,6 +595,38 @@ class Console:
             location = request.links.to("/thread", {"id": thread_id, **params})
         # str(): wsgiref refuses a header value of a str subclass.
         return _Response(303, b"", (("Location", str(location)), ("Cache-Control", "no-store")))
+
+    def _bulk(self, request: _Request) -> _Response:
+        """A bulk action: its confirmation page (GET), or the action itself (POST); see :mod:`.bulk`."""
+        if request.method not in ("GET", "HEAD", "POST"):
+            raise _Refused(
+                405, "Method not allowed", "Use the threads page's forms.", (("Allow", "GET, POST"),)
+            )
+        self._writable()
+        posted = self._posted(request) if request.method == "POST" else None
+        scope = bulk_scope(posted if posted is not None else request.query, self.page_size)
+        if isinstance(scope, str):
+            raise _Refused(400, "Bad request", scope)
+        if posted is None:
+            scope = scope_at_now(scope)
+            with serde.showing_unregistered(), serde.showing_damaged():
+                infos = scope_threads(self.checkpointer, scope)
+            markup = confirm_page(request.links, self.guard, scope, infos, actions_on=self.allow_actions)
+            return _html(markup)
+        form = first_values(posted)
+        self._check_token(form.get("token"), f"bulk-{scope.action}", scope.token_subject())
+        outcome = run_bulk(
+            self.checkpointer,
+            self.graphs,
+            scope,
+            form,
+            user=_user(self.login, request.environ),
+            background=self.background,
+        )
+        params = {**list_params(scope.back, offset=0), **_note_params(self.guard, outcome)}
+        return _Response(
+            303, b"", (("Location", str(request.links.threads(params))), ("Cache-Control", "no-store"))
+        )
 
 
 def app(

@@ -9,15 +9,15 @@ latest checkpoint) and the browser comes back to the inbox.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 from collections.abc import Mapping, Sequence
 
 from ..graph import CompiledGraph
 from ..operations import why_stalled
 from ..types import utc_now
-from . import json_input
+from .bulk_page import bulk_bar, tick_box
 from .csrf import Guard
 from .html import Markup, escape, join, tag
+from .inbox_params import list_params, shown_metadata
 from .layout import STATUS_LABELS, Note, action_form, badge, document, note_box, running_badge, when
 from .links import Links
 from .pause_forms import inbox_buttons
@@ -53,33 +53,6 @@ _TAB_TITLES = {
 }
 
 
-def _shown(value: object) -> str:
-    """A metadata filter value as it would be typed to mean the same (see ``parse_metadata_filter``)."""
-    if not isinstance(value, str):
-        return json.dumps(value)
-    try:
-        parsed = json_input.loads(value)
-    except ValueError:
-        return value
-    # Text that reads as a JSON scalar ("3", "true") is quoted to stay text.
-    return value if isinstance(parsed, (list, dict)) else json.dumps(value)
-
-
-def _params(query: InboxQuery, **changes: object) -> dict[str, str | int | Sequence[str] | None]:
-    """The query string of the page ``query`` with ``changes``, defaults left out."""
-    status = changes.get("status", query.status)
-    offset = changes.get("offset", query.offset)
-    return {
-        "status": None if status == "interrupted" else str(status),
-        "q": query.search or None,
-        "meta": [f"{key}={_shown(value)}" for key, value in query.metadata.items()] or None,
-        "graph": query.graph or None,
-        "updated": query.updated or None,
-        "offset": int(str(offset)) or None,
-        "limit": None if query.limit == 50 else query.limit,
-    }
-
-
 def _tabs(links: Links, query: InboxQuery, counts: Mapping[str, int] | None) -> Markup:
     items = []
     for status in STATUSES:
@@ -90,7 +63,7 @@ def _tabs(links: Links, query: InboxQuery, counts: Mapping[str, int] | None) -> 
             tag(
                 "a",
                 {
-                    "href": links.threads(_params(query, status=status, offset=0)),
+                    "href": links.threads(list_params(query, status=status, offset=0)),
                     "class": "tab current" if current else "tab",
                     "aria-current": "page" if current else None,
                     "title": _TAB_TITLES[status],
@@ -119,7 +92,11 @@ def _filters(
     links: Links, query: InboxQuery, problem: str | None, graphs: Mapping[str, CompiledGraph]
 ) -> Markup:
     # One field per pair: a value may hold any separator one could pick. What was typed stays.
-    pairs = list(query.typed) or [f"{key}={_shown(value)}" for key, value in query.metadata.items()] or [""]
+    pairs = (
+        list(query.typed)
+        or [f"{key}={shown_metadata(value)}" for key, value in query.metadata.items()]
+        or [""]
+    )
     graph_names = sorted({*graphs, *([query.graph] if query.graph else [])})
     filtered = query.search or query.metadata or query.typed or query.graph or query.updated
     return tag(
@@ -148,7 +125,11 @@ def _filters(
             "updated", "Updated", [(value, text) for value, (text, _, _) in UPDATED.items()], query.updated
         ),
         tag("button", {"type": "submit"}, "Filter"),
-        tag("a", {"href": links.threads(_params(InboxQuery(status=query.status))), "class": "clear"}, "Clear")
+        tag(
+            "a",
+            {"href": links.threads(list_params(InboxQuery(status=query.status))), "class": "clear"},
+            "Clear",
+        )
         if filtered
         else None,
         tag("p", {"class": "problem", "role": "alert"}, problem) if problem else None,
@@ -247,6 +228,7 @@ def _row(
     row: InboxRow,
     now: _dt.datetime,
     answering: Mapping[str, CompiledGraph] | None,
+    ticking: bool,
 ) -> Markup:
     info = row.info
     chips = [
@@ -256,6 +238,7 @@ def _row(
     return tag(
         "tr",
         {},
+        tag("td", {"class": "tick"}, tick_box(info.id)) if ticking else None,
         tag(
             "td",
             {"class": "thread"},
@@ -286,7 +269,7 @@ def _pager(links: Links, page: InboxPage, inbox: InboxQuery) -> Markup:
     if inbox.graph:
         # Filtered by graph, a page is what a scan of the threads found: its offsets are the scan's.
         newer = (
-            tag("a", {"href": links.threads(_params(inbox, offset=0)), "rel": "prev"}, "← Newest")
+            tag("a", {"href": links.threads(list_params(inbox, offset=0)), "rel": "prev"}, "← Newest")
             if inbox.offset > 0
             else tag("span", {"class": "disabled"}, "← Newest")
         )
@@ -297,7 +280,7 @@ def _pager(links: Links, page: InboxPage, inbox: InboxQuery) -> Markup:
             tag(
                 "a",
                 {
-                    "href": links.threads(_params(inbox, offset=max(inbox.offset - inbox.limit, 0))),
+                    "href": links.threads(list_params(inbox, offset=max(inbox.offset - inbox.limit, 0))),
                     "rel": "prev",
                 },
                 "← Newer",
@@ -307,7 +290,11 @@ def _pager(links: Links, page: InboxPage, inbox: InboxQuery) -> Markup:
         )
         span = f"{first} to {inbox.offset + len(page.rows)}"
     older = (
-        tag("a", {"href": links.threads(_params(inbox, offset=page.next_offset)), "rel": "next"}, "Older →")
+        tag(
+            "a",
+            {"href": links.threads(list_params(inbox, offset=page.next_offset)), "rel": "next"},
+            "Older →",
+        )
         if page.more
         else tag("span", {"class": "disabled"}, "Older →")
     )
@@ -322,6 +309,7 @@ def _listing(
     query: InboxQuery,
     page: InboxPage | None,
     answering: Mapping[str, CompiledGraph] | None,
+    ticking: bool,
 ) -> Markup:
     if page is None:
         return tag("p", {"class": "empty"}, "This checkpointer cannot list threads.")
@@ -340,12 +328,15 @@ def _listing(
                 _MATCHING[query.status],
                 " ",
                 tag(
-                    "a", {"href": links.threads(_params(InboxQuery(status=query.status)))}, "Clear the filter"
+                    "a",
+                    {"href": links.threads(list_params(InboxQuery(status=query.status)))},
+                    "Clear the filter",
                 ),
             )
         return tag("p", {"class": "empty"}, empty)
     now = utc_now()
     heads = [
+        *(((tag("span", {"class": "sr-only"}, "Tick"), "tick"),) if ticking else ()),
         ("Thread", None),
         ("Status", None),
         ("Waiting for / failure", None),
@@ -361,8 +352,15 @@ def _listing(
             {},
             tag("tr", {}, [tag("th", {"class": css, "scope": "col"}, name) for name, css in heads]),
         ),
-        tag("tbody", {}, [_row(links, guard, row, now, answering) for row in page.rows]),
+        tag("tbody", {}, [_row(links, guard, row, now, answering, ticking) for row in page.rows]),
     )
+
+
+def _list_total(query: InboxQuery, page: InboxPage) -> int | None:
+    """How many threads the list holds: the filter's match, else its tab's count (``None``: unknown)."""
+    if filtered(query):
+        return page.matched if page.matched is not None and page.matched <= MATCH_COUNT else None
+    return page.counts.get(query.status) if page.counts is not None else None
 
 
 def threads_page(
@@ -420,7 +418,10 @@ def threads_page(
         note_box(note),
         _tabs(links, query, counts),
         _filters(links, query, problem, graphs or {}),
-        _listing(links, guard, query, page, answering),
+        bulk_bar(links, query, len(page.rows), _list_total(query, page))
+        if actions_on and page is not None and page.rows
+        else None,
+        _listing(links, guard, query, page, answering, actions_on),
         _pager(links, page, query) if page is not None and (page.rows or query.offset) else None,
         tag(
             "p",

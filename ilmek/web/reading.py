@@ -39,6 +39,7 @@ __all__ = [
     "filtered",
     "graph_for",
     "inbox_query",
+    "listing_filters",
     "parse_metadata_filter",
     "read_inbox",
     "read_thread",
@@ -201,7 +202,8 @@ def inbox_query(args: Mapping[str, list[str]], page_size: int, problems: list[st
     )
 
 
-def _listing_filters(query: InboxQuery) -> dict[str, Any]:
+def listing_filters(query: InboxQuery) -> dict[str, Any]:
+    """The ``list_threads`` keywords of a threads page's status, search, metadata and time filters."""
     now = time.time()
     _, within, older = UPDATED.get(query.updated, UPDATED[""])
     return {
@@ -250,7 +252,7 @@ def _by_graph(checkpointer: Checkpointer, query: InboxQuery, filters: dict[str, 
 
 def read_inbox(checkpointer: Checkpointer, query: InboxQuery) -> InboxPage:
     """One page of threads, the open pauses of the paused ones among them, and the tabs' counts."""
-    filters = _listing_filters(query)
+    filters = listing_filters(query)
     counts = thread_counts(checkpointer)
     if query.graph:
         return attrs.evolve(_by_graph(checkpointer, query, filters), counts=counts)

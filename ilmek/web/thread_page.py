@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from ..operations import why_stalled
 from ..types import Pending, utc_now
+from .actions import recoverable
 from .background import console_process, held_here
 from .checkpoint_view import checkpoint_panel, metadata_chips, pauses_form
 from .csrf import Guard
@@ -219,7 +220,7 @@ def _controls(
     if not actions_on:
         return None
     running = _running(view)
-    stalled = _status(view) in ("unfinished", "error") and not running and not view.latest.pending
+    stalled = recoverable(view.info, view.latest)
     forms = []
     if running:
         forms.append(_cancel_form(view, links, guard, cancelling))

@@ -14,7 +14,7 @@ import pathlib
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 CHROMIUM_FLAGS = (
@@ -73,6 +73,48 @@ def browser(width: int = 1360, height: int = 900) -> Iterator[Any]:
             yield driver
         finally:
             driver.quit()
+
+
+def wait_for(driver: Any, condition: Callable[[Any], Any], seconds: float = 20) -> Any:
+    """Poll ``condition(driver)`` until it is true."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    # A page that reloads itself (a running thread) may replace an element between two looks.
+    wait = WebDriverWait(
+        driver, seconds, poll_frequency=0.1, ignored_exceptions=[StaleElementReferenceException]
+    )
+    return wait.until(condition)
+
+
+def replaced(page: Any) -> Callable[[Any], bool]:
+    """A wait condition: ``page`` (an element of the old document) no longer belongs to the one shown.
+
+    Chromium says so with a stale-element error, or, when the look lands while
+    the new document is being attached, with "does not belong to the document"
+    (an inspector error, seen on a loaded machine): both mean replaced.
+    """
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    def gone(driver: Any) -> bool:
+        try:
+            page.is_enabled()
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as error:
+            if "does not belong to the document" in str(error.msg):
+                return True
+            raise
+        return False
+
+    return gone
+
+
+def press(driver: Any, element: Any) -> None:
+    """Click a button that sends a form, and wait until the page it leads to has replaced this one."""
+    page = driver.find_element("tag name", "html")
+    element.click()
+    wait_for(driver, replaced(page))
 
 
 AXE_SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "axe" / "node_modules" / "axe-core" / "axe.min.js"

@@ -27,7 +27,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import wsgiref.util
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -499,10 +499,13 @@ class Client:
         method: str,
         url: str,
         *,
-        form: Mapping[str, str] | None = None,
+        form: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> Reply:
-        """One request; ``url`` is the path under the mount point with its query (or a full path)."""
+        """One request; ``url`` is the path under the mount point with its query (or a full path).
+
+        ``form``: a mapping, or pairs (a name may repeat, as ticked boxes send it).
+        """
         path, _, query = url.partition("?")
         if self.script_name and path.startswith(self.script_name):
             path = path[len(self.script_name) :]
@@ -535,7 +538,9 @@ class Client:
         """A GET."""
         return self.request("GET", url, **options)
 
-    def post(self, url: str, form: Mapping[str, str] | None = None, **options: Any) -> Reply:
+    def post(
+        self, url: str, form: Mapping[str, str] | Sequence[tuple[str, str]] | None = None, **options: Any
+    ) -> Reply:
         """A POST of a form."""
         return self.request("POST", url, form=form or {}, **options)
 

@@ -63,7 +63,9 @@
     var line = row && row.closest ? row.closest("tr") : null;
     var button = line ? line.querySelector(".row-answer button") : null;
     if (button) { button.focus(); return; }
-    var field = document.querySelector("#pauses button, #pauses input, #pauses textarea");
+    // The first field a person can use: a form's hidden token takes no focus.
+    var field = document.querySelector(
+      "#pauses button:not([disabled]), #pauses input:not([type=hidden]):not([disabled]), #pauses textarea");
     if (field) { field.focus(); field.scrollIntoView({block: "center"}); return; }
     var link = line ? line.querySelector("a.open") : null;
     if (link) { window.location.href = link.getAttribute("href"); }

@@ -345,3 +345,15 @@ def test_rekey_refuses_a_tampered_value_rather_than_launder_it(backend: Backend)
         _copy_blob(execute, ("a", "card"), ("b", "card"))
     with pytest.raises(DecryptionError):
         backend.open(cipher=keyring("k2", "k1")).rekey()
+
+
+@pytest.mark.parametrize("backend", SEALED_BACKENDS, indirect=True)
+def test_a_sealed_store_filters_threads_by_metadata(backend: Backend) -> None:
+    """Metadata stays readable under a keyring (it is for searching): a filter finds the thread tagged so."""
+    checkpointer = _paused(backend, "tagged", cipher=keyring("k1"))
+    _paused(backend, "other", cipher=keyring("k1"))
+    checkpointer.put_thread_metadata("tagged", {"customer": "acme", "tier": 2})
+    checkpointer.put_thread_metadata("other", {"customer": "globex", "tier": 2.0})
+
+    assert ["tagged"] == [info.id for info in checkpointer.list_threads(metadata={"customer": "acme"})]
+    assert {"tagged", "other"} == {info.id for info in checkpointer.list_threads(metadata={"tier": 2})}

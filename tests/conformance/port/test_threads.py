@@ -261,6 +261,52 @@ def test_list_threads_metadata_filter_ignores_nested_key_order(checkpointer: Che
     assert ["a"] == ids_of(checkpointer.list_threads(metadata={"cfg": {"depth": 2, "k": "v"}}))
 
 
+ODD_METADATA: dict[str, dict[str, Any]] = {
+    "dotted": {"a.b": "x", "$": 1.0, '"q"': "quoted", "[0]": 2**64, "ключ": "значение"},
+    "nested": {"a": {"b": "x"}, "$": 1, "nul": "a\x00b"},
+    "plain": {"a.b": "y", "$": True, "nul": "ab", "[0]": 2**64 + 1},
+}
+
+
+@pytest.mark.parametrize(
+    ("metadata", "expected"),
+    [
+        pytest.param({"a.b": "x"}, {"dotted"}, id="a-key-with-a-dot-is-not-a-path"),
+        pytest.param({'"q"': "quoted"}, {"dotted"}, id="a-key-with-quotes"),
+        pytest.param({"ключ": "значение"}, {"dotted"}, id="unicode"),
+        pytest.param({"$": 1}, {"dotted", "nested"}, id="one-equals-one-point-zero"),
+        pytest.param({"$": 1.0}, {"dotted", "nested"}, id="one-point-zero-equals-one"),
+        pytest.param({"$": True}, {"plain"}, id="true-is-not-one-point-zero"),
+        pytest.param({"[0]": 2**64}, {"dotted"}, id="an-integer-beyond-64-bits"),
+        pytest.param({"nul": "a\x00b"}, {"nested"}, id="text-holding-nul"),
+        pytest.param({"nul": "ab"}, {"plain"}, id="text-without-nul"),
+    ],
+)
+def test_list_threads_metadata_filter_takes_keys_as_text_and_numbers_by_value(
+    checkpointer: Checkpointer, metadata: dict[str, Any], expected: set[str]
+) -> None:
+    """A key is matched as written (a dot, a quote or ``$`` is no path), numbers by value, NUL text whole."""
+    for thread_id, thread_metadata in ODD_METADATA.items():
+        checkpointer.put_thread_metadata(thread_id, thread_metadata)
+
+    assert expected == set(ids_of(checkpointer.list_threads(metadata=metadata)))
+
+
+def test_list_threads_metadata_filter_pages_the_matches_newest_first(checkpointer: Checkpointer) -> None:
+    """With a metadata filter, offset and limit page through the matching threads only, in update order."""
+    for index in range(9):
+        checkpointer.put(f"t{index}", make_checkpoint(f"t{index}", f"c{index:04d}"))
+        checkpointer.put_thread_metadata(f"t{index}", {"team": "x" if index % 3 else "y"})
+        wait_for_clock_tick()
+
+    pages = [
+        ids_of(checkpointer.list_threads(metadata={"team": "x"}, offset=offset, limit=2))
+        for offset in (0, 2, 4, 6)
+    ]
+
+    assert [["t8", "t7"], ["t5", "t4"], ["t2", "t1"], []] == pages
+
+
 @pytest.fixture
 def statuses(checkpointer: Checkpointer) -> Checkpointer:
     """Threads ``d1``, ``d2`` (done), ``i1`` (interrupted), ``u1``, ``u2`` (unfinished)."""

@@ -19,7 +19,7 @@ import itertools
 import pathlib
 import re
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -30,7 +30,9 @@ from tests.support.conftest_postgres import unavailable
 from tests.support.web_browser_support import (
     AXE_SCRIPT,
     axe_violations,
+    press,
     set_color_scheme,
+    wait_for,
 )
 from tests.support.web_support import (
     DRAFT,
@@ -84,18 +86,6 @@ def thread_url(console: str, thread_id: str, checkpoint_id: str | None = None, *
     return f"{console}/thread?{urllib.parse.urlencode(params)}"
 
 
-def wait_for(driver: Any, condition: Callable[[Any], Any], seconds: float = 20) -> Any:
-    """Poll ``condition(driver)`` until it is true."""
-    from selenium.common.exceptions import StaleElementReferenceException
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    # A page that reloads itself (a running thread) may replace an element between two looks.
-    wait = WebDriverWait(
-        driver, seconds, poll_frequency=0.1, ignored_exceptions=[StaleElementReferenceException]
-    )
-    return wait.until(condition)
-
-
 def css(driver: Any, selector: str) -> list[Any]:
     """The elements a CSS selector finds."""
     from selenium.webdriver.common.by import By
@@ -108,36 +98,6 @@ def button(driver: Any, text: str, within: Any = None) -> Any:
     from selenium.webdriver.common.by import By
 
     return (within or driver).find_element(By.XPATH, f".//button[normalize-space()='{text}']")
-
-
-def replaced(page: Any) -> Callable[[Any], bool]:
-    """A wait condition: ``page`` (an element of the old document) no longer belongs to the one shown.
-
-    Chromium says so with a stale-element error, or, when the look lands while
-    the new document is being attached, with "does not belong to the document"
-    (an inspector error, seen on a loaded machine): both mean replaced.
-    """
-    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
-
-    def gone(driver: Any) -> bool:
-        try:
-            page.is_enabled()
-        except StaleElementReferenceException:
-            return True
-        except WebDriverException as error:
-            if "does not belong to the document" in str(error.msg):
-                return True
-            raise
-        return False
-
-    return gone
-
-
-def press(driver: Any, element: Any) -> None:
-    """Click a button that sends a form, and wait until the page it leads to has replaced this one."""
-    page = driver.find_element("tag name", "html")
-    element.click()
-    wait_for(driver, replaced(page))
 
 
 def note(driver: Any) -> str:

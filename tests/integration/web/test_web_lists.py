@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 import ilmek
+import ilmek.web
 from ilmek import START, Checkpoint, SqliteCheckpointer, channel, graph, run
 from ilmek.types import utc_now
 from tests.support.conftest_postgres import unavailable
@@ -30,7 +31,7 @@ from tests.support.web_browser_support import (
     full_page_screenshot,
     show_as_screen,
 )
-from tests.support.web_support import failing_graph, fetch, serving
+from tests.support.web_support import Client, failing_graph, fetch, serving
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -94,6 +95,14 @@ def console(store: SqliteCheckpointer) -> Iterator[str]:
         yield server.url.rstrip("/")
 
 
+@pytest.fixture(scope="module")
+def acting(store: SqliteCheckpointer) -> Iterator[str]:
+    """The console on the 10,000 threads with actions on (its bulk forms), on 127.0.0.1; its base URL."""
+    with serving(store, {"asking": asking_graph()}, allow_actions=True) as server:
+        server.console.refresh_seconds = 0
+        yield server.url.rstrip("/")
+
+
 def listing(console: str, **params: str) -> str:
     """A threads page over the socket."""
     status, body = fetch(f"{console}/?{urllib.parse.urlencode(params)}")
@@ -144,38 +153,69 @@ def test_an_empty_failed_tab_under_a_filter_blames_the_filter_and_offers_to_clea
     assert 50 == len(re.findall(r'class="tid"', cleared)), "the cleared tab lists the failed threads"
 
 
-def test_a_metadata_filter_on_10000_threads_renders_within_a_second(console: str) -> None:
-    """The filter SQLite applies in Python over the tab's rows stays well under a second (time printed)."""
+def test_a_metadata_filter_on_10000_threads_renders_in_a_fraction_of_a_second(console: str) -> None:
+    """SQLite filters metadata in SQL: the page takes ~25 ms here (it took ~1 s decoding every thread in
+    Python); the bound is 0.5 s for a loaded machine (time printed)."""
     listing(console, status="all", meta="customer=acme")
     started = time.perf_counter()
     listing(console, status="all", meta="customer=acme")
     seconds = time.perf_counter() - started
     print(f"\n  metadata filter on 10,000 threads: {seconds * 1000:.0f} ms")
-    assert seconds < 2.0
+    assert seconds < 0.5
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 @pytest.mark.parametrize("width", [1440, 390])
 def test_the_lists_read_right_on_both_screens(
-    driver: Any, console: str, width: int, scheme: str, tmp_path: pathlib.Path
+    driver: Any, console: str, acting: str, width: int, scheme: str, tmp_path: pathlib.Path
 ) -> None:
-    """At 1440 and 390 px, light and dark: a question spans its lines, no sideways scroll, axe is clean."""
+    """At 1440 and 390 px, light and dark: a question spans its lines, no sideways scroll, axe is clean;
+    so is the filtered list with its bulk forms, and the page confirming a delete of its 495 threads."""
     if not AXE_SCRIPT.exists():
         unavailable("no axe-core: run scripts/test (npm ci in tests/axe)")
     show_as_screen(driver, width, scheme)
     found = []
-    for name, query in (
-        ("inbox", {}),
-        ("done", {"status": "done", "meta": "customer=acme"}),
-        ("empty", {"status": "error", "meta": "customer=acme"}),
+    bulk = {"action": "delete", "every": "1", "status": "all", "meta": "customer=acme"}
+    for name, page in (
+        ("inbox", f"{console}/?"),
+        ("done", f"{console}/?" + urllib.parse.urlencode({"status": "done", "meta": "customer=acme"})),
+        ("empty", f"{console}/?" + urllib.parse.urlencode({"status": "error", "meta": "customer=acme"})),
+        ("bulk-list", f"{acting}/?" + urllib.parse.urlencode({"status": "all", "meta": "customer=acme"})),
+        ("bulk-confirm", f"{acting}/bulk?" + urllib.parse.urlencode(bulk)),
     ):
-        driver.get(f"{console}/?{urllib.parse.urlencode(query)}")
+        driver.get(page)
         if name == "inbox":
             question = driver.find_elements("css selector", "td.detail .question")[0]
             assert driver.execute_script("return arguments[0].getClientRects().length", question) >= 3
+        if name == "bulk-confirm":
+            assert "Delete 495 threads?" == driver.find_element("css selector", "h1").text
         assert 0 == int(
             driver.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
         )
         full_page_screenshot(driver, tmp_path / f"{name}-{width}-{scheme}.png", width=width, max_height=2000)
         found += [(name, violation["id"]) for violation in axe_violations(driver)]
     assert [] == found
+
+
+def test_a_bulk_action_on_every_thread_of_a_filter_counts_them_on_10000_threads(
+    store: SqliteCheckpointer,
+) -> None:
+    """Delete every acme thread: "Delete 495 threads?"; every thread of "all": the 1,000 most recently
+    updated, said so; the confirmation pages are quick and delete nothing."""
+    client = Client(ilmek.web.app(store, {"asking": asking_graph()}, allow_actions=True))
+    started = time.perf_counter()
+    reply = client.get(
+        "/bulk?"
+        + urllib.parse.urlencode({"action": "delete", "every": "1", "meta": "customer=acme", "status": "all"})
+    )
+    seconds = time.perf_counter() - started
+    assert 200 == reply.status
+    assert "<h1>Delete 495 threads?</h1>" in reply.text
+    assert "Every thread of the list matches: 495 threads." in reply.text
+    assert "and 465 more." in reply.text
+    everything = client.get("/bulk?action=delete&every=1&status=all").text
+    assert "<h1>Delete 1,000 threads?</h1>" in everything
+    assert "(the 1,000 most recently updated; confirm again for the rest)" in everything
+    assert FINISHED + FAILED + WAITING == len(store.list_threads(limit=20_000))
+    print(f"\n  bulk confirmation of 495 threads: {seconds * 1000:.0f} ms")
+    assert seconds < 1.0

@@ -69,6 +69,8 @@ __all__ = [
 RENEW_AT = 0.25
 #: Refuse to start a new step once this share has passed without a renewal.
 TRUST_UNTIL = 0.75
+#: The keeper may renew this share of the lease after a renewal was due.
+KEEPER_LATE = 0.05
 #: A step's function starts only with at least this share of the lease left,
 #: so that its record can still be written under the hold.
 RECORD_MARGIN = 1 - TRUST_UNTIL
@@ -446,16 +448,23 @@ class Keeper:
         if not hold.any_thread or hold.lease_seconds is None:
             return
         with self._wake:
-            self._push(hold)
+            first = self._push(hold)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="ilmek-hold-keeper", daemon=True)
                 self._thread.start()
-            self._wake.notify()
+            elif first:
+                # Waking the keeper costs a thread switch on every run: only
+                # when it sleeps until a later renewal than this hold's.
+                self._wake.notify()
 
-    def _push(self, hold: Hold) -> None:
+    def _push(self, hold: Hold) -> bool:
+        """Schedule ``hold``'s renewal; whether it is now the first one due."""
         wait = hold.seconds_until_renewal()
-        if wait is not None:
-            heapq.heappush(self._heap, (time.monotonic() + wait, next(self._order), hold))
+        if wait is None:
+            return False
+        entry = (time.monotonic() + wait, next(self._order), hold)
+        heapq.heappush(self._heap, entry)
+        return self._heap[0] is entry
 
     def _loop(self) -> None:
         while True:
@@ -465,7 +474,9 @@ class Keeper:
                 due, _, hold = self._heap[0]
                 delay = due - time.monotonic()
                 if delay > 0:
-                    self._wake.wait(delay)
+                    # A little late, so that one wake serves every renewal due
+                    # by then (most are of runs already over, one per run).
+                    self._wake.wait(delay + (hold.lease_seconds or 0.0) * KEEPER_LATE)
                     continue
                 heapq.heappop(self._heap)
             self._tend(hold)

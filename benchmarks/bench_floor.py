@@ -48,6 +48,7 @@ from _common import (
     MESSAGE_BYTES,
     NEVER_ENDING,
     Growth,
+    SqliteTarget,
     SuperstepRun,
     SuperstepStream,
     Target,
@@ -400,6 +401,9 @@ def parse_options(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+#: Supersteps whose WAL pages are counted by table (SQLite).
+PAGED_SUPERSTEPS = 100
+
 # Where each part of ilmek sits, for the profile: (area, path fragments), first match wins.
 _AREAS = (
     (
@@ -525,6 +529,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                 for operation in operations[start:] + operations[:start]:
                     operation.round(options.batch, record=number > 0)
             traced, one_superstep = trace(target, workloads, options.batch)
+            pages = (
+                target.wal_pages_by_table(lambda: workloads.run_loop.advance(PAGED_SUPERSTEPS))
+                if isinstance(target, SqliteTarget)
+                else {}
+            )
             report_profile = profile(workloads, options.profile) if options.profile else None
         finally:
             workloads.close()
@@ -558,6 +567,18 @@ def main(argv: Sequence[str] | None = None) -> None:
             ["#", "statement"],
             [[index, _abridged(statement)] for index, statement in enumerate(one_superstep, 1)],
         )
+        if pages:
+
+            def by_count(item: tuple[str, int]) -> int:
+                return -item[1]
+
+            print_table(
+                f"WAL pages per superstep by table or index ({PAGED_SUPERSTEPS} supersteps as run() drives "
+                "them, dbstat; a page written by several commits counts once per commit)",
+                ["table or index", "pages/superstep"],
+                [[name, count / PAGED_SUPERSTEPS] for name, count in sorted(pages.items(), key=by_count)]
+                + [["all", sum(pages.values()) / PAGED_SUPERSTEPS]],
+            )
         if report_profile is not None:
             report_profile()
 

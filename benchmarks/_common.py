@@ -436,6 +436,28 @@ class SqliteTarget(Target):
     def describe(self) -> str:
         return f"SQLite {sqlite3.sqlite_version}, WAL, synchronous={self.synchronous}, file {self._file.path}"
 
+    def wal_pages_by_table(self, action: Callable[[], None]) -> dict[str, int]:
+        """The WAL frames ``action`` wrote, counted by the table or index owning each page (``dbstat``).
+
+        Empty where SQLite was built without the ``dbstat`` table.
+        """
+        self._file.settle()
+        action()
+        wal = self._file.wal.read_bytes()
+        try:
+            owners = dict(self._file.admin.execute("SELECT pageno, name FROM dbstat").fetchall())
+        except sqlite3.OperationalError:
+            return {}
+        page_size = int.from_bytes(wal[8:12], "big") if len(wal) >= 32 else 0
+        counts: dict[str, int] = {}
+        offset = 32
+        while page_size and offset + 24 <= len(wal):
+            page = int.from_bytes(wal[offset : offset + 4], "big")
+            owner = str(owners.get(page, "(free or new page)"))
+            counts[owner] = counts.get(owner, 0) + 1
+            offset += 24 + page_size
+        return counts
+
     def make_checkpointer(self, *, for_setup: bool = False, concurrent_runs: int = 2) -> Checkpointer:
         # One connection per thread, opened by the checkpointer itself: nothing to size.
         return SqliteCheckpointer(self._file.path, synchronous="OFF" if for_setup else self.synchronous)

@@ -23,8 +23,9 @@ SQLite traced with ``sqlite3.Connection.set_trace_callback`` on every
 connection the checkpointer opened; on Postgres by wrapping the connections
 its pool lends (every statement there is a round trip to the server).
 
-``--profile N`` then profiles N supersteps as ``run()`` drives them
-(cProfile) and prints their own time by area of ilmek and by function.
+``--profile N`` then profiles N supersteps as ``run()`` drives them (on
+the target and in memory) and N/10 turns (cProfile), and prints their own
+time by area of ilmek and by function.
 
 Usage: ``python benchmarks/bench_floor.py [--samples 50] [--batch 10]
 [--synchronous FULL|NORMAL] [--target sqlite|postgres] [--db FOLDER] [--dsn DSN]
@@ -47,6 +48,7 @@ from _common import (
     MESSAGE_BYTES,
     NEVER_ENDING,
     Growth,
+    SqliteTarget,
     SuperstepRun,
     SuperstepStream,
     Target,
@@ -393,22 +395,42 @@ def parse_options(argv: Sequence[str] | None) -> argparse.Namespace:
         type=positive_int,
         default=0,
         metavar="N",
-        help="then profile N supersteps as run() drives them (cProfile), by area and by function",
+        help="then profile N supersteps as run() drives them and N/10 turns (cProfile): by area, by function",
     )
     add_target_options(parser)
     return parser.parse_args(argv)
 
 
+#: Supersteps whose WAL pages are counted by table (SQLite).
+PAGED_SUPERSTEPS = 100
+
 # Where each part of ilmek sits, for the profile: (area, path fragments), first match wins.
 _AREAS = (
-    ("encoding (serde, stored texts)", ("ilmek/serde/", "ilmek/checkpoint/_records.py")),
+    (
+        "encoding (serde, stored texts, channel deltas)",
+        ("ilmek/serde/", "_records.py", "_delta.py", "_held.py"),
+    ),
+    ("hold keeping (holds, keeper)", ("holds.py", "ilmek/execution/keeping.py")),
+    ("telemetry (logs, spans)", ("ilmek/execution/telemetry.py", "ilmek/tracing.py", "ilmek/logs.py")),
+    ("SQL text and rows (statements, row mapping)", ("sql/statements.py", "sql/rows.py")),
     (
         "driver adapter (dbapi, sqlite, postgres)",
         ("ilmek/dbapi.py", "ilmek/checkpoint/sqlite.py", "postgres/"),
     ),
-    ("checkpointer (write path, holds, caches)", ("ilmek/checkpoint/",)),
-    ("engine (run, context, graph, state, events)", ("ilmek/",)),
-    ("the benchmark's node", ("benchmarks/",)),
+    ("checkpointer write path (supersteps, journals, reads)", ("ilmek/checkpoint/",)),
+    (
+        "task hand-off and attempts (tasks, messages)",
+        ("ilmek/execution/tasks.py", "messages.py", "attempts.py"),
+    ),
+    (
+        "planning (superstep, routes, sends)",
+        ("ilmek/execution/superstep.py", "ilmek/graph", "predicates.py", "control.py"),
+    ),
+    ("fold (channels, state)", ("ilmek/channel.py", "ilmek/schema.py", "ilmek/state")),
+    ("node context and journal replay", ("ilmek/context.py", "ilmek/journals.py")),
+    ("events", ("ilmek/events.py",)),
+    ("run lifecycle (run, position, options, ids)", ("ilmek/",)),
+    ("the benchmark's node and clocks", ("benchmarks/",)),
 )
 
 
@@ -423,16 +445,37 @@ def _area(filename: str, function: str) -> str:
 
 
 def profile(workloads: Workloads, supersteps: int) -> Callable[[], None]:
-    """Profile N run()-driven supersteps; return what prints their own time by area and by function."""
+    """Profile N run()-driven supersteps on the target and in memory, and N/10 turns on the target.
+
+    Returns what prints each one's own time by area and by function.
+    """
+    turns = max(1, supersteps // 10)
+    reports = [
+        _profiled(f"{supersteps} supersteps as run() drives them", supersteps, workloads.run_loop.advance),
+        _profiled(f"{supersteps} supersteps in memory", supersteps, workloads.memory_loop.advance),
+        _profiled(f"{turns} turns (input + superstep)", turns, workloads.turn_batch),
+    ]
+
+    def report() -> None:
+        for each in reports:
+            each()
+
+    return report
+
+
+def _profiled(label: str, count: int, action: Callable[[int], Any]) -> Callable[[], None]:
+    """Profile ``action(count)``; return what prints its own time per operation by area and by function."""
     profiler = cProfile.Profile()
     profiler.enable()
-    workloads.run_loop.advance(supersteps)
+    action(count)
     profiler.disable()
     stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
     own: dict[str, float] = {}
     functions: list[tuple[float, str]] = []
-    for (filename, line, function), (_, _, tottime, _, _) in stats.items():
-        area = _area(filename, function)
+    for (filename, line, function), (_, _, tottime, _, callers) in stats.items():
+        # A built-in only the benchmark calls (its clocks) is the benchmark's.
+        mine = filename == "~" and callers and all("benchmarks/" in caller[0] for caller in callers)
+        area = "the benchmark's node and clocks" if mine else _area(filename, function)
         own[area] = own.get(area, 0.0) + tottime
         where = function if filename == "~" else f"{function} ({filename.split('/work/')[-1]}:{line})"
         functions.append((tottime, where))
@@ -440,19 +483,18 @@ def profile(workloads: Workloads, supersteps: int) -> Callable[[], None]:
 
     def report() -> None:
         print_table(
-            f"profile of {supersteps} supersteps as run() drives them (cProfile, own time; its "
-            "overhead weighs on small calls: read the shares)",
-            ["area", "ms/superstep", "share"],
+            f"profile of {label} (cProfile, own time; its overhead weighs on small calls: read the shares)",
+            ["area", "ms/op", "share"],
             [
-                [area, seconds * 1000 / supersteps, seconds / total]
+                [area, seconds * 1000 / count, seconds / total]
                 for area, seconds in sorted(own.items(), key=lambda item: -item[1])
             ],
         )
         print_table(
             "the functions with the most own time",
-            ["function", "ms/superstep", "share"],
+            ["function", "ms/op", "share"],
             [
-                [name[:90], seconds * 1000 / supersteps, seconds / total]
+                [name[:90], seconds * 1000 / count, seconds / total]
                 for seconds, name in sorted(functions, reverse=True)[:15]
             ],
         )
@@ -489,6 +531,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                 for operation in operations[start:] + operations[:start]:
                     operation.round(options.batch, record=number > 0)
             traced, one_superstep = trace(target, workloads, options.batch)
+            pages = (
+                target.wal_pages_by_table(lambda: workloads.run_loop.advance(PAGED_SUPERSTEPS))
+                if isinstance(target, SqliteTarget)
+                else {}
+            )
             report_profile = profile(workloads, options.profile) if options.profile else None
         finally:
             workloads.close()
@@ -522,6 +569,18 @@ def main(argv: Sequence[str] | None = None) -> None:
             ["#", "statement"],
             [[index, _abridged(statement)] for index, statement in enumerate(one_superstep, 1)],
         )
+        if pages:
+
+            def by_count(item: tuple[str, int]) -> int:
+                return -item[1]
+
+            print_table(
+                f"WAL pages per superstep by table or index ({PAGED_SUPERSTEPS} supersteps as run() drives "
+                "them, dbstat; a page written by several commits counts once per commit)",
+                ["table or index", "pages/superstep"],
+                [[name, count / PAGED_SUPERSTEPS] for name, count in sorted(pages.items(), key=by_count)]
+                + [["all", sum(pages.values()) / PAGED_SUPERSTEPS]],
+            )
         if report_profile is not None:
             report_profile()
 

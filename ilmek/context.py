@@ -333,7 +333,7 @@ class NodeContext(PlanContext):
             # Make sure the thread is still ours before the effect, not after;
             # the run then waits for this step before it gives the thread back.
             gate.enter()
-        span = tracing.start("ilmek.step", self._span, {"ilmek.step_key": full, "ilmek.node": self.node})
+        span = tracing.child("ilmek.step", self._span, {"ilmek.step_key": full, "ilmek.node": self.node})
         try:
             self._journal.enter_step()
             try:

@@ -306,9 +306,15 @@ class Adapter(abc.ABC):
             bound but the attempts). Where the driver already waits out a
             lock before it fails (SQLite's busy timeout), trying again after
             each full wait would multiply it: the whole wait is bounded instead.
+        replaces_lost_connections: Whether a run whose connection died goes
+            on over a new one (a pool): then a step may start on a lease
+            known fresh, since its record can still be written. Over a
+            single connection a read before each step also proves the
+            connection alive before the step's effect.
     """
 
     paramstyle: str = "qmark"
+    replaces_lost_connections: bool = False
     joins: bool = False
     retry_attempts: int = 6
     retry_backoff: float = 0.02

@@ -26,12 +26,19 @@ if TYPE_CHECKING:
 __all__ = ["escape_record", "logger", "logger_if_configurable"]
 
 
+_LOGGERS: dict[str, logging.Logger] = {}
+"""The loggers handed out, by name: asked for at every run, found without logging's module lock."""
+
+
 def logger(name: str) -> logging.Logger:
     """The standard library's logger called ``name``, escaping every record it makes."""
-    import logging
+    log = _LOGGERS.get(name)
+    if log is None:
+        import logging
 
-    log = logging.getLogger(name)
-    log.addFilter(escape_record)  # once: a filter already there is not added again
+        log = logging.getLogger(name)
+        log.addFilter(escape_record)  # once: a filter already there is not added again
+        _LOGGERS[name] = log
     return log
 
 

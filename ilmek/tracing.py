@@ -3,8 +3,10 @@
 ``pip install ilmek[otel]`` installs the API (``opentelemetry-api``); spans
 are recorded by whatever SDK the application configures. Without the API
 every function here does nothing: ilmek never imports it, and a run pays
-one check per span it would have made. With the API but no tracer provider
-set (its default), ilmek makes no span either, asking again at each one.
+one check, as it starts. With the API but no tracer provider set (its
+default), ilmek makes no span either: whether a run is traced is asked once
+per run, as it starts (a provider set later counts from the next run), and
+an untraced run's supersteps, tasks and steps pay nothing for tracing.
 
 The spans, each a child of the one before:
 
@@ -41,7 +43,7 @@ import contextlib
 from collections.abc import Generator, Iterator, Mapping
 from typing import Any, TypeVar
 
-__all__ = ["current", "end", "record_error", "set_attributes", "start", "within"]
+__all__ = ["child", "current", "end", "record_error", "set_attributes", "start", "within"]
 
 _Item = TypeVar("_Item")
 
@@ -87,6 +89,17 @@ def start(name: str, parent: Any | None, attributes: Mapping[str, Any]) -> Any |
         return None
     context = None if parent is None else _trace.set_span_in_context(parent)
     return tracer.start_span(name, context=context, attributes=dict(attributes))
+
+
+def child(name: str, parent: Any | None, attributes: Mapping[str, Any]) -> Any | None:
+    """Start span ``name`` as a child of ilmek's own span ``parent``; None while ``parent`` is None.
+
+    For the parts of a run (supersteps, tasks, steps): a run whose span was
+    not made is not traced, and its parts ask nothing.
+    """
+    if parent is None:
+        return None
+    return _tracer.start_span(name, context=_trace.set_span_in_context(parent), attributes=dict(attributes))
 
 
 def set_attributes(span: Any | None, attributes: Mapping[str, Any]) -> None:

@@ -9,9 +9,14 @@ handed the object.
 
 Clocks. A lease's expiry is judged where it is stored: by the database's
 clock on Postgres, by the machine's wall clock on SQLite (one machine).
-The holder itself counts with the monotonic clock only: it renews when a
-quarter of the lease has passed since its last successful fenced write, and
-it stops starting new steps once three quarters have passed without one.
+The holder itself counts with :func:`lease_clock` only (monotonic, and
+counting a suspended machine's sleep where the system can): it renews when a
+quarter of the lease has passed since the start of its last successful
+fenced write, and it stops trusting the lease once three quarters have
+passed without one. The database cannot judge the lease lapsed before a
+whole lease after that write's start, so while the holder's clock says less
+than three quarters passed, a step may start without asking the database:
+the quarter left is the margin for the step's record, itself fenced.
 A wall clock that jumps forward by more than a lease on a SQLite machine
 can therefore let another run take a live thread; its next write then fails
 rather than land.
@@ -55,6 +60,7 @@ __all__ = [
     "LocalHolds",
     "busy_error",
     "holder_of",
+    "lease_clock",
     "new_token",
 ]
 
@@ -63,9 +69,27 @@ __all__ = [
 RENEW_AT = 0.25
 #: Refuse to start a new step once this share has passed without a renewal.
 TRUST_UNTIL = 0.75
+#: The keeper may renew this share of the lease after a renewal was due.
+KEEPER_LATE = 0.05
 #: A step's function starts only with at least this share of the lease left,
 #: so that its record can still be written under the hold.
 RECORD_MARGIN = 1 - TRUST_UNTIL
+
+_BOOTTIME = getattr(time, "CLOCK_BOOTTIME", None)
+
+
+def lease_clock() -> float:
+    """Seconds on the clock a holder judges its own lease by (only differences mean anything).
+
+    Monotonic; where the system offers it (Linux), it also counts the time
+    the machine was suspended, which ``time.monotonic`` does not: a process
+    that wakes from a suspension longer than its lease knows it must ask
+    the database before it trusts its hold again.
+    """
+    if _BOOTTIME is not None:
+        return time.clock_gettime(_BOOTTIME)
+    return time.monotonic()
+
 
 INHERITED = "it was inherited across os.fork(); a child never renews or gives back its parent's holds"
 
@@ -142,11 +166,13 @@ class Hold:
     #: renew the hold from its thread. When false (a connection bound to the
     #: caller's thread), everything goes through the thread driving the run.
     any_thread: bool = False
-    #: Whether a step's effect waits for the database to confirm the hold
-    #: (Postgres and SQLite: another process may have taken or deleted the
-    #: thread, holders judge the lease by the database's clock or the wall
-    #: clock, and this machine's monotonic clock does not count a suspended
-    #: virtual machine's sleep).
+    #: Whether a step's effect waits for the database to confirm the hold even
+    #: while the lease is fresh by :func:`lease_clock`: on SQLite (the check
+    #: costs no query while no other connection committed, and the wall clock
+    #: that judges the lease may jump) and on a single Postgres connection
+    #: (the read also proves it alive before the effect). Through a pool a
+    #: fresh lease is trusted: nobody may take the thread before it lapses,
+    #: and the step's record is fenced by the hold in its own statement.
     confirms_each_step: bool = False
 
     def __init__(self, thread_id: str, token: str, *, lease_seconds: float | None = None) -> None:
@@ -162,7 +188,7 @@ class Hold:
         self._lost: str | None = None
         self._released = False
         self._abandoned = False
-        self._renewed = time.monotonic()
+        self._renewed = lease_clock()
         self._generation = forks.generation()
         # Serializes the run's own storage work with renewals from the keeper.
         self.lock = threading.RLock()
@@ -208,7 +234,7 @@ class Hold:
         return lost_error(self.thread_id, self._lost)
 
     def renewed(self, started: float, cancel_reason: str | None = None) -> None:
-        """A write that extended the lease, begun at monotonic time ``started``, committed."""
+        """A write that extended the lease, begun at ``started`` (:func:`lease_clock`), committed."""
         self._renewed = max(self._renewed, started)
         self.saw_cancel(cancel_reason)
 
@@ -246,7 +272,7 @@ class Hold:
         """How long the driver may wait before it must renew (``None``: never)."""
         if self.lease_seconds is None or self._released or self._lost is not None or not self.taken:
             return None
-        return max(0.0, self._renewed + self.lease_seconds * RENEW_AT - time.monotonic())
+        return max(0.0, self._renewed + self.lease_seconds * RENEW_AT - lease_clock())
 
     def renewal_due(self) -> bool:
         """Whether a quarter of the lease has passed since the last renewal."""
@@ -260,7 +286,7 @@ class Hold:
         return (
             self.lease_seconds is not None
             and not self._released
-            and time.monotonic() - self._renewed > self.lease_seconds * TRUST_UNTIL
+            and lease_clock() - self._renewed > self.lease_seconds * TRUST_UNTIL
         )
 
     def must_confirm(self) -> bool:
@@ -422,16 +448,23 @@ class Keeper:
         if not hold.any_thread or hold.lease_seconds is None:
             return
         with self._wake:
-            self._push(hold)
+            first = self._push(hold)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="ilmek-hold-keeper", daemon=True)
                 self._thread.start()
-            self._wake.notify()
+            elif first:
+                # Waking the keeper costs a thread switch on every run: only
+                # when it sleeps until a later renewal than this hold's.
+                self._wake.notify()
 
-    def _push(self, hold: Hold) -> None:
+    def _push(self, hold: Hold) -> bool:
+        """Schedule ``hold``'s renewal; whether it is now the first one due."""
         wait = hold.seconds_until_renewal()
-        if wait is not None:
-            heapq.heappush(self._heap, (time.monotonic() + wait, next(self._order), hold))
+        if wait is None:
+            return False
+        entry = (time.monotonic() + wait, next(self._order), hold)
+        heapq.heappush(self._heap, entry)
+        return self._heap[0] is entry
 
     def _loop(self) -> None:
         while True:
@@ -441,7 +474,9 @@ class Keeper:
                 due, _, hold = self._heap[0]
                 delay = due - time.monotonic()
                 if delay > 0:
-                    self._wake.wait(delay)
+                    # A little late, so that one wake serves every renewal due
+                    # by then (most are of runs already over, one per run).
+                    self._wake.wait(delay + (hold.lease_seconds or 0.0) * KEEPER_LATE)
                     continue
                 heapq.heappop(self._heap)
             self._tend(hold)

@@ -37,7 +37,7 @@ class Attempts:
         Inside the task's span (see :mod:`ilmek.tracing`), current on this
         thread while the body runs, and the parent of its steps' spans.
         """
-        span = tracing.start(
+        span = tracing.child(
             "ilmek.task",
             task_run.parent_span,
             {"ilmek.node": task_run.spec.name, "ilmek.task_id": task_run.task_id},

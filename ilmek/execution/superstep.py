@@ -98,7 +98,7 @@ class Superstep:
         Raises:
             RunEnds: a node failed, or the superstep paused.
         """
-        span = self._span = tracing.start(
+        span = self._span = tracing.child(
             "ilmek.superstep",
             self._run_span,
             {"ilmek.step": base.step, "ilmek.checkpoint_id": base.id, "ilmek.tasks": len(base.next)},

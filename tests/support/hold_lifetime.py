@@ -51,17 +51,17 @@ def effect_count(effects: str) -> int:
         return 0
 
 
-def open_store(kind: str, target: str) -> Any:
+def open_store(kind: str, target: str, **options: Any) -> Any:
     """A checkpointer of this process's own on a SQLite file or a Postgres database (a psycopg2 pool)."""
     if kind == "sqlite":
         from ilmek.checkpoint.sqlite import SqliteCheckpointer
 
-        return SqliteCheckpointer(target)
+        return SqliteCheckpointer(target, **options)
     import psycopg2.pool
 
     from ilmek.checkpoint.postgres import PostgresCheckpointer
 
-    return PostgresCheckpointer(psycopg2.pool.ThreadedConnectionPool(1, 4, target))
+    return PostgresCheckpointer(psycopg2.pool.ThreadedConnectionPool(1, 4, target), **options)
 
 
 def try_the_thread(kind: str, target: str, effects: str, thread_id: str) -> None:
@@ -88,5 +88,60 @@ def try_the_thread(kind: str, target: str, effects: str, thread_id: str) -> None
     )
 
 
+#: How much of a hold's lease is left, by the clock that judges it, in each store's SQL.
+LEASE_LEFT = {
+    "sqlite": "SELECT expires_at - ((julianday('now') - 2440587.5) * 86400.0) FROM ilmek_holds",
+    "postgres": "SELECT expires_at - EXTRACT(EPOCH FROM clock_timestamp()) FROM ilmek_holds",
+}
+
+
+def lease_left(kind: str, target: str) -> float:
+    """The lease left on the one hold of the store, read on a connection of its own."""
+    if kind == "sqlite":
+        import sqlite3
+
+        connection: Any = sqlite3.connect(target)
+    else:
+        import psycopg2
+
+        connection = psycopg2.connect(target)
+    try:
+        cursor = connection.cursor()
+        cursor.execute(LEASE_LEFT[kind])
+        [(left,)] = cursor.fetchall()
+        return float(left)
+    finally:
+        connection.close()
+
+
+def two_steps_with_a_pause_between(kind: str, target: str, effects: str, thread_id: str, lease: str) -> None:
+    """A run of two steps that reports ``between`` after the first and waits for a line on stdin before
+    the second (the test freezes this process meanwhile). Each step's function appends its name to the
+    file ``effects``; the second also reports the lease it finds left. Prints how the run ended as JSON."""
+
+    def effect(name: str) -> float:
+        with open(effects, "a", encoding="utf-8") as out:
+            out.write(name + "\n")
+        return lease_left(kind, target)
+
+    def work(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        ctx.step("first", effect, "first")
+        print(json.dumps({"event": "between"}), flush=True)
+        sys.stdin.readline()
+        return {"left": ctx.step("second", effect, "second")}
+
+    g = graph("frozen", {"left": channel.last_write()}).node("work", work).edge(START, "work").compile()
+    checkpointer = open_store(kind, target, lease_seconds=float(lease))
+    try:
+        result = run(g, {}, thread_id=thread_id, checkpointer=checkpointer)
+        outcome = {"event": "ran", "status": result.status, "left": result.state["left"]}
+    except ThreadBusyError as error:
+        outcome = {"event": "refused", "error": type(error).__name__, "message": str(error)}
+    print(json.dumps(outcome), flush=True)
+
+
 if __name__ == "__main__":
-    try_the_thread(*sys.argv[1:5])
+    if sys.argv[1] == "two-steps":
+        two_steps_with_a_pause_between(*sys.argv[2:7])
+    else:
+        try_the_thread(*sys.argv[1:5])

@@ -375,6 +375,10 @@ class PostgresCheckpointer(SqlCheckpointer):
     # The holder's session, for operators reading the table (pg_stat_activity);
     # it decides nothing (see HOLD_LAPSED).
     HOLDER: ClassVar[str] = "pg_backend_pid()"
+    # Through a pool a fresh lease is trusted before a step, with no read
+    # (Adapter.replaces_lost_connections): only its lapse, by the server's
+    # clock, lets another run take the thread, and the step's record is
+    # fenced by the hold in the same statement.
     CONFIRMS_EACH_STEP: ClassVar[bool] = True
     FIND: ClassVar[str] = "strpos(lower(t.thread_id), :needle) > 0"
     LOCK_SHARE: ClassVar[str] = " FOR SHARE"

@@ -236,6 +236,8 @@ class PoolPin(Pin):
 class PoolAdapter(PostgresAdapter):
     """A pool of the caller's: connections are borrowed, given back, and never closed by ilmek."""
 
+    replaces_lost_connections = True
+
     def take(self) -> Any:
         """Borrow a connection, rolling back what someone left open on it.
 

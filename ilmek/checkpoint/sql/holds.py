@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 from ... import checks, forks
 from ...dbapi import Adapter, Pin, Session
 from ...logs import logger
-from ..holds import KEEPER, RECORD_MARGIN, Hold, busy_error, new_token
+from ..holds import KEEPER, RECORD_MARGIN, Hold, busy_error, lease_clock, new_token
 from .statements import Statements
 
 if TYPE_CHECKING:
@@ -180,7 +180,9 @@ class HoldRows:
             # keep the thread until the caller commits; nothing to renew.
             lease_seconds=None if joined else owner.lease_seconds,
             any_thread=owner.any_thread and not joined,
-            confirms_each_step=owner.CONFIRMS_EACH_STEP and not joined,
+            confirms_each_step=(
+                owner.CONFIRMS_EACH_STEP and not joined and not self._adapter.replaces_lost_connections
+            ),
             taken=False,
         )
         try:
@@ -229,7 +231,7 @@ class HoldRows:
 
     def take_now(self, hold: SqlHold) -> None:
         """Take a hold that is not taken yet, in a transaction of its own."""
-        started = time.monotonic()
+        started = lease_clock()
         self._adapter.run(
             lambda session: self.take(session, hold),
             what="hold the thread",
@@ -265,7 +267,7 @@ class HoldRows:
 
     def renew(self, hold: SqlHold) -> None:
         """Extend the lease in a transaction of its own."""
-        started = time.monotonic()
+        started = lease_clock()
         reason = self._owner.transact(
             lambda session: self.fence(session, hold),
             what="renew the hold",

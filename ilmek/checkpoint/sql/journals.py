@@ -21,7 +21,7 @@ from ...types import Checkpoint, JournalEntry, ThreadCancel, ThreadError, split_
 from .. import _outcomes, _records
 from .._sealing import Sealer
 from ..base import concurrent_update_error, journal_view
-from ..holds import Hold
+from ..holds import Hold, lease_clock
 from .calls import FunctionCall, LongWay, entry_rows
 from .holds import HoldRows, SqlHold
 from .statements import Statements, chunks
@@ -123,7 +123,7 @@ class Journals:
         thread_id = hold.thread_id
         slot = _records.journal_slot(self._owner.sealer, thread_id, base_id, task_key)
         text = _records.encode_entry(entry, f"task {task_key!r}", slot)
-        started = time.monotonic()
+        started = lease_clock()
         renew = hold.renewal_due()
 
         def work(session: Session) -> str | None:
@@ -164,7 +164,7 @@ class Journals:
             for key, entries in answers.items()
             for entry in entries
         ]
-        started = time.monotonic()
+        started = lease_clock()
         taking = isinstance(hold, SqlHold) and not hold.taken
         if self._owner.WRITES_IN_ONE_STATEMENT and isinstance(hold, SqlHold):
             # One call of the database's answer function, or the long way

@@ -38,7 +38,7 @@ from .._delta import (
 )
 from .._records import EncodedChange
 from ..base import ANY_LATEST, _AnyLatest, concurrent_update_error, missing_parent_error, same_channels
-from ..holds import Hold
+from ..holds import Hold, lease_clock
 from ..outbox import OutboxNotice
 from .calls import FunctionCall, LongWay, entry_rows, id_list
 from .holds import HoldRows, SqlHold
@@ -78,7 +78,7 @@ class _Write:
     release_hold: bool
     notices: Sequence[OutboxNotice] = ()
     now: float = attrs.field(factory=time.time)
-    started: float = attrs.field(factory=time.monotonic)
+    started: float = attrs.field(factory=lease_clock)
     #: Whether this is the run's first write, which takes its deferred hold.
     taking: bool = attrs.field(init=False)
 

@@ -36,6 +36,7 @@ from ilmek import (
     run,
     thread_state,
 )
+from ilmek.checkpoint import holds
 from tests.support.pgworker import (
     CART,
     CHECKOUT_DONE,
@@ -281,17 +282,21 @@ def test_a_run_whose_hold_session_is_terminated_keeps_its_thread_and_finishes(
 
 
 def test_a_run_whose_lease_lapsed_and_was_taken_performs_no_further_step(
-    postgres_dsn: str, effects: Effects
+    postgres_dsn: str, effects: Effects, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A run parked past its lease (a frozen process, say) while another run took the thread: its next step
-    is refused before its function runs; the thread was finished by the other run, each step once."""
+    """A run parked past its lease (a suspended machine, say) while another run took the thread: its next
+    step is refused before its function runs; the thread was finished by the other run, each step once."""
     name = unique("hold-lapsed")
     pool = psycopg2.pool.ThreadedConnectionPool(1, 6, application_dsn(postgres_dsn, name))
     try:
         checkpointer = PostgresCheckpointer(pool)
         with a_run_between_its_two_steps(checkpointer, effects) as (background, _):
-            # The lease lapses by the database's clock while the run is away.
+            # The lease lapses by the database's clock while the run is away, and the run's own
+            # clock, which counts a suspension, sees it was away that long.
             query(postgres_dsn, "UPDATE ilmek_holds SET expires_at = 0 WHERE thread_id = 'lost'")
+            real_clock = holds.lease_clock
+            away = checkpointer.lease_seconds + 1.0
+            monkeypatch.setattr(holds, "lease_clock", lambda: real_clock() + away)
             with fresh_checkpointer(postgres_dsn) as other:
                 second = run(two_step_graph(effects), None, thread_id="lost", checkpointer=other)
             assert "done" == second.status

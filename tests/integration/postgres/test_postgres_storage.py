@@ -253,6 +253,33 @@ def test_a_new_threads_first_run_is_a_read_and_one_call_per_checkpoint(postgres_
         assert "done" == info.status
 
 
+def test_a_step_is_one_round_trip_its_fenced_insert(postgres_dsn: str) -> None:
+    """Three steps in a fresh run cost three statements, one per step: the journal insert, fenced by the
+    hold in the same statement; no read confirms the hold while its lease is fresh by the client's clock."""
+    pool = psycopg2.pool.ThreadedConnectionPool(1, 2, postgres_dsn, connection_factory=CountingConnection)
+
+    def pay(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        return {"log": [ctx.step(f"s{i}", lambda i=i: f"paid {i}") for i in range(3)]}
+
+    g = graph("steps", {"log": channel.append()}).node("pay", pay).edge(START, "pay").edge("pay", END)
+    try:
+        checkpointer = PostgresCheckpointer(pool, lease_seconds=60.0)
+        run(g.compile(), None, thread_id="warm-up", checkpointer=checkpointer)  # the schema check
+        CountingConnection.sent.clear()
+        result = run(g.compile(), {"log": ["order"]}, thread_id="steps", checkpointer=checkpointer)
+    finally:
+        pool.closeall()
+    assert ["order", "paid 0", "paid 1", "paid 2"] == result.state["log"]
+    assert [
+        ("SELECT checkpoint_id,", True),
+        ("SELECT busy,", True),
+        ("INSERT INTO", True),
+        ("INSERT INTO", True),
+        ("INSERT INTO", True),
+        ("SELECT busy,", True),
+    ] == CountingConnection.sent
+
+
 def test_a_resume_records_its_answers_in_one_call(postgres_dsn: str) -> None:
     """A resume: the latest checkpoint and the pause's journals read, the answers one call (taking
     the hold, and returning what is recorded from the pause, so the journals are not read again),

@@ -716,44 +716,86 @@ def test_a_sqlite_writer_frozen_with_the_lock_delays_others_one_busy_timeout_not
 # --- a lease confirmed just before it lapses ----------------------------------------------------------------
 
 
-@pytest.mark.postgres
-def test_a_step_starts_only_with_lease_left_to_record_it(postgres_dsn: str) -> None:
-    """A run comes back to a lease about to lapse (a suspended machine, a long GC pause): before the step's
-    function runs, the hold is renewed (the read that confirms it sees too little lease left), so the record
-    can still land under it."""
-    pool = psycopg2.pool.ThreadedConnectionPool(1, 4, postgres_dsn)
-    left_before: list[float] = []
+class FrozenBetweenSteps:
+    """Another process whose run took one step and waits for a line before the next, frozen by SIGSTOP.
 
-    def query(sql: str) -> list[tuple[Any, ...]]:
-        connection = psycopg2.connect(postgres_dsn)
-        try:
-            with connection, connection.cursor() as cursor:
-                cursor.execute(sql)
-                return cursor.fetchall() if cursor.description is not None else []
-        finally:
-            connection.close()
+    Freezing it stops its keeper too: its lease is renewed by nobody, as on a suspended machine or in a
+    process stalled by a long pause.
+    """
 
-    def work(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        # The lease nearly lapsed while the run was away.
-        query("UPDATE ilmek_holds SET expires_at = EXTRACT(EPOCH FROM clock_timestamp()) + 0.2")
+    def __init__(self, store: Store, effects: str, lease: float) -> None:
+        if store.kind == "sqlite":
+            SqliteCheckpointer(store.path).close()
+        else:
+            PostgresCheckpointer.connect(store.dsn).close()
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.support.hold_lifetime",
+                "two-steps",
+                store.kind,
+                store_argument(store),
+                effects,
+                "frozen",
+                str(lease),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        assert "between" in line, self.process.communicate(timeout=30)[1]
 
-        def charge() -> float:
-            [(left,)] = query("SELECT expires_at - EXTRACT(EPOCH FROM clock_timestamp()) FROM ilmek_holds")
-            left_before.append(left)
-            return left
+    def freeze(self, seconds: float) -> None:
+        os.kill(self.process.pid, signal.SIGSTOP)
+        time.sleep(seconds)
 
-        return {"left": ctx.step("charge", charge)}
+    def go_on(self) -> dict[str, Any]:
+        os.kill(self.process.pid, signal.SIGCONT)
+        stdout, stderr = self.process.communicate("\n", timeout=60)
+        assert 0 == self.process.returncode, stderr
+        return dict(json.loads(stdout.strip().splitlines()[-1]))
 
+
+def steps_run(effects: str) -> list[str]:
+    with open(effects, encoding="utf-8") as found:
+        return [line.strip() for line in found]
+
+
+def test_a_step_does_not_start_after_another_run_took_the_thread(store: Store, tmp_path: Any) -> None:
+    """A run frozen between two steps for longer than its lease, while another run takes its thread: on
+    waking, the run starts no further step (HoldLostError), however fresh its lease looked before."""
+    effects = str(tmp_path / "effects.txt")
+    frozen = FrozenBetweenSteps(store, effects, lease=1.0)
     try:
-        checkpointer = PostgresCheckpointer(pool, lease_seconds=4.0)
-        checkpointer.migrate()
-        g = graph("margin", {"left": channel.last_write()}).node("work", work).edge(START, "work").compile()
-        result = run(g, {}, thread_id="margin", checkpointer=checkpointer)
+        frozen.freeze(2.5)
+        with store.open().hold("frozen"):
+            outcome = frozen.go_on()
     finally:
-        pool.closeall()
-    assert "done" == result.status
-    [left] = left_before
-    assert left > 2.0, left
+        frozen.process.kill()
+    assert "HoldLostError" == outcome.get("error"), outcome
+    assert "'frozen'" in outcome["message"]
+    assert ["first"] == steps_run(effects)
+
+
+def test_a_step_starts_only_with_lease_left_to_record_it(store: Store, tmp_path: Any) -> None:
+    """A run comes back to a lease about to lapse (frozen past three quarters of it, as by a suspended
+    machine or a long pause): before the step's function runs, the hold is renewed, so the record can
+    still land under it."""
+    effects = str(tmp_path / "effects.txt")
+    frozen = FrozenBetweenSteps(store, effects, lease=2.0)
+    try:
+        frozen.freeze(1.7)
+        outcome = frozen.go_on()
+    finally:
+        frozen.process.kill()
+    assert "done" == outcome.get("status"), outcome
+    assert ["first", "second"] == steps_run(effects)
+    assert outcome["left"] > 1.0, outcome
 
 
 #: The wall clock in seconds since the epoch, as SQLite computes it (any version).

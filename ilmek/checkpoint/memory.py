@@ -20,6 +20,7 @@ import attrs
 from .. import checks
 from ..crypto import Keyring, RekeyCallback, RekeyProgress
 from ..errors import CheckpointNotFoundError, ConcurrentUpdateError
+from ..namespaces import children_prefix, is_child_thread
 from ..types import (
     ChannelChange,
     Checkpoint,
@@ -447,6 +448,14 @@ class InMemoryCheckpointer(MemoryOutbox, Checkpointer):
             self._threads.pop(thread_id, None)
             # The run that held it fails at its next write.
             self._local_holds.drop(thread_id)
+            self._drop_children(thread_id)
+
+    def _drop_children(self, thread_id: str) -> None:
+        """Drop every subgraph thread of ``thread_id`` (they go with their root); under the lock."""
+        prefix = children_prefix(thread_id)
+        for child in [tid for tid in self._threads if tid.startswith(prefix)]:
+            self._threads.pop(child, None)
+            self._local_holds.drop(child)
 
     # --- host API ----------------------------------------------------------------------
 
@@ -455,7 +464,7 @@ class InMemoryCheckpointer(MemoryOutbox, Checkpointer):
             return [
                 _thread_info(self._sealer, tid, thread, self._local_holds.holder(tid))
                 for tid, thread in self._threads.items()
-                if thread.ids or thread.metadata_text != "{}"
+                if (thread.ids or thread.metadata_text != "{}") and not is_child_thread(tid)
             ]
 
     def list_threads(
@@ -553,6 +562,7 @@ class InMemoryCheckpointer(MemoryOutbox, Checkpointer):
             chosen = infos if limit is None else infos[:limit]
             for info in chosen:
                 self._threads.pop(info.id, None)
+                self._drop_children(info.id)
             return len(chosen)
 
 

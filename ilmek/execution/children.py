@@ -1,0 +1,255 @@
+"""Subgraphs: a compiled graph run as a child of one task, under the parent run's thread.
+
+A child is an ordinary :class:`~ilmek.execution.lifecycle.Run` of the child
+graph on a child thread (:func:`ilmek.namespaces.child_thread_id`), driven
+from inside the parent's task; its events join the parent's stream with the
+child's namespace in front of their ``ns``. What lets the child pick up
+exactly where it was is written in the parent task's journal, so it follows
+the parent through a resume, a retry, crash recovery and a fork:
+
+- ``<part>@pause#k``: the child paused at checkpoint ``C`` with these pause
+  ids (recorded when the child's run ended ``interrupted``);
+- ``<part>/<child pause id>#n``: the parent's own pause standing for that
+  child pause; the answer a resume records there is handed to the child;
+- ``<part>@resume#k``: the child thread's latest checkpoint when the parent
+  first handed the answers to pause ``k`` in this branch. If the child is
+  still there, the answers go to ``C`` (resumed in place, or forked from
+  ``C`` when the child moved on in another branch); if it moved since, it
+  already took them here, and it just continues.
+
+A child that never paused continues from its own latest checkpoint (a
+crash, an error, a retry), or starts from its input when it has none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from ..context import NodeContext
+from ..errors import InterruptSignal, InvalidArgumentError, ResumeError, SubgraphError
+from ..events import Event, RunEnd, RunStart
+from ..graph import CompiledGraph
+from ..namespaces import child_thread_id, join_path
+from ..options import RunOptions
+from ..types import JournalEntry, Pending, pause_fields, task_id_for
+from .answers import Resume
+from .setup import RunSetup
+
+__all__ = ["ChildHost", "surfaced_pauses"]
+
+
+@attrs.frozen(kw_only=True)
+class _PauseRecord:
+    """One pause of the child, as the parent's journal holds it."""
+
+    checkpoint: str
+    pending: tuple[str, ...]
+
+
+@attrs.define(eq=False)
+class ChildHost:
+    """What a task's ``ctx`` runs its subgraphs with: the parent run, the plan and the task."""
+
+    setup: RunSetup
+    plan_id: str
+    task_key: str
+    #: Hands a child's event to the parent's stream (with the child's ns in front).
+    forward: Callable[[Event, tuple[str, ...]], None]
+
+    def call(self, ctx: NodeContext, graph: CompiledGraph[Any], input: Any, part: str) -> Any:  # noqa: A002
+        """Run ``graph`` as child ``part`` of the task; its final state (a pause raises)."""
+        if not isinstance(graph, CompiledGraph):
+            raise InvalidArgumentError(
+                f"node {ctx.node!r} ran a subgraph that is a {type(graph).__name__}, not a compiled graph; "
+                "call .compile() on the builder (thread {ctx.thread_id!r})"
+            )
+        return _ChildCall(self, ctx, graph, part).run(input)
+
+
+@attrs.define(eq=False)
+class _ChildCall:
+    """One call of a subgraph from one pass of a task."""
+
+    host: ChildHost
+    ctx: NodeContext
+    graph: CompiledGraph[Any]
+    part: str
+
+    @property
+    def thread_id(self) -> str:
+        return child_thread_id(self.ctx.thread_id, self.host.plan_id, self.part)
+
+    def run(self, input: Any) -> Any:  # noqa: A002
+        setup = self.host.setup
+        cp = setup.checkpointer
+        pauses = self._replayed_pauses()
+        info = cp.get_thread(self.thread_id)
+        latest = info.checkpoint_id if info is not None else None
+        if not pauses:
+            if info is not None and info.status == "interrupted":
+                # It paused, but the parent fell before it wrote so: take the pause up now.
+                self._paused(self._open_pauses(latest))
+            # Started already (a crash, an error, a retry): it continues, its input folded once.
+            return self._drive(None, input if info is None else None)
+        else:
+            last = pauses[-1]
+            answered = self._answers(last)
+            moved_from = self.ctx.step(f"{self.part}@resume", lambda: latest)
+            if latest == moved_from:
+                resume = Resume(
+                    {pid: entry.value for pid, entry in answered.items()},
+                    True,
+                    {pid: entry.by or "person" for pid, entry in answered.items()},
+                )
+                # Answered in place, or (moved on in another branch) forked from that pause.
+                return self._drive(resume, None, checkpoint_id=last.checkpoint)
+            if info is not None and info.status == "interrupted":
+                # It took the answers in this branch and paused again before the parent knew.
+                self._paused(self._open_pauses(latest))
+            return self._drive(None, None)
+
+    # --- the parent's journal ---------------------------------------------------------
+
+    def _replayed_pauses(self) -> list[_PauseRecord]:
+        """The child's pauses this task recorded in this branch, oldest first (each claimed)."""
+        journal = self.ctx._journal
+        records: list[_PauseRecord] = []
+        while True:
+            entry = journal.get(journal.next_key(f"{self.part}@pause"))
+            if entry is None or entry.kind != "step" or not isinstance(entry.value, Mapping):
+                return records
+            journal.claim(f"{self.part}@pause")
+            record = _PauseRecord(checkpoint=entry.value["checkpoint"], pending=tuple(entry.value["pending"]))
+            if records:
+                # Pauses before the last were answered and left behind: their keys were asked for.
+                self._claim_answers(records[-1])
+                journal.claim(f"{self.part}@resume")
+            records.append(record)
+
+    def _claim_answers(self, record: _PauseRecord) -> dict[str, str]:
+        """The parent's journal key of each of the child's pauses in ``record`` (claimed)."""
+        journal = self.ctx._journal
+        return {pid: journal.claim(f"{self.part}/{pid}") for pid in record.pending}
+
+    def _answers(self, record: _PauseRecord) -> dict[str, JournalEntry]:
+        """The answers the parent's pauses received for the child's pause ``record``."""
+        keys = self._claim_answers(record)
+        found = {pid: self.ctx._journal.get(key) for pid, key in keys.items()}
+        answered = {pid: entry for pid, entry in found.items() if entry is not None and entry.answered}
+        if len(answered) != len(found):
+            # Asked again before an answer (a fork that carried none): the pause stands.
+            self._paused(self._open_pauses(record.checkpoint), keys=keys)
+        return answered
+
+    def _open_pauses(self, checkpoint_id: str | None) -> tuple[Pending, ...]:
+        child = self.host.setup.checkpointer.get(self.thread_id, checkpoint_id)
+        return child.pending if child is not None else ()
+
+    # --- running the child ------------------------------------------------------------
+
+    def _drive(self, resume: Resume | None, input: Any, *, checkpoint_id: str | None = None) -> Any:  # noqa: A002
+        """Run the child (answering ``resume``, else from ``input``); its final state, or raise."""
+        from .lifecycle import Run, Start  # the run drives supersteps, whose tasks call this
+
+        setup = self.host.setup
+        options = RunOptions(
+            thread_id=self.thread_id,
+            checkpointer=setup.checkpointer,
+            checkpoint_id=checkpoint_id,
+            strict=setup.strict,
+            meta=setup.meta,
+            cancel=setup.cancel,
+            max_workers=setup.max_workers,
+        )
+        run = Run(self.graph, resume if resume is not None else Start(input), options)
+        run.may_run_inline = True
+        ns = (self.part,)
+        end: RunEnd | None = None
+        for event in run.events():
+            if isinstance(event, RunEnd):
+                end = event
+            elif not isinstance(event, RunStart):
+                self.host.forward(event, ns)
+        assert end is not None
+        if end.status == "done":
+            return end.state
+        if end.status == "interrupted":
+            self.ctx.step(
+                f"{self.part}@pause",
+                lambda: {"checkpoint": end.checkpoint_id, "pending": [p.id for p in end.pending]},
+            )
+            self._paused(end.pending)
+        raise self._failed(end)
+
+    def _paused(self, pending: Sequence[Pending], *, keys: Mapping[str, str] | None = None) -> None:
+        """Pause the parent task for the child's open pauses (its own pauses stand for them)."""
+        if not self.host.setup.can_pause:
+            raise ResumeError(
+                f"subgraph {self.graph.name!r} of node {self.ctx.node!r} paused in a run without a "
+                f"checkpointer (thread {self.ctx.thread_id!r}): nobody could answer it. Run with a "
+                "checkpointer and a thread_id",
+                thread_id=self.ctx.thread_id,
+            )
+        journal = self.ctx._journal
+        surfaced = []
+        for pause in pending:
+            key = keys[pause.id] if keys is not None else journal.claim(f"{self.part}/{pause.id}")
+            if journal.get(key) is None:
+                # Stored with the parent's pause checkpoint, as a node's own pause is.
+                journal.record(JournalEntry(key=key, kind="interrupt", payload=pause.payload), durable=False)
+            surfaced.append(
+                attrs.evolve(pause, id=f"{self.part}/{pause.id}", key=key, ns=(self.part, *pause.ns))
+            )
+        if not surfaced:
+            raise SubgraphError(
+                f"subgraph {self.graph.name!r} of node {self.ctx.node!r} reads as paused but has no open "
+                f"pause (thread {self.ctx.thread_id!r}); fork from an earlier checkpoint",
+                ns=(self.part,),
+                thread_id=self.ctx.thread_id,
+            )
+        first = surfaced[0]
+        signal = InterruptSignal(first.key, first.payload)
+        signal.children = tuple(surfaced)
+        raise signal
+
+    def _failed(self, end: RunEnd) -> SubgraphError:
+        ns: tuple[str, ...] = (self.part,)
+        cause = end.errors[0][1] if end.errors else None
+        if isinstance(cause, SubgraphError):
+            ns = (self.part, *cause.ns)
+        if end.status == "aborted":
+            why = f"was stopped ({end.abort_reason})"
+        else:
+            node = end.errors[0][0] if end.errors else "?"
+            why = f"failed in node {node!r}: {type(cause).__name__}: {cause}"
+        error = SubgraphError(
+            f"subgraph {self.graph.name!r} at {join_path(ns)!r} {why} (thread {self.ctx.thread_id!r}); "
+            "run the thread again to continue the subgraph from its last checkpoint",
+            ns=ns,
+            thread_id=self.ctx.thread_id,
+            checkpoint_id=end.checkpoint_id,
+        )
+        error.__cause__ = cause
+        return error
+
+
+def surfaced_pauses(
+    signal: InterruptSignal, node: str, task_key: str, thread_id: str, checkpoint_id: str
+) -> tuple[Pending, ...]:
+    """The pauses a paused task opens in pause checkpoint ``checkpoint_id``: its own, or its subgraph's."""
+    task_id = task_id_for(thread_id, checkpoint_id, task_key)
+    if signal.children:
+        return tuple(attrs.evolve(pause, task_id=task_id, node=node) for pause in signal.children)
+    return (
+        Pending(
+            id=f"{task_key}:{signal.key}",
+            task_id=task_id,
+            node=node,
+            key=signal.key,
+            payload=signal.payload,
+            **pause_fields(signal.terms),
+        ),
+    )

@@ -275,12 +275,15 @@ class SubgraphError(IlmekError):
         message: str | None = None,
         *,
         ns: tuple[str, ...] = (),
+        node: str | None = None,
         thread_id: str | None = None,
         checkpoint_id: str | None = None,
     ) -> None:
         super().__init__(message, thread_id=thread_id, checkpoint_id=checkpoint_id)
         #: The namespace path of the child that failed, outermost first.
         self.ns = ns
+        #: The node of that child that failed (``None``: the child was stopped).
+        self.node = node
 
 
 class ThreadBusyError(IlmekError):

@@ -32,7 +32,7 @@ from ..context import NodeContext
 from ..errors import InterruptSignal, InvalidArgumentError, ResumeError, SubgraphError
 from ..events import Event, RunEnd, RunStart
 from ..graph import CompiledGraph
-from ..namespaces import child_thread_id, join_path
+from ..namespaces import child_thread_id, join_path, root_thread_id
 from ..options import RunOptions
 from ..types import JournalEntry, Pending, pause_fields, task_id_for
 from .answers import Resume
@@ -104,8 +104,10 @@ class _ChildCall:
                     True,
                     {pid: entry.by or "person" for pid, entry in answered.items()},
                 )
-                # Answered in place, or (moved on in another branch) forked from that pause.
-                return self._drive(resume, None, checkpoint_id=last.checkpoint)
+                # Answered in place (after any edit of the paused child), or, when the child
+                # moved on in another branch, on a fork from that pause.
+                at = None if self._edited_from(latest, last.checkpoint) else last.checkpoint
+                return self._drive(resume, None, checkpoint_id=at)
             if info is not None and info.status == "interrupted":
                 # It took the answers in this branch and paused again before the parent knew.
                 self._paused(self._open_pauses(latest))
@@ -143,6 +145,17 @@ class _ChildCall:
             # Asked again before an answer (a fork that carried none): the pause stands.
             self._paused(self._open_pauses(record.checkpoint), keys=keys)
         return answered
+
+    def _edited_from(self, latest: str | None, pause: str) -> bool:
+        """Whether ``latest`` is ``pause``, or ``pause`` edited by ``update_state`` (still paused there)."""
+        cp = self.host.setup.checkpointer
+        at = latest
+        while at is not None and at != pause:
+            checkpoint = cp.get(self.thread_id, at)
+            if checkpoint is None or checkpoint.metadata.get("source") != "update":
+                return False
+            at = checkpoint.parent_id
+        return at == pause
 
     def _open_pauses(self, checkpoint_id: str | None) -> tuple[Pending, ...]:
         child = self.host.setup.checkpointer.get(self.thread_id, checkpoint_id)
@@ -217,19 +230,20 @@ class _ChildCall:
 
     def _failed(self, end: RunEnd) -> SubgraphError:
         ns: tuple[str, ...] = (self.part,)
-        cause = end.errors[0][1] if end.errors else None
+        node, cause = end.errors[0] if end.errors else (None, None)
         if isinstance(cause, SubgraphError):
-            ns = (self.part, *cause.ns)
+            # Named once, from the root: the path to the child that failed and its own error.
+            ns, node, cause = (self.part, *cause.ns), cause.node, cause.__cause__
         if end.status == "aborted":
             why = f"was stopped ({end.abort_reason})"
         else:
-            node = end.errors[0][0] if end.errors else "?"
             why = f"failed in node {node!r}: {type(cause).__name__}: {cause}"
         error = SubgraphError(
-            f"subgraph {self.graph.name!r} at {join_path(ns)!r} {why} (thread {self.ctx.thread_id!r}); "
-            "run the thread again to continue the subgraph from its last checkpoint",
+            f"the subgraph at {join_path(ns)!r} {why} (thread {root_thread_id(self.ctx.thread_id)!r}); "
+            "run or resume the thread again to continue the subgraph from its last checkpoint",
             ns=ns,
-            thread_id=self.ctx.thread_id,
+            node=node,
+            thread_id=root_thread_id(self.ctx.thread_id),
             checkpoint_id=end.checkpoint_id,
         )
         error.__cause__ = cause

@@ -99,7 +99,7 @@ def nested(calls: Calls, *, failures: list[str] | None = None, **interrupt: Any)
 
 
 def _once_each(calls: Calls, *names: str) -> None:
-    assert {name: 1 for name in names} == {name: calls[name] for name in names}
+    assert dict.fromkeys(names, 1) == {name: calls[name] for name in names}
 
 
 def test_a_subgraph_node_takes_the_shared_channels_and_adds_only_its_new_items(
@@ -130,7 +130,7 @@ def test_a_subgraph_node_takes_the_shared_channels_and_adds_only_its_new_items(
 def test_a_pause_two_levels_down_surfaces_with_its_path_and_never_reruns_finished_work(
     checkpointer: Checkpointer,
 ) -> None:
-    """LangGraph #6792 and #3206: the child's steps before the pause run once, and the child is not skipped."""
+    """LangGraph #6792 and #3206: steps before the child's pause run once; the child is not skipped."""
     calls = Calls()
     g = nested(calls)
     opts: dict[str, Any] = {"thread_id": "deep", "checkpointer": checkpointer}
@@ -170,7 +170,8 @@ def test_a_child_pause_keeps_its_contract_and_its_deadline(checkpointer: Checkpo
     g = nested(calls, answers=answers.choice("yes", "no"), deadline=dt.timedelta(hours=1), on_timeout="no")
     opts: dict[str, Any] = {"thread_id": "terms", "checkpointer": checkpointer}
     (pause,) = run(g, {}, **opts).pending
-    assert pause.answers is not None and pause.deadline is not None
+    assert pause.answers is not None
+    assert pause.deadline is not None
 
     with pytest.raises(AnswerRejectedError):
         resume(g, "maybe", **opts)
@@ -184,7 +185,7 @@ def test_a_child_pause_keeps_its_contract_and_its_deadline(checkpointer: Checkpo
 def test_a_failing_grandchild_fails_the_parent_and_a_retry_replays_its_steps(
     checkpointer: Checkpointer,
 ) -> None:
-    """A node error deep down ends the resume ``error``, naming the path; the same answer again continues it."""
+    """A node error deep down ends the resume ``error``, naming the path; the same answer continues."""
     calls = Calls()
     g = nested(calls, failures=["boom"])
     opts: dict[str, Any] = {"thread_id": "fails", "checkpointer": checkpointer}
@@ -314,7 +315,7 @@ def test_child_events_carry_their_namespace_and_a_child_pause_shows_in_updates(
 def test_one_thread_one_tree_lists_reads_and_deletes_the_children_with_the_root(
     checkpointer: Checkpointer,
 ) -> None:
-    """Lists show the root only; ``subgraphs=True`` and ``history(ns=)`` show the children; delete takes all."""
+    """Lists show the root only; ``subgraphs=True`` and ``history(ns=)`` show children; delete takes all."""
     g = nested(Calls())
     opts: dict[str, Any] = {"thread_id": "tree", "checkpointer": checkpointer}
     run(g, {"log": ["in"]}, **opts)
@@ -325,7 +326,8 @@ def test_one_thread_one_tree_lists_reads_and_deletes_the_children_with_the_root(
     assert [(), (OUTER,), (OUTER, INNER)] == list(states)
     assert ["in", "first", "prepared"] == states[(OUTER, INNER)]["log"]
     child_history = history(checkpointer, "tree", ns=(OUTER, INNER))
-    assert child_history and all(is_child_thread(c.thread_id) for c in child_history)
+    assert child_history
+    assert all(is_child_thread(c.thread_id) for c in child_history)
     assert child_history[0].pending[0].id == "ask:approve#0"
 
     checkpointer.delete_thread("tree")
@@ -345,7 +347,8 @@ def test_update_state_edits_a_paused_child_and_the_child_goes_on_from_the_edit(
 
     update_state(g, checkpointer, "edit", {"log": ["edited"]}, ns=(OUTER, INNER))
     states = thread_state(g, checkpointer, "edit", subgraphs=True)
-    assert states is not None and states[(OUTER, INNER)]["log"][-1] == "edited"
+    assert states is not None
+    assert states[(OUTER, INNER)]["log"][-1] == "edited"
     done = resume(g, "yes", **opts)
 
     assert ["first", "prepared", "edited", "asked:yes", "finished"] == done.state["log"]

@@ -23,13 +23,15 @@ crash, an error, a retry), or starts from its input when it has none.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
+from ..checkpoint.holds import HoldLostError
 from ..context import NodeContext
-from ..errors import InterruptSignal, InvalidArgumentError, ResumeError, SubgraphError
+from ..errors import InterruptSignal, InvalidArgumentError, ResumeError, SubgraphError, ThreadBusyError
 from ..events import Event, RunEnd, RunStart
 from ..graph import CompiledGraph
 from ..namespaces import child_thread_id, join_path, root_thread_id
@@ -58,6 +60,8 @@ class ChildHost:
     task_key: str
     #: Hands a child's event to the parent's stream (with the child's ns in front).
     forward: Callable[[Event, tuple[str, ...]], None]
+    #: The lease of the parent's hold (``None``: it cannot lapse while its holder lives).
+    lease_seconds: float | None = None
 
     def call(self, ctx: NodeContext, graph: CompiledGraph[Any], input: Any, part: str) -> Any:  # noqa: A002
         """Run ``graph`` as child ``part`` of the task; its final state (a pause raises)."""
@@ -177,16 +181,22 @@ class _ChildCall:
             cancel=setup.cancel,
             max_workers=setup.max_workers,
         )
-        run = Run(self.graph, resume if resume is not None else Start(input), options)
-        run.may_run_inline = True
         ns = (self.part,)
         end: RunEnd | None = None
-        for event in run.events():
-            if isinstance(event, RunEnd):
-                end = event
-            elif not isinstance(event, RunStart):
-                self.host.forward(event, ns)
-        assert end is not None
+        waited_until: float | None = None
+        while end is None:
+            run = Run(self.graph, resume if resume is not None else Start(input), options)
+            run.may_run_inline = True
+            told = False
+            try:
+                for event in run.events():
+                    if isinstance(event, RunEnd):
+                        end = event
+                    elif not isinstance(event, RunStart):
+                        told = True
+                        self.host.forward(event, ns)
+            except ThreadBusyError as busy:
+                waited_until = self._wait_out_stale_hold(busy, told, waited_until)
         if end.status == "done":
             return end.state
         if end.status == "interrupted":
@@ -196,6 +206,22 @@ class _ChildCall:
             )
             self._paused(end.pending)
         raise self._failed(end)
+
+    def _wait_out_stale_hold(self, busy: ThreadBusyError, told: bool, until: float | None) -> float:
+        """Wait a little for the child's stale hold to lapse (or re-raise ``busy``); the wait's deadline.
+
+        The parent holds the root thread, so no live run holds the child:
+        a hold on it is a killed process's, which lapses within one lease of
+        the parent's own (whose lapse let this run in).
+        """
+        lease = self.host.lease_seconds
+        now = time.monotonic()
+        until = until if until is not None else now + 2 * (lease or 0.0)
+        if told or busy.thread_id != self.thread_id or isinstance(busy, HoldLostError) or now >= until:
+            raise busy
+        if self.host.setup.cancel.wait(min(0.05, (lease or 1.0) / 10)):
+            raise busy
+        return until
 
     def _paused(self, pending: Sequence[Pending], *, keys: Mapping[str, str] | None = None) -> None:
         """Pause the parent task for the child's open pauses (its own pauses stand for them)."""

@@ -231,7 +231,11 @@ class Superstep:
                 meta=setup.meta,
                 cancel=setup.cancel,
                 children=ChildHost(
-                    setup, base.plan_id or base.id, task_run.task.task_key, self._runner.forwarder(task_run)
+                    setup,
+                    base.plan_id or base.id,
+                    task_run.task.task_key,
+                    self._runner.forwarder(task_run),
+                    self._keeper.hold.lease_seconds,
                 ),
             )
             contexts.append((task_run, state, ctx))

@@ -228,7 +228,9 @@ class GraphBuilder(Generic[StateT]):
             config: The node's configuration in an exported spec.
         """
         if isinstance(fn, CompiledGraph):
-            return self._subgraph_node(name, fn, retry=retry, destinations=destinations)
+            return self._subgraph_node(
+                name, fn, retry=retry, destinations=destinations, type=type, config=config
+            )
         self._nodes.append(
             NodeSpec(
                 name=name,
@@ -248,9 +250,11 @@ class GraphBuilder(Generic[StateT]):
         *,
         retry: RetryPolicy | None,
         destinations: Iterable[str] | None,
+        type: str | None,  # noqa: A002 - the spec's field name
+        config: Mapping[str, Any] | None,
     ) -> GraphBuilder[Any]:
         """A node whose body runs ``child`` as a subgraph (``type`` ``"subgraph"`` in a spec)."""
-        from .subgraphs import subgraph_body
+        from .subgraphs import SUBGRAPH_TYPE, subgraph_body
 
         self._nodes.append(
             NodeSpec(
@@ -258,8 +262,8 @@ class GraphBuilder(Generic[StateT]):
                 body=Callback.of(subgraph_body(child)),
                 retry=retry,
                 destinations=destinations_tuple(destinations),
-                type="subgraph",
-                config={"graph": child.name},
+                type=type or SUBGRAPH_TYPE,
+                config={"graph": child.name} if config is None else config,
                 subgraph=child,
             )
         )

@@ -20,7 +20,10 @@ if TYPE_CHECKING:
     from .context import NodeContext
     from .graph import CompiledGraph
 
-__all__ = ["subgraph_body", "subgraph_update"]
+__all__ = ["SUBGRAPH_TYPE", "subgraph_body", "subgraph_update"]
+
+SUBGRAPH_TYPE = "subgraph"
+"""A subgraph node's ``type`` in a spec; its ``config`` is ``{"graph": NAME}``."""
 
 
 def subgraph_body(child: CompiledGraph[Any]) -> Callable[[Any, NodeContext], dict[str, Any]]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 __all__ = [
     "SEPARATOR",
+    "child_of_plans",
     "child_thread_id",
     "children_prefix",
     "is_child_thread",
@@ -52,6 +53,15 @@ def root_thread_id(thread_id: str) -> str:
 def children_prefix(thread_id: str) -> str:
     """What every descendant of ``thread_id`` (and nothing else) starts with."""
     return f"{thread_id}{SEPARATOR}"
+
+
+def child_of_plans(thread_id: str, descendant: str, plans: set[str]) -> bool:
+    """Whether ``descendant`` (a thread under ``thread_id``) belongs to a child of one of ``plans``.
+
+    Grandchildren count by their ancestor among ``thread_id``'s own children.
+    """
+    plan = descendant[len(children_prefix(thread_id)) :].split(SEPARATOR, 1)[0]
+    return plan in plans
 
 
 def join_path(ns: tuple[str, ...]) -> str:

@@ -20,7 +20,7 @@ import attrs
 from .. import checks
 from ..crypto import Keyring, RekeyCallback, RekeyProgress
 from ..errors import CheckpointNotFoundError, ConcurrentUpdateError
-from ..namespaces import children_prefix, is_child_thread
+from ..namespaces import child_of_plans, children_prefix, is_child_thread
 from ..types import (
     ChannelChange,
     Checkpoint,
@@ -542,6 +542,11 @@ class InMemoryCheckpointer(MemoryOutbox, Checkpointer):
                 del thread.checkpoints[checkpoint_id]
             thread.ids = [i for i in thread.ids if i in keep]
             _sweep(thread_id, thread)
+            plans = {thread.checkpoints[i].plan_id or i for i in thread.ids}
+            prefix = children_prefix(thread_id)
+            for child in [t for t in self._threads if t.startswith(prefix)]:
+                if not child_of_plans(thread_id, child, plans):
+                    self._threads.pop(child, None)
             return len(dropped)
 
     def delete_threads(

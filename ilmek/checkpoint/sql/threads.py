@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ... import checks
 from ...dbapi import Session
 from ...logs import logger
-from ...namespaces import SEPARATOR, children_prefix
+from ...namespaces import SEPARATOR, child_of_plans, children_prefix
 from ...types import ThreadInfo
 from .. import _records
 from .._delta import blob_ids, manifest_from_plain
@@ -301,10 +301,12 @@ class Threads:
         statements = self._statements
         lineage: dict[str, str | None] = {}
         journal_chains: dict[str, tuple[str, ...]] = {}
-        for checkpoint_id, parent_id, chain in session.query(
+        plans: dict[str, str] = {}
+        for checkpoint_id, parent_id, chain, plan_id in session.query(
             statements.named("lineage"), thread_id=thread_id
         ):
             lineage[checkpoint_id] = parent_id
+            plans[checkpoint_id] = plan_id or checkpoint_id
             journal_chains[checkpoint_id] = _records.decode_chain(
                 chain, thread_id=thread_id, checkpoint_id=checkpoint_id
             )
@@ -331,7 +333,16 @@ class Threads:
         for base_id in bases:
             if base_id not in needed:
                 session.execute(statements.named("drop_base_entries"), thread_id=thread_id, base_id=base_id)
+        self._drop_pruned_children(session, thread_id, {plans[checkpoint_id] for checkpoint_id in keep})
         return len(dropped)
+
+    def _drop_pruned_children(self, session: Session, thread_id: str, kept_plans: set[str]) -> None:
+        """Inside a prune: delete the children of supersteps no kept checkpoint plans (their trees too)."""
+        rows = session.query(
+            self._statements.built(_CHILDREN_OF), prefix=_like_prefix(children_prefix(thread_id))
+        )
+        gone = [row[0] for row in rows if not child_of_plans(thread_id, row[0], kept_plans)]
+        self._delete_rows(session, gone)
 
     def _drop_unused_blobs(self, session: Session, thread_id: str, ceiling: Any) -> None:
         """Delete the blobs no kept checkpoint's manifest points at, up to ``ceiling`` (None: no blobs)."""

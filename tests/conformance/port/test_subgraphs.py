@@ -353,3 +353,27 @@ def test_update_state_edits_a_paused_child_and_the_child_goes_on_from_the_edit(
 
     assert ["first", "prepared", "edited", "asked:yes", "finished"] == done.state["log"]
     _once_each(calls, "prepare", "before-ask", "after-ask-yes", "finish")
+
+
+def test_prune_drops_the_children_of_pruned_supersteps_and_keeps_those_a_pause_needs(
+    checkpointer: Checkpointer,
+) -> None:
+    """After ``prune``, an old run's children and grandchildren are gone; the paused run's stay."""
+    calls = Calls()
+    g = nested(calls)
+    opts: dict[str, Any] = {"thread_id": "prune", "checkpointer": checkpointer}
+    run(g, {}, **opts)
+    resume(g, "yes", **opts)
+    old = [history(checkpointer, "prune", ns=ns)[0].thread_id for ns in [(OUTER,), (OUTER, INNER)]]
+    run(g, {"log": ["again"]}, **opts)
+    current = [history(checkpointer, "prune", ns=ns)[0].thread_id for ns in [(OUTER,), (OUTER, INNER)]]
+    assert not set(old) & set(current)
+
+    assert checkpointer.prune("prune", keep_last=1) > 0
+
+    assert [None, None] == [checkpointer.get_thread(tid) for tid in old]
+    assert all(checkpointer.get_thread(tid) is not None for tid in current)
+    done = resume(g, "no", **opts)
+    assert "done" == done.status
+    assert (1, 1) == (calls["after-ask-no"], calls["after-ask-yes"])
+    assert 2 == calls["prepare"]  # once per run: the second run's child is a new one

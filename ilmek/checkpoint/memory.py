@@ -57,7 +57,7 @@ from .base import (
     missing_parent_error,
     same_channels,
 )
-from .holds import holder_of
+from .holds import LocalHolds, holder_of
 from .outbox import MemoryOutbox, OutboxNotice
 
 __all__ = ["InMemoryCheckpointer"]
@@ -445,17 +445,8 @@ class InMemoryCheckpointer(MemoryOutbox, Checkpointer):
     def delete_thread(self, thread_id: str) -> None:
         thread_id = checks.thread_id(thread_id)
         with self._lock:
-            self._threads.pop(thread_id, None)
             # The run that held it fails at its next write.
-            self._local_holds.drop(thread_id)
-            self._drop_children(thread_id)
-
-    def _drop_children(self, thread_id: str) -> None:
-        """Drop every subgraph thread of ``thread_id`` (they go with their root); under the lock."""
-        prefix = children_prefix(thread_id)
-        for child in [tid for tid in self._threads if tid.startswith(prefix)]:
-            self._threads.pop(child, None)
-            self._local_holds.drop(child)
+            _drop_tree(self._threads, thread_id, self._local_holds)
 
     # --- host API ----------------------------------------------------------------------
 
@@ -542,11 +533,7 @@ class InMemoryCheckpointer(MemoryOutbox, Checkpointer):
                 del thread.checkpoints[checkpoint_id]
             thread.ids = [i for i in thread.ids if i in keep]
             _sweep(thread_id, thread)
-            plans = {thread.checkpoints[i].plan_id or i for i in thread.ids}
-            prefix = children_prefix(thread_id)
-            for child in [t for t in self._threads if t.startswith(prefix)]:
-                if not child_of_plans(thread_id, child, plans):
-                    self._threads.pop(child, None)
+            _drop_children(self._threads, thread_id, {thread.checkpoints[i].plan_id or i for i in thread.ids})
             return len(dropped)
 
     def delete_threads(
@@ -566,9 +553,28 @@ class InMemoryCheckpointer(MemoryOutbox, Checkpointer):
             infos.sort(key=lambda i: (i.updated_at, i.id))
             chosen = infos if limit is None else infos[:limit]
             for info in chosen:
-                self._threads.pop(info.id, None)
-                self._drop_children(info.id)
+                _drop_tree(self._threads, info.id, None)
             return len(chosen)
+
+
+def _drop_tree(threads: dict[str, Any], thread_id: str, holds: LocalHolds | None) -> None:
+    """Drop a thread, its subgraph threads and (given ``holds``) its hold; under the lock."""
+    threads.pop(thread_id, None)
+    if holds is not None:
+        holds.drop(thread_id)
+    _drop_children(threads, thread_id, None)
+
+
+def _drop_children(threads: dict[str, Any], thread_id: str, kept_plans: set[str] | None) -> None:
+    """Drop the subgraph threads of ``thread_id`` (all, or those of no kept plan); under the lock.
+
+    A child's run holds nothing once its root is gone: its next write fails
+    on the missing thread, as a deleted root's does.
+    """
+    prefix = children_prefix(thread_id)
+    for child in [tid for tid in threads if tid.startswith(prefix)]:
+        if kept_plans is None or not child_of_plans(thread_id, child, kept_plans):
+            threads.pop(child, None)
 
 
 def _decoded_checkpoint(

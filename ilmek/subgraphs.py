@@ -31,7 +31,11 @@ def subgraph_body(child: CompiledGraph[Any]) -> Callable[[Any, NodeContext], dic
 
     def body(state: Any, ctx: NodeContext) -> dict[str, Any]:
         parent = ctx.graph.schema
-        values = parent.writes_from_input(state, thread_id=ctx.thread_id) if state is not None else {}
+        # The parent's state, or a send's input (whatever it holds: it is meant for the child).
+        if state is None or isinstance(state, Mapping):
+            values = dict(state or {})
+        else:
+            values = parent.writes_from_input(state, thread_id=ctx.thread_id)
         given = {name: value for name, value in values.items() if name in child.schema.channels}
         host = ctx._children
         if host is None:

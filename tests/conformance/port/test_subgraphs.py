@@ -27,6 +27,7 @@ from ilmek import (
     resume,
     resume_keyed,
     run,
+    send,
     stream,
     stream_modes,
     thread_state,
@@ -377,3 +378,34 @@ def test_prune_drops_the_children_of_pruned_supersteps_and_keeps_those_a_pause_n
     assert "done" == done.status
     assert (1, 1) == (calls["after-ask-no"], calls["after-ask-yes"])
     assert 2 == calls["prepare"]  # once per run: the second run's child is a new one
+
+
+def test_sends_to_a_subgraph_node_run_one_child_each_under_their_own_namespace(
+    checkpointer: Checkpointer,
+) -> None:
+    """Each send's input is its child's input; the children's writes fan back in schedule order."""
+    child = (
+        graph("child", {"log": channel.append(), "item": channel.last_write(None)})
+        .node("work", lambda state: {"log": [f"did {state['item']}"]})
+        .edge(START, "work")
+        .edge("work", END)
+        .compile()
+    )
+    parent = (
+        graph("parent", {"log": channel.append(), "items": channel.last_write([])})
+        .node("fan", lambda state: None)
+        .node("work", child)
+        .edge(START, "fan")
+        .router(
+            "fan",
+            lambda state, ctx: [send("work", {"item": i}) for i in state["items"]],
+            destinations=["work"],
+        )
+        .edge("work", END)
+        .compile()
+    )
+
+    events = list(stream(parent, {"items": [1, 2, 3]}, thread_id="sends", checkpointer=checkpointer))
+
+    assert ["did 1", "did 2", "did 3"] == events[-1].state["log"]
+    assert {("work:work#0",), ("work:work#1",), ("work:work#2",)} == {e.ns for e in events if e.ns}

@@ -51,11 +51,13 @@ def _channels() -> dict[str, Any]:
     return {"log": channel.append(), "verdict": channel.last_write(None)}
 
 
-def nested(calls: Calls, *, failures: list[str] | None = None, **interrupt: Any) -> CompiledGraph:
+def nested(
+    calls: Calls, *, failures: list[str] | None = None, retry: RetryPolicy | None = None, **interrupt: Any
+) -> CompiledGraph:
     """root → outer (a subgraph) → review (a subgraph) → prepare, ask (a pause), finish.
 
     Each node records a journaled step counted in ``calls``; ``finish`` raises while
-    ``failures`` has items (one per attempt).
+    ``failures`` has items (one per attempt); ``retry`` is the root's policy for ``outer``.
     """
 
     def prepare(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
@@ -91,7 +93,7 @@ def nested(calls: Calls, *, failures: list[str] | None = None, **interrupt: Any)
     return (
         graph("root", {**_channels(), "root_only": channel.last_write(0)})
         .node("first", lambda state: {"log": ["first"]})
-        .node("outer", outer)
+        .node("outer", outer, retry=retry)
         .edge(START, "first")
         .edge("first", "outer")
         .edge("outer", END)
@@ -409,3 +411,19 @@ def test_sends_to_a_subgraph_node_run_one_child_each_under_their_own_namespace(
 
     assert ["did 1", "did 2", "did 3"] == events[-1].state["log"]
     assert {("work:work#0",), ("work:work#1",), ("work:work#2",)} == {e.ns for e in events if e.ns}
+
+
+def test_a_retry_of_the_root_node_continues_the_grandchild_where_it_failed(
+    checkpointer: Checkpointer,
+) -> None:
+    """The root node's retry re-runs the failed grandchild: its steps and the pause's answer replay."""
+    calls = Calls()
+    g = nested(calls, failures=["flaky"], retry=RetryPolicy(max_attempts=2, backoff=0))
+    opts: dict[str, Any] = {"thread_id": "deep-retry", "checkpointer": checkpointer}
+    run(g, {}, **opts)
+
+    done = resume(g, "yes", **opts)
+
+    assert "done" == done.status
+    assert ["first", "prepared", "asked:yes", "finished"] == done.state["log"]
+    _once_each(calls, "prepare", "before-ask", "after-ask-yes", "finish")

@@ -427,3 +427,14 @@ def test_a_retry_of_the_root_node_continues_the_grandchild_where_it_failed(
     assert "done" == done.status
     assert ["first", "prepared", "asked:yes", "finished"] == done.state["log"]
     _once_each(calls, "prepare", "before-ask", "after-ask-yes", "finish")
+
+
+def test_delete_threads_counts_roots_only_and_takes_their_children(checkpointer: Checkpointer) -> None:
+    """The bulk delete (what ``ilmek gc`` calls) never picks a child alone and leaves no child behind."""
+    g = nested(Calls())
+    run(g, {}, thread_id="bulk", checkpointer=checkpointer)
+    children = [history(checkpointer, "bulk", ns=ns)[0].thread_id for ns in [(OUTER,), (OUTER, INNER)]]
+
+    assert 1 == checkpointer.delete_threads(status="interrupted")
+
+    assert [None, None, None] == [checkpointer.get_thread(tid) for tid in ["bulk", *children]]

@@ -185,7 +185,7 @@ class _ChildCall:
         end: RunEnd | None = None
         waited_until: float | None = None
         while end is None:
-            run = Run(self.graph, resume if resume is not None else Start(input), options)
+            run = Run(self.graph, resume if resume is not None else Start(input), options, child=True)
             run.may_run_inline = True
             told = False
             try:

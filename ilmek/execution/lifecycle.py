@@ -23,12 +23,14 @@ from ..errors import (
     CheckpointNotFoundError,
     ConcurrentUpdateError,
     IlmekError,
+    InvalidArgumentError,
     RecursionLimitError,
     ResumeError,
 )
 from ..events import CheckpointEvent, Event, RunEnd, RunStart, StateEvent
 from ..graph import START, CompiledGraph
 from ..journals import inherited_journals
+from ..namespaces import is_child_thread
 from ..types import Checkpoint, Pending, ScheduledTask, task_id_for
 from . import exiting
 from .answers import Resume, answers_by_id, record_answers
@@ -86,8 +88,13 @@ class Run:
             thread's latest is any other checkpoint, nothing is answered.
     """
 
-    def __init__(self, graph: CompiledGraph, mode: Mode, options: RunOptions) -> None:
+    def __init__(self, graph: CompiledGraph, mode: Mode, options: RunOptions, *, child: bool = False) -> None:
         self.setup = RunSetup.of(graph, options, resuming=isinstance(mode, Resume))
+        if not child and is_child_thread(self.setup.thread_id):
+            raise InvalidArgumentError(
+                f"thread id {self.setup.thread_id!r} holds U+001F, which ilmek reserves for the threads of "
+                "subgraphs; choose a thread id without it"
+            )
         self.mode = mode
         # Refused before anything is yielded or written.
         self.input_writes = (

@@ -19,6 +19,7 @@ from ilmek import (
     AnswerRejectedError,
     Checkpointer,
     CompiledGraph,
+    InvalidArgumentError,
     RetryPolicy,
     answers,
     channel,
@@ -438,3 +439,14 @@ def test_delete_threads_counts_roots_only_and_takes_their_children(checkpointer:
     assert 1 == checkpointer.delete_threads(status="interrupted")
 
     assert [None, None, None] == [checkpointer.get_thread(tid) for tid in ["bulk", *children]]
+
+
+def test_a_thread_id_holding_the_reserved_separator_is_refused_before_anything_runs(
+    checkpointer: Checkpointer,
+) -> None:
+    """U+001F marks a subgraph's thread: a caller's thread id holding it is an InvalidArgumentError."""
+    with pytest.raises(InvalidArgumentError, match="U\\+001F"):
+        run(nested(Calls()), {}, thread_id="a\x1fb", checkpointer=checkpointer)
+
+    assert [] == checkpointer.list_threads()
+    assert checkpointer.get_thread("a\x1fb") is None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Generator, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import attrs
 
@@ -26,6 +26,7 @@ from ..errors import (
     InvalidArgumentError,
     RecursionLimitError,
     ResumeError,
+    SubgraphError,
 )
 from ..events import CheckpointEvent, Event, RunEnd, RunStart, StateEvent
 from ..graph import START, CompiledGraph
@@ -259,10 +260,7 @@ class _Driving:
         if not base.next:
             raise _Finished(self._end("done", base, values))
         if setup.cancel.is_set() or draining.draining():
-            # The process's drain stops its runs where a cancel does, under its own reason.
-            reason = self.keeper.abort_reason() if setup.cancel.is_set() else draining.DRAIN_REASON
-            self.position.record_cancel(base, reason)
-            raise _Finished(self._end("aborted", base, values, abort_reason=reason))
+            self._abort(base, values)
         if self.steps_taken >= setup.limit:
             limit_error = RecursionLimitError(
                 f"thread {setup.thread_id!r} ran {setup.limit} supersteps in this run without "
@@ -281,6 +279,9 @@ class _Driving:
                 base, values, steps_taken=self.steps_taken, placement=self.placement
             )
         except RunEnds as ends:
+            if ends.errors and all(_stopped_child(error) for _, error in ends.errors):
+                # Its subgraphs stopped for the cancel (or drain) the run itself heard.
+                self._abort(ends.base, ends.values)
             raise _Finished(
                 self._end(
                     ends.status,
@@ -293,6 +294,14 @@ class _Driving:
             ) from None
         self.steps_taken += 1
         return base, values
+
+    def _abort(self, base: Checkpoint, values: Any) -> NoReturn:
+        """End the run ``aborted`` at ``base``, by cancel or by the process's drain."""
+        setup = self.setup
+        # The process's drain stops its runs where a cancel does, under its own reason.
+        reason = self.keeper.abort_reason() if setup.cancel.is_set() else draining.DRAIN_REASON
+        self.position.record_cancel(base, reason)
+        raise _Finished(self._end("aborted", base, values, abort_reason=reason))
 
     def _start(self, latest: Checkpoint | None) -> Generator[Event, None, Checkpoint]:
         """Answer the pause or commit the input: the checkpoint the first superstep runs from."""
@@ -498,6 +507,11 @@ def _placement(policy: bool | None, no_live_reader: bool) -> Placement:
     if policy is False or not no_live_reader:
         return WORKERS
     return INLINE_IF_ONE
+
+
+def _stopped_child(error: BaseException) -> bool:
+    """Whether ``error`` is a subgraph that stopped (not failed): a cancel or drain reached it."""
+    return isinstance(error, SubgraphError) and error.node is None
 
 
 def _describe(checkpoint: Checkpoint | None) -> str:

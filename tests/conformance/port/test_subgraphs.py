@@ -9,6 +9,7 @@ subgraph bugs (#6792, #3206, #4866) are written here as ilmek programs that must
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from typing import Any
 
 import pytest
@@ -450,3 +451,41 @@ def test_a_thread_id_holding_the_reserved_separator_is_refused_before_anything_r
 
     assert [] == checkpointer.list_threads()
     assert checkpointer.get_thread("a\x1fb") is None
+
+
+def test_a_cancel_heard_inside_a_child_aborts_the_run_and_a_new_run_continues_the_child(
+    checkpointer: Checkpointer,
+) -> None:
+    """The child stops at its own boundary; the root ends ``aborted`` (not ``error``); nothing runs twice."""
+    calls = Calls()
+
+    def first(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        ctx.step("first", calls.hit, "first")
+        ctx.cancel.set()  # as request_cancel() would, from anywhere
+        return {"log": ["first"]}
+
+    def second(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        ctx.step("second", calls.hit, "second")
+        return {"log": ["second"]}
+
+    child = (
+        graph("child", {"log": channel.append()})
+        .node("first", first)
+        .node("second", second)
+        .edge(START, "first")
+        .edge("first", "second")
+        .edge("second", END)
+        .compile()
+    )
+    parent = graph("parent", {"log": channel.append()}).node("child", child).edge(START, "child").compile()
+    opts: dict[str, Any] = {"thread_id": "cancel", "checkpointer": checkpointer}
+
+    stopped = run(parent, {}, cancel=threading.Event(), **opts)
+    assert "aborted" == stopped.status
+    info = checkpointer.get_thread("cancel")
+    assert info is not None
+    assert info.error is None
+    done = run(parent, None, **opts)
+
+    assert ["first", "second"] == done.state["log"]
+    _once_each(calls, "first", "second")

@@ -181,11 +181,15 @@ class _ChildCall:
             cancel=setup.cancel,
             max_workers=setup.max_workers,
         )
+        graph = self.graph
+        if graph.defaults.on_pause is not None:
+            # A child's pause is told as its root's pause (by the root's hook), never as a thread of its own.
+            graph = attrs.evolve(graph, defaults=attrs.evolve(graph.defaults, on_pause=None))
         ns = (self.part,)
         end: RunEnd | None = None
         waited_until: float | None = None
         while end is None:
-            run = Run(self.graph, resume if resume is not None else Start(input), options, child=True)
+            run = Run(graph, resume if resume is not None else Start(input), options, child=True)
             run.may_run_inline = True
             told = False
             try:

@@ -489,3 +489,24 @@ def test_a_cancel_heard_inside_a_child_aborts_the_run_and_a_new_run_continues_th
 
     assert ["first", "second"] == done.state["log"]
     _once_each(calls, "first", "second")
+
+
+def test_a_child_pause_is_noticed_once_as_the_roots_pause(checkpointer: Checkpointer) -> None:
+    """The root's ``on_pause`` hears the child's pause on the root thread; the child's own hook never does."""
+    heard: list[tuple[str, str, str]] = []
+    asker = (
+        graph("asker", {"log": channel.append()})
+        .node("ask", lambda state, ctx: {"log": [ctx.interrupt("ship?")]})
+        .edge(START, "ask")
+        .compile(on_pause=lambda notice: heard.append(("child", notice.thread_id, notice.pending.id)))
+    )
+    root = (
+        graph("root", {"log": channel.append()})
+        .node("sub", asker)
+        .edge(START, "sub")
+        .compile(on_pause=lambda notice: heard.append(("root", notice.thread_id, notice.pending.id)))
+    )
+
+    run(root, {}, thread_id="notices", checkpointer=checkpointer)
+
+    assert [("root", "notices", "sub:sub/ask:interrupt#0")] == heard

@@ -62,6 +62,8 @@ class ChildHost:
     forward: Callable[[Event, tuple[str, ...]], None]
     #: The lease of the parent's hold (``None``: it cannot lapse while its holder lives).
     lease_seconds: float | None = None
+    #: Whether this run just planned the superstep (so no child of it can exist yet: nothing to read).
+    new_plan: bool = False
 
     def call(self, ctx: NodeContext, graph: CompiledGraph[Any], input: Any, part: str) -> Any:  # noqa: A002
         """Run ``graph`` as child ``part`` of the task; its final state (a pause raises)."""
@@ -90,7 +92,7 @@ class _ChildCall:
         setup = self.host.setup
         cp = setup.checkpointer
         pauses = self._replayed_pauses()
-        info = cp.get_thread(self.thread_id)
+        info = None if self.host.new_plan and not pauses else cp.get_thread(self.thread_id)
         latest = info.checkpoint_id if info is not None else None
         if not pauses:
             if info is not None and info.status == "interrupted":

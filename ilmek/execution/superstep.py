@@ -236,6 +236,7 @@ class Superstep:
                     task_run.task.task_key,
                     self._runner.forwarder(task_run),
                     self._keeper.hold.lease_seconds,
+                    new_plan=base.plan_id == base.id and self._position.is_fresh(base.id),
                 ),
             )
             contexts.append((task_run, state, ctx))

@@ -4,7 +4,7 @@ The nested graph is a root whose ``--nodes`` nodes (8 by default) are
 followed by a subgraph node, whose child has as many nodes and a subgraph
 node of its own, three levels down; every node does one journaled step
 returning a 200-byte result and appends to ``log``. The flat graph chains
-the same nodes in one graph. Both run to the end on fresh threads,
+the same nodes in one graph. Both ``run`` to the end on fresh threads,
 interleaved batch by batch (``--batches``, ``--runs`` runs each), in the
 same store. A subgraph's supersteps are commits of its own thread, like
 the root's; what it adds is its own first checkpoint (its input, made
@@ -36,7 +36,7 @@ from _common import (
     ratio,
 )
 
-from ilmek import END, START, CompiledGraph, channel, graph, stream
+from ilmek import END, START, CompiledGraph, channel, graph, run
 from ilmek.checkpoint.base import Checkpointer
 from ilmek.events import CheckpointEvent
 
@@ -82,12 +82,12 @@ def flat_graph(nodes: int) -> CompiledGraph:
 
 
 def timed_run(g: CompiledGraph, checkpointer: Checkpointer, thread_id: str) -> tuple[float, float, int]:
-    """Wall and CPU seconds of one run to the end, and how many checkpoints it committed (all levels)."""
+    """Wall and CPU seconds of one ``run`` to the end, and how many checkpoints it committed (all levels)."""
     wall, cpu = time.perf_counter(), time.process_time()
-    events = list(stream(g, {"log": []}, thread_id=thread_id, checkpointer=checkpointer, recursion_limit=100))
+    result = run(g, {"log": []}, thread_id=thread_id, checkpointer=checkpointer, recursion_limit=100)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    assert events[-1].status == "done", events[-1]
-    return wall, cpu, sum(isinstance(e, CheckpointEvent) for e in events)
+    assert result.status == "done", result
+    return wall, cpu, sum(isinstance(e, CheckpointEvent) for e in result.events)
 
 
 def parse_options(argv: Sequence[str] | None) -> argparse.Namespace:

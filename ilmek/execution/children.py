@@ -70,7 +70,7 @@ class ChildHost:
         if not isinstance(graph, CompiledGraph):
             raise InvalidArgumentError(
                 f"node {ctx.node!r} ran a subgraph that is a {type(graph).__name__}, not a compiled graph; "
-                "call .compile() on the builder (thread {ctx.thread_id!r})"
+                f"call .compile() on the builder (thread {ctx.thread_id!r})"
             )
         return _ChildCall(self, ctx, graph, part).run(input)
 
@@ -97,27 +97,26 @@ class _ChildCall:
         if not pauses:
             if info is not None and info.status == "interrupted":
                 # It paused, but the parent fell before it wrote so: take the pause up now.
-                self._paused(self._open_pauses(latest))
+                self._pause_at(latest, self._open_pauses(latest))
             # Started already (a crash, an error, a retry): it continues, its input folded once.
             return self._drive(None, input if info is None else None)
-        else:
-            last = pauses[-1]
-            answered = self._answers(last)
-            moved_from = self.ctx.step(f"{self.part}@resume", lambda: latest)
-            if latest == moved_from:
-                resume = Resume(
-                    {pid: entry.value for pid, entry in answered.items()},
-                    True,
-                    {pid: entry.by or "person" for pid, entry in answered.items()},
-                )
-                # Answered in place (after any edit of the paused child), or, when the child
-                # moved on in another branch, on a fork from that pause.
-                at = None if self._edited_from(latest, last.checkpoint) else last.checkpoint
-                return self._drive(resume, None, checkpoint_id=at)
-            if info is not None and info.status == "interrupted":
-                # It took the answers in this branch and paused again before the parent knew.
-                self._paused(self._open_pauses(latest))
-            return self._drive(None, None)
+        last = pauses[-1]
+        answered = self._answers(last)
+        moved_from = self.ctx.step(f"{self.part}@resume", lambda: latest)
+        if latest == moved_from:
+            resume = Resume(
+                {pid: entry.value for pid, entry in answered.items()},
+                True,
+                {pid: entry.by or "person" for pid, entry in answered.items()},
+            )
+            # Answered in place (after any edit of the paused child), or, when the child
+            # moved on in another branch, on a fork from that pause.
+            at = None if self._edited_from(latest, last.checkpoint) else last.checkpoint
+            return self._drive(resume, None, checkpoint_id=at)
+        if info is not None and info.status == "interrupted":
+            # It took the answers in this branch and paused again before the parent knew.
+            self._pause_at(latest, self._open_pauses(latest))
+        return self._drive(None, None)
 
     # --- the parent's journal ---------------------------------------------------------
 
@@ -206,12 +205,15 @@ class _ChildCall:
         if end.status == "done":
             return end.state
         if end.status == "interrupted":
-            self.ctx.step(
-                f"{self.part}@pause",
-                lambda: {"checkpoint": end.checkpoint_id, "pending": [p.id for p in end.pending]},
-            )
-            self._paused(end.pending)
+            self._pause_at(end.checkpoint_id, end.pending)
         raise self._failed(end)
+
+    def _pause_at(self, checkpoint_id: str | None, pending: Sequence[Pending]) -> None:
+        """Record in the parent's journal that the child paused at ``checkpoint_id``, then pause the task."""
+        self.ctx.step(
+            f"{self.part}@pause", lambda: {"checkpoint": checkpoint_id, "pending": [p.id for p in pending]}
+        )
+        self._paused(pending)
 
     def _wait_out_stale_hold(self, busy: ThreadBusyError, told: bool, until: float | None) -> float:
         """Wait a little for the child's stale hold to lapse (or re-raise ``busy``); the wait's deadline.

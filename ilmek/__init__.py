@@ -50,6 +50,7 @@ from .errors import (
     SerializationError,
     StepResultNotStoredError,
     StorageError,
+    SubgraphError,
     ThreadBusyError,
     TransientStorageError,
 )
@@ -160,6 +161,7 @@ __all__ = [
     "StepStart",
     "StorageError",
     "StreamPart",
+    "SubgraphError",
     "ThreadBusyError",
     "ThreadCancel",
     "ThreadError",

@@ -102,6 +102,11 @@ class TaskJournal:
             self._requested.add(full)
         return full
 
+    def next_key(self, key: str) -> str:
+        """The full key the next :meth:`claim` of ``key`` would return (nothing is claimed)."""
+        with self._lock:
+            return f"{key}#{self._counts.get(key, 0)}"
+
     def get(self, key: str) -> JournalEntry | None:
         """The entry recorded under a full key, if any."""
         with self._lock:
@@ -225,6 +230,14 @@ class PlanContext:
         """
         raise self._plan_time("sleep")
 
+    def call(self, subgraph: CompiledGraph, input: Any = None, *, key: str) -> Any:  # noqa: A002
+        """Refused: plan-time code cannot run a subgraph.
+
+        Raises:
+            GraphError: always.
+        """
+        raise self._plan_time("call")
+
     def emit(self, payload: Any) -> None:
         """Does nothing at plan time (routers and guards have no place in the stream)."""
 
@@ -261,9 +274,12 @@ class NodeContext(PlanContext):
         strict: bool,
         gate: StepGate | None = None,
         can_pause: bool = True,
+        children: Any = None,
         **plan: Any,
     ) -> None:
         super().__init__(**plan)
+        #: What runs subgraphs for this task (ilmek.execution.children.ChildHost), if anything.
+        self._children = children
         self.node = node
         self.task_id = task_id
         self._journal = journal
@@ -530,6 +546,31 @@ class NodeContext(PlanContext):
         # until the superstep commits there is nothing to answer.
         self._journal.record(JournalEntry(key=full, kind="interrupt", payload=payload), durable=False)
         raise InterruptSignal(full, payload, terms)
+
+    def call(self, subgraph: CompiledGraph, input: Any = None, *, key: str) -> Any:  # noqa: A002
+        """Run ``subgraph`` as a journaled child of this task and return its final state.
+
+        The child runs under this run's hold, in this thread's store, under
+        the namespace ``"<key>#<n>:<task key>"``; its events join this run's
+        stream with that ``ns``, a pause inside it pauses this run (answer it
+        by the id the pause carries), and its completed steps never run
+        again on a resume, a retry, crash recovery or a fork.
+
+        Args:
+            subgraph: A compiled graph.
+            input: The child's input, folded through its reducers.
+            key: The call's key in this task's journal (counted when reused).
+
+        Raises:
+            InterruptSignal: the child paused; let it propagate.
+            SubgraphError: the child failed (the chained error says why).
+        """
+        if self._children is None:
+            raise GraphError(
+                f"ctx.call() is not available here (node {self.node!r}, thread {self.thread_id!r})"
+            )
+        part = f"{self._journal.claim(key, 'a call key')}:{self._children.task_key}"
+        return self._children.call(self, subgraph, input, part)
 
     def emit(self, payload: Any) -> None:
         """Push a ``custom`` event to the run's stream now (not journaled)."""

@@ -77,6 +77,8 @@ class NodeSpec:
     destinations: tuple[str, ...] | None = None
     type: str | None = None
     config: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_config)
+    #: The compiled graph the node runs, for a node that is a subgraph.
+    subgraph: Any = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen(kw_only=True)

@@ -33,6 +33,7 @@ __all__ = [
     "SerializationError",
     "StepResultNotStoredError",
     "StorageError",
+    "SubgraphError",
     "ThreadBusyError",
     "TransientStorageError",
 ]
@@ -267,6 +268,25 @@ def stored_at(thread_id: str | None, checkpoint_id: str | None = None, table: st
     return where
 
 
+class SubgraphError(IlmekError):
+    """A subgraph run inside a node failed; the node fails with it (see the chained error)."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        ns: tuple[str, ...] = (),
+        node: str | None = None,
+        thread_id: str | None = None,
+        checkpoint_id: str | None = None,
+    ) -> None:
+        super().__init__(message, thread_id=thread_id, checkpoint_id=checkpoint_id)
+        #: The namespace path of the child that failed, outermost first.
+        self.ns = ns
+        #: The node of that child that failed (``None``: the child was stopped).
+        self.node = node
+
+
 class ThreadBusyError(IlmekError):
     """Another run holds this thread; wait for it to return and try again."""
 
@@ -317,3 +337,7 @@ class InterruptSignal(BaseException):
         self.payload = payload
         #: The pause's contract, deadline and kind (``None``: a plain pause).
         self.terms = terms
+        #: The pauses of a subgraph this task runs, as its own thread sees them
+        #: (:class:`~ilmek.types.Pending` values whose ids are relative to this
+        #: task); empty for a pause of the node itself.
+        self.children: tuple[Any, ...] = ()

@@ -132,6 +132,17 @@ class GraphBuilder(Generic[StateT]):
     # not against a union of two.
     @overload
     def node(
+        self,
+        name: str,
+        fn: CompiledGraph[Any],
+        *,
+        retry: RetryPolicy | None = None,
+        destinations: Iterable[str] | None = None,
+        type: str | None = None,
+        config: Mapping[str, Any] | None = None,
+    ) -> GraphBuilder[StateT]: ...
+    @overload
+    def node(
         self: GraphBuilder[dict[str, Any]],
         name: str,
         fn: Callable[[dict[str, Any]], Update] | Callable[[dict[str, Any], NodeContext], Update],
@@ -177,14 +188,21 @@ class GraphBuilder(Generic[StateT]):
     def node(
         self,
         name: str,
-        fn: Callable[..., Any],
+        fn: Callable[..., Any] | CompiledGraph[Any],
         *,
         retry: RetryPolicy | None = None,
         destinations: Iterable[str] | None = None,
         type: str | None = None,  # noqa: A002 - the spec's field name
         config: Mapping[str, Any] | None = None,
     ) -> GraphBuilder[Any]:
-        """Add a node whose body is ``fn(state, ctx)`` or ``fn(state)``.
+        """Add a node whose body is ``fn(state, ctx)`` or ``fn(state)``, or a subgraph.
+
+        ``fn`` may be a compiled graph: the node then runs it as a subgraph
+        (SPEC §5a). It receives the channels of the state that it also
+        declares; the node's update is what it changed in them (an
+        ``append`` channel gains only its new items), folded by this
+        graph's reducers. Its checkpoints, pauses and events live under the
+        namespace ``"<name>:<task key>"``.
 
         Args:
             name: Unique; not ``START``/``END``; no ``:`` or ``#`` (they
@@ -202,6 +220,10 @@ class GraphBuilder(Generic[StateT]):
             type: The node's type in an exported spec (see ``to_spec``).
             config: The node's configuration in an exported spec.
         """
+        if isinstance(fn, CompiledGraph):
+            return self._subgraph_node(
+                name, fn, retry=retry, destinations=destinations, type=type, config=config
+            )
         self._nodes.append(
             NodeSpec(
                 name=name,
@@ -210,6 +232,32 @@ class GraphBuilder(Generic[StateT]):
                 destinations=destinations_tuple(destinations),
                 type=type,
                 config=config or {},
+            )
+        )
+        return self
+
+    def _subgraph_node(
+        self,
+        name: str,
+        child: CompiledGraph[Any],
+        *,
+        retry: RetryPolicy | None,
+        destinations: Iterable[str] | None,
+        type: str | None,  # noqa: A002 - the spec's field name
+        config: Mapping[str, Any] | None,
+    ) -> GraphBuilder[Any]:
+        """A node whose body runs ``child`` as a subgraph (``type`` ``"subgraph"`` in a spec)."""
+        from .subgraphs import SUBGRAPH_TYPE, subgraph_body
+
+        self._nodes.append(
+            NodeSpec(
+                name=name,
+                body=Callback.of(subgraph_body(child)),
+                retry=retry,
+                destinations=destinations_tuple(destinations),
+                type=type or SUBGRAPH_TYPE,
+                config={"graph": child.name} if config is None else config,
+                subgraph=child,
             )
         )
         return self

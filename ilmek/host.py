@@ -16,7 +16,7 @@ limit)`` and ``update_state(g, cp, thread_id, update)``.
 
 from __future__ import annotations
 
-from typing import Any, Final, overload
+from typing import Any, Final, Literal, overload
 
 import attrs
 
@@ -25,6 +25,7 @@ from .checkpoint.base import Checkpointer
 from .errors import CheckpointNotFoundError, InvalidArgumentError
 from .graph import CompiledGraph
 from .journals import inherited_journals
+from .subgraph_reading import child_states, child_thread
 from .types import Checkpoint, Pending, StateT, new_checkpoint_id, task_id_for
 
 __all__ = ["forget_unstored_steps", "history", "pending_interrupts", "thread_state", "update_state"]
@@ -134,9 +135,21 @@ def thread_state(
 def thread_state(
     graph: CompiledGraph[StateT], checkpointer: Checkpointer | None = None, *, thread_id: str
 ) -> StateT | None: ...
+@overload
 def thread_state(
-    graph: CompiledGraph[StateT], checkpointer: Checkpointer | None = None, thread_id: str | None = None
-) -> StateT | None:
+    graph: CompiledGraph[Any],
+    checkpointer: Checkpointer | None = None,
+    thread_id: str | None = None,
+    *,
+    subgraphs: Literal[True],
+) -> dict[tuple[str, ...], Any] | None: ...
+def thread_state(
+    graph: CompiledGraph[Any],
+    checkpointer: Checkpointer | None = None,
+    thread_id: str | None = None,
+    *,
+    subgraphs: bool = False,
+) -> Any:
     """The thread's latest state as nodes see it, or ``None`` for an unknown thread.
 
     A dict for a graph with a channel map or a ``TypedDict``, an instance of
@@ -146,6 +159,11 @@ def thread_state(
         graph: The thread's graph (it says how to view the state).
         checkpointer: Read this one instead of the graph's bound checkpointer.
         thread_id: The thread.
+        subgraphs: Return a dict of namespace path to state instead: the
+            thread's own under ``()``, then each child of its current
+            superstep (paused inside a child, or stopped in one) under its
+            path, ``("outer:outer", "inner:inner")`` for a grandchild. A child
+            run by ``ctx.call`` reads as its channel values.
 
     Raises:
         InvalidArgumentError: no thread, or no checkpointer given or bound.
@@ -153,11 +171,14 @@ def thread_state(
     graph = _graph("thread_state", graph)
     given = _given("thread_state", checkpointer)
     thread = _thread("thread_state", thread_id)
-    latest = _checkpointer("thread_state", graph, given, thread).get(thread)
+    store = _checkpointer("thread_state", graph, given, thread)
+    latest = store.get(thread)
     if latest is None:
         return None
-    state: StateT = graph.schema.view(latest.channels)
-    return state
+    state = graph.schema.view(latest.channels)
+    if not subgraphs:
+        return state
+    return {(): state, **dict(child_states(graph, store, thread, latest))}
 
 
 @overload
@@ -168,11 +189,16 @@ def history(
     limit: int | None = None,
     *,
     checkpointer: Checkpointer | None = None,
+    ns: tuple[str, ...] = (),
 ) -> list[Checkpoint]: ...
 @overload
-def history(source: Checkpointer, /, thread_id: str, limit: int | None = None) -> list[Checkpoint]: ...
+def history(
+    source: Checkpointer, /, thread_id: str, limit: int | None = None, *, ns: tuple[str, ...] = ()
+) -> list[Checkpoint]: ...
 @overload
-def history(*, thread_id: str, limit: int | None = None, checkpointer: Checkpointer) -> list[Checkpoint]: ...
+def history(
+    *, thread_id: str, limit: int | None = None, checkpointer: Checkpointer, ns: tuple[str, ...] = ()
+) -> list[Checkpoint]: ...
 def history(
     source: CompiledGraph[Any] | Checkpointer | None = None,
     /,
@@ -180,6 +206,7 @@ def history(
     limit: int | None = None,
     *,
     checkpointer: Checkpointer | None = None,
+    ns: tuple[str, ...] = (),
 ) -> list[Checkpoint]:
     """The thread's checkpoints, newest first, forks included.
 
@@ -192,13 +219,20 @@ def history(
         thread_id: The thread.
         limit: At most this many, newest first.
         checkpointer: Read this one instead of the graph's.
+        ns: The namespace path of a subgraph (``Pending.ns``, or a key of
+            ``thread_state(..., subgraphs=True)``): list that child's
+            checkpoints instead (the newest child at that path).
 
     Raises:
         InvalidArgumentError: no thread, or no checkpointer given or bound.
+        CheckpointNotFoundError: no subgraph ran at ``ns``.
     """
     graph, given = _source("history", source, checkpointer)
     thread = _thread("history", thread_id)
-    return _checkpointer("history", graph, given, thread).list(thread, limit=limit)
+    store = _checkpointer("history", graph, given, thread)
+    if ns:
+        thread = child_thread(graph, store, thread, tuple(ns))[0]
+    return store.list(thread, limit=limit)
 
 
 @overload
@@ -214,6 +248,8 @@ def update_state(
     checkpointer: Checkpointer | None = None,
     thread_id: str | None = None,
     update: Any = _MISSING,
+    *,
+    ns: tuple[str, ...] = (),
 ) -> Checkpoint:
     """Fold ``update`` into the thread's state as a new checkpoint: a human edit.
 
@@ -229,6 +265,10 @@ def update_state(
         checkpointer: Write to this one instead of the graph's bound checkpointer.
         thread_id: The thread.
         update: A dict of channel writes, folded through the reducers.
+        ns: The namespace path of a subgraph run by a node of ``graph``
+            (``Pending.ns``): edit that child's state instead, under the
+            thread's hold. The child goes on from the edit when the thread
+            is resumed.
 
     Returns:
         The new checkpoint.
@@ -248,6 +288,22 @@ def update_state(
             f"update_state() needs the edit to fold into thread {thread_id!r}: pass update={{...}}"
         )
     checkpointer = _checkpointer("update_state", graph, given, thread_id)
+    if ns:
+        with checkpointer.hold(thread_id):
+            child, sub = child_thread(graph, checkpointer, thread_id, tuple(ns))
+            if sub is None:
+                raise InvalidArgumentError(
+                    f"the subgraph at {'/'.join(ns)!r} of thread {thread_id!r} is run by ctx.call(), so "
+                    "its graph is not known here: call update_state() with that graph and the ns"
+                )
+            return _fold_update(sub, checkpointer, child, update)
+    return _fold_update(graph, checkpointer, thread_id, update)
+
+
+def _fold_update(
+    graph: CompiledGraph[Any], checkpointer: Checkpointer, thread_id: str, update: Any
+) -> Checkpoint:
+    """:func:`update_state` on one thread (a root or a child), under that thread's hold."""
     with checkpointer.hold(thread_id) as hold:
         latest = checkpointer.load(thread_id, hold=hold)
         if latest is None:

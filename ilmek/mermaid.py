@@ -186,6 +186,50 @@ def _node_ids(order: list[str], lines: list[_Line]) -> tuple[dict[str, str], lis
     return ids, anywhere
 
 
+def _drawn_nodes(nodes: list[str], lines: list[_Line]) -> list[str]:
+    """The nodes to draw, in order: a node an edge names but a spec forgot to declare is drawn too."""
+    order = list(dict.fromkeys(nodes))
+    for line in lines:
+        for name in (line.source, *(line.targets or ())):
+            if name not in (START, END) and name not in order:
+                order.append(name)
+    return order
+
+
+def _children(source: Any) -> dict[str, CompiledGraph]:
+    """The nodes of a compiled graph that are subgraphs, with the graph each runs."""
+    if not isinstance(source, CompiledGraph):
+        return {}
+    return {name: spec.subgraph for name, spec in source.nodes.items() if spec.subgraph is not None}
+
+
+def _block(child: CompiledGraph, block_id: str, label: str, indent: str) -> list[str]:
+    """A subgraph node drawn as a Mermaid ``subgraph`` block holding the child's own flowchart.
+
+    The child's ids are the block's id and ``_`` in front of its own, so no
+    two levels collide; edges of the parent point at the block itself.
+    """
+    _, nodes, lines = _from_graph(child)
+    order = _drawn_nodes(nodes, lines)
+    own_ids, own_anywhere = _node_ids(order, lines)
+    ids = {name: f"{block_id}_{node_id}" for name, node_id in own_ids.items()}
+    anywhere = [f"{block_id}_{node_id}" for node_id in own_anywhere]
+    inner = indent + "  "
+    children = _children(child)
+    out = [f'{indent}subgraph {block_id}["{_label(label)}"]', f"{inner}{ids[START]}([START])"]
+    for name in order:
+        if name in children:
+            out += _block(children[name], ids[name], name, inner)
+        else:
+            out.append(f'{inner}{ids[name]}["{_label(name)}"]')
+    out += [f'{inner}{node_id}{{"?"}}' for node_id in anywhere]
+    if any(END in (line.targets or ()) for line in lines):
+        out.append(f"{inner}{ids[END]}([END])")
+    out += [f"{inner}{arrow.strip()}" for arrow in _arrows(lines, ids, anywhere)]
+    out.append(f"{indent}end")
+    return out
+
+
 def _arrows(lines: list[_Line], ids: Mapping[str, str], anywhere: list[str]) -> list[str]:
     """The flowchart's arrow statements, one per target of each line, in the lines' order."""
     out: list[str] = []
@@ -249,22 +293,21 @@ def to_mermaid(
     if not include_routers:
         lines = [line for line in lines if line.kind != "router"]
 
-    # A node an edge names but the spec forgot to declare is drawn all the same.
-    order = list(dict.fromkeys(nodes))
-    for line in lines:
-        for name in (line.source, *(line.targets or ())):
-            if name not in (START, END) and name not in order:
-                order.append(name)
-
+    order = _drawn_nodes(nodes, lines)
     ids, anywhere = _node_ids(order, lines)
     pending = _nodes_named(_part(highlight, "pending")) if highlight is not None else set()
     upcoming = _nodes_named(_part(highlight, "next")) - pending if highlight is not None else set()
+    children = _children(source)
 
     out: list[str] = []
     if title is not None:
         out += ["---", f"title: {_yaml_string(title)}", "---"]
     out += [f"flowchart {direction}", f"  {_START_ID}([START])"]
-    out += [f'  {ids[name]}["{_label(f"⏸ {name}" if name in pending else name)}"]' for name in order]
+    for name in order:
+        if name in children:
+            out += _block(children[name], ids[name], f"⏸ {name}" if name in pending else name, "  ")
+        else:
+            out.append(f'  {ids[name]}["{_label(f"⏸ {name}" if name in pending else name)}"]')
     out += [f'  {node_id}{{"?"}}' for node_id in anywhere]
     if any(END in (line.targets or ()) for line in lines):
         out.append(f"  {_END_ID}([END])")

@@ -59,6 +59,7 @@ from .control import RetryPolicy
 from .errors import GraphError
 from .graph import END, START, UNNAMED, CompiledGraph, EdgeSpec, GraphBuilder, NodeSpec, graph
 from .predicates import check_predicate
+from .subgraphs import SUBGRAPH_TYPE
 
 __all__ = ["from_spec", "to_spec"]
 
@@ -189,7 +190,7 @@ def _keys(value: Mapping[str, Any], path: str, required: tuple[str, ...], option
 
 def from_spec(
     spec: Mapping[str, Any],
-    registry: Mapping[str, NodeFactory],
+    registry: Mapping[str, NodeFactory | CompiledGraph[Any]],
     *,
     reducers: Mapping[str, Callable[[Any, Any], Any]] | None = None,
     checkpointer: Checkpointer | None = None,
@@ -211,7 +212,10 @@ def from_spec(
         spec: A JSON-able dict (see the module docstring for its shape).
         registry: Maps each node ``type`` to a factory called once per node
             with a copy of the node's ``config``; it returns the node function
-            ``fn(state, ctx)`` or ``fn(state)``.
+            ``fn(state, ctx)`` or ``fn(state)``, or a compiled graph to run
+            as a subgraph. A node ``{"type": "subgraph", "config": {"graph":
+            NAME}}`` with no ``"subgraph"`` factory runs ``registry[NAME]``,
+            a compiled graph.
         reducers: Maps the names that ``{"reducer": "reduce", "fn": name}``
             channels use to ``fn(current, incoming)`` functions. As for any
             :func:`~ilmek.channel.reduce` channel, ``current`` is ``None`` on
@@ -334,16 +338,17 @@ def _node_from_spec(
     builder: GraphBuilder,
     node: Mapping[str, Any],
     path: str,
-    registry: Mapping[str, NodeFactory],
+    registry: Mapping[str, Any],
     ids: set[str],
 ) -> None:
     _keys(node, path, ("id", "type"), ("config", "retry", "destinations"))
     node_type = _name(node["type"], f"{path}.type")
-    if node_type not in registry:
-        known = ", ".join(sorted(registry)) or "none"
-        raise GraphError(f"{path}.type: unknown node type {node_type!r} (registered: {known})")
     config = copy.deepcopy(dict(_object(_present(node, "config", {}), f"{path}.config")))
     _check_json(config, f"{path}.config")
+    factory = registry.get(node_type) or _subgraph_factory(node_type, config, registry, path)
+    if factory is None:
+        known = ", ".join(sorted(registry)) or "none"
+        raise GraphError(f"{path}.type: unknown node type {node_type!r} (registered: {known})")
     retry = _retry_from_spec(node["retry"], f"{path}.retry") if "retry" in node else None
     destinations: list[str] | None = None
     if "destinations" in node:
@@ -354,18 +359,37 @@ def _node_from_spec(
                     f"{path}.destinations[{index}]: unknown node {target!r} (nodes: {', '.join(sorted(ids))})"
                 )
     try:
-        fn = registry[node_type](copy.deepcopy(config))
+        fn = factory(copy.deepcopy(config))
     except Exception as error:
         raise GraphError(
             f"{path}: the registry's factory for type {node_type!r} raised {type(error).__name__}: {error}",
             node=node["id"],
         ) from error
-    if not callable(fn):
+    if not callable(fn) and not isinstance(fn, CompiledGraph):
         raise GraphError(
             f"{path}: the registry's factory for type {node_type!r} returned {fn!r}, not a node function",
             node=node["id"],
         )
     builder.node(node["id"], fn, retry=retry, destinations=destinations, type=node_type, config=config)
+
+
+def _subgraph_factory(
+    node_type: str, config: Mapping[str, Any], registry: Mapping[str, Any], path: str
+) -> Callable[[Mapping[str, Any]], Any] | None:
+    """For a ``subgraph`` node the registry has no factory for: the compiled graph it names.
+
+    ``{"type": "subgraph", "config": {"graph": NAME}}`` runs the compiled
+    graph ``registry[NAME]`` as a subgraph (a factory registered for
+    ``"subgraph"`` wins, and may return a compiled graph itself).
+    """
+    if node_type != SUBGRAPH_TYPE:
+        return None
+    name = _name(config.get("graph"), f"{path}.config.graph")
+    child = registry.get(name)
+    if not isinstance(child, CompiledGraph):
+        known = ", ".join(sorted(k for k, v in registry.items() if isinstance(v, CompiledGraph))) or "none"
+        raise GraphError(f"{path}.config.graph: no compiled graph {name!r} in the registry (graphs: {known})")
+    return lambda _config: child
 
 
 def _retry_from_spec(value: Any, path: str) -> RetryPolicy:

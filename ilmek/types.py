@@ -156,7 +156,13 @@ class Pending:
 
     @property
     def task_key(self) -> str:
-        """The key of the task that paused: ``id`` without its ``:<key>`` ending."""
+        """The key of the task that paused: ``id`` without its ``:<key>`` ending.
+
+        A subgraph's pause (``ns`` set) is the pause of the task running the
+        subgraph: its key is the last part of ``task_id``.
+        """
+        if self.ns:
+            return split_task_id(self.task_id)[2]
         suffix = f":{self.key}"
         return self.id[: -len(suffix)] if self.id.endswith(suffix) else self.id
 

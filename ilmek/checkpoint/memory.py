@@ -20,6 +20,7 @@ import attrs
 from .. import checks
 from ..crypto import Keyring, RekeyCallback, RekeyProgress
 from ..errors import CheckpointNotFoundError, ConcurrentUpdateError
+from ..namespaces import child_of_plans, children_prefix, is_child_thread
 from ..types import (
     ChannelChange,
     Checkpoint,
@@ -56,7 +57,7 @@ from .base import (
     missing_parent_error,
     same_channels,
 )
-from .holds import holder_of
+from .holds import LocalHolds, holder_of
 from .outbox import MemoryOutbox, OutboxNotice
 
 __all__ = ["InMemoryCheckpointer"]
@@ -452,9 +453,8 @@ class InMemoryCheckpointer(MemoryOutbox, Checkpointer):
     def delete_thread(self, thread_id: str) -> None:
         thread_id = checks.thread_id(thread_id)
         with self._lock:
-            self._threads.pop(thread_id, None)
             # The run that held it fails at its next write.
-            self._local_holds.drop(thread_id)
+            _drop_tree(self._threads, thread_id, self._local_holds)
 
     # --- host API ----------------------------------------------------------------------
 
@@ -463,7 +463,7 @@ class InMemoryCheckpointer(MemoryOutbox, Checkpointer):
             return [
                 _thread_info(self._sealer, tid, thread, self._local_holds.holder(tid))
                 for tid, thread in self._threads.items()
-                if thread.ids or thread.metadata_text != "{}"
+                if (thread.ids or thread.metadata_text != "{}") and not is_child_thread(tid)
             ]
 
     def list_threads(
@@ -541,6 +541,7 @@ class InMemoryCheckpointer(MemoryOutbox, Checkpointer):
                 del thread.checkpoints[checkpoint_id]
             thread.ids = [i for i in thread.ids if i in keep]
             _sweep(thread_id, thread)
+            _drop_children(self._threads, thread_id, {thread.checkpoints[i].plan_id or i for i in thread.ids})
             return len(dropped)
 
     def delete_threads(
@@ -560,8 +561,28 @@ class InMemoryCheckpointer(MemoryOutbox, Checkpointer):
             infos.sort(key=lambda i: (i.updated_at, i.id))
             chosen = infos if limit is None else infos[:limit]
             for info in chosen:
-                self._threads.pop(info.id, None)
+                _drop_tree(self._threads, info.id, None)
             return len(chosen)
+
+
+def _drop_tree(threads: dict[str, Any], thread_id: str, holds: LocalHolds | None) -> None:
+    """Drop a thread, its subgraph threads and (given ``holds``) its hold; under the lock."""
+    threads.pop(thread_id, None)
+    if holds is not None:
+        holds.drop(thread_id)
+    _drop_children(threads, thread_id, None)
+
+
+def _drop_children(threads: dict[str, Any], thread_id: str, kept_plans: set[str] | None) -> None:
+    """Drop the subgraph threads of ``thread_id`` (all, or those of no kept plan); under the lock.
+
+    A child's run holds nothing once its root is gone: its next write fails
+    on the missing thread, as a deleted root's does.
+    """
+    prefix = children_prefix(thread_id)
+    for child in [tid for tid in threads if tid.startswith(prefix)]:
+        if kept_plans is None or not child_of_plans(thread_id, child, kept_plans):
+            threads.pop(child, None)
 
 
 def _decoded_checkpoint(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Generator, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import attrs
 
@@ -23,12 +23,15 @@ from ..errors import (
     CheckpointNotFoundError,
     ConcurrentUpdateError,
     IlmekError,
+    InvalidArgumentError,
     RecursionLimitError,
     ResumeError,
+    SubgraphError,
 )
 from ..events import CheckpointEvent, Event, RunEnd, RunStart, StateEvent
 from ..graph import START, CompiledGraph
 from ..journals import inherited_journals
+from ..namespaces import is_child_thread
 from ..types import Checkpoint, Pending, ScheduledTask, task_id_for
 from . import exiting
 from .answers import Resume, answers_by_id, record_answers
@@ -86,8 +89,13 @@ class Run:
             thread's latest is any other checkpoint, nothing is answered.
     """
 
-    def __init__(self, graph: CompiledGraph, mode: Mode, options: RunOptions) -> None:
+    def __init__(self, graph: CompiledGraph, mode: Mode, options: RunOptions, *, child: bool = False) -> None:
         self.setup = RunSetup.of(graph, options, resuming=isinstance(mode, Resume))
+        if not child and is_child_thread(self.setup.thread_id):
+            raise InvalidArgumentError(
+                f"thread id {self.setup.thread_id!r} holds U+001F, which ilmek reserves for the threads of "
+                "subgraphs; choose a thread id without it"
+            )
         self.mode = mode
         # Refused before anything is yielded or written.
         self.input_writes = (
@@ -252,10 +260,7 @@ class _Driving:
         if not base.next:
             raise _Finished(self._end("done", base, values))
         if setup.cancel.is_set() or draining.draining():
-            # The process's drain stops its runs where a cancel does, under its own reason.
-            reason = self.keeper.abort_reason() if setup.cancel.is_set() else draining.DRAIN_REASON
-            self.position.record_cancel(base, reason)
-            raise _Finished(self._end("aborted", base, values, abort_reason=reason))
+            self._abort(base, values)
         if self.steps_taken >= setup.limit:
             limit_error = RecursionLimitError(
                 f"thread {setup.thread_id!r} ran {setup.limit} supersteps in this run without "
@@ -274,6 +279,9 @@ class _Driving:
                 base, values, steps_taken=self.steps_taken, placement=self.placement
             )
         except RunEnds as ends:
+            if ends.errors and all(_stopped_child(error) for _, error in ends.errors):
+                # Its subgraphs stopped for the cancel (or drain) the run itself heard.
+                self._abort(ends.base, ends.values)
             raise _Finished(
                 self._end(
                     ends.status,
@@ -286,6 +294,14 @@ class _Driving:
             ) from None
         self.steps_taken += 1
         return base, values
+
+    def _abort(self, base: Checkpoint, values: Any) -> NoReturn:
+        """End the run ``aborted`` at ``base``, by cancel or by the process's drain."""
+        setup = self.setup
+        # The process's drain stops its runs where a cancel does, under its own reason.
+        reason = self.keeper.abort_reason() if setup.cancel.is_set() else draining.DRAIN_REASON
+        self.position.record_cancel(base, reason)
+        raise _Finished(self._end("aborted", base, values, abort_reason=reason))
 
     def _start(self, latest: Checkpoint | None) -> Generator[Event, None, Checkpoint]:
         """Answer the pause or commit the input: the checkpoint the first superstep runs from."""
@@ -491,6 +507,11 @@ def _placement(policy: bool | None, no_live_reader: bool) -> Placement:
     if policy is False or not no_live_reader:
         return WORKERS
     return INLINE_IF_ONE
+
+
+def _stopped_child(error: BaseException) -> bool:
+    """Whether ``error`` is a subgraph that stopped (not failed): a cancel or drain reached it."""
+    return isinstance(error, SubgraphError) and error.node is None
 
 
 def _describe(checkpoint: Checkpoint | None) -> str:

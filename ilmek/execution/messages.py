@@ -21,7 +21,18 @@ from ..errors import IlmekError, InterruptSignal
 from ..graph import NodeSpec
 from ..types import ScheduledTask
 
-__all__ = ["Done", "Emit", "Message", "Request", "Retry", "RunClosed", "StepLeft", "StorageFailed", "TaskRun"]
+__all__ = [
+    "ChildEvent",
+    "Done",
+    "Emit",
+    "Message",
+    "Request",
+    "Retry",
+    "RunClosed",
+    "StepLeft",
+    "StorageFailed",
+    "TaskRun",
+]
 
 
 class RunClosed(IlmekError):
@@ -70,6 +81,16 @@ class Emit:
     def __init__(self, task: TaskRun, payload: Any) -> None:
         self.task = task
         self.payload = payload
+
+
+class ChildEvent:
+    """An event of a task's subgraph, and the path to put in front of its ``ns``."""
+
+    __slots__ = ("event", "ns")
+
+    def __init__(self, event: Any, ns: tuple[str, ...]) -> None:
+        self.event = event
+        self.ns = ns
 
 
 class Retry:

@@ -117,3 +117,10 @@ class EventStamper:
     def __call__(self, cls: type[Event], **fields: Any) -> Event:
         self._seq += 1
         return cls(run_id=self._run_id, thread_id=self._thread_id, seq=self._seq, **fields)
+
+    def restamp(self, event: Event, ns: tuple[str, ...]) -> Event:
+        """A subgraph's ``event`` as this run's next one, under ``ns`` (the child's path in front)."""
+        self._seq += 1
+        return attrs.evolve(
+            event, run_id=self._run_id, thread_id=self._thread_id, seq=self._seq, ns=(*ns, *event.ns)
+        )

@@ -21,7 +21,8 @@ from ..errors import ReducerError, ResumeError
 from ..events import CheckpointEvent, Event, InterruptEvent, NodeError, StateEvent, StepStart
 from ..journals import inherited_journals
 from ..notices import deliver, outbox_notices
-from ..types import ChannelChange, Checkpoint, JournalEntry, Pending, ScheduledTask, pause_fields, task_id_for
+from ..types import ChannelChange, Checkpoint, JournalEntry, Pending, ScheduledTask, task_id_for
+from .children import ChildHost, surfaced_pauses
 from .keeping import HoldKeeper
 from .messages import TaskRun
 from .position import ThreadPosition
@@ -229,6 +230,14 @@ class Superstep:
                 state=state,
                 meta=setup.meta,
                 cancel=setup.cancel,
+                children=ChildHost(
+                    setup,
+                    base.plan_id or base.id,
+                    task_run.task.task_key,
+                    self._runner.forwarder(task_run),
+                    self._keeper.hold.lease_seconds,
+                    new_plan=base.plan_id == base.id and self._position.is_fresh(base.id),
+                ),
             )
             contexts.append((task_run, state, ctx))
         return contexts
@@ -273,16 +282,12 @@ class Superstep:
         checkpoint_id = position.next_id()
         paused = [r for r in runs if r.outcome == "interrupt" and r.signal is not None]
         pending = tuple(
-            Pending(
-                id=f"{r.task.task_key}:{r.signal.key}",
-                task_id=task_id_for(setup.thread_id, checkpoint_id, r.task.task_key),
-                node=r.spec.name,
-                key=r.signal.key,
-                payload=r.signal.payload,
-                **pause_fields(r.signal.terms),
-            )
+            pause
             for r in paused
             if r.signal is not None
+            for pause in surfaced_pauses(
+                r.signal, r.spec.name, r.task.task_key, setup.thread_id, checkpoint_id
+            )
         )
         # The open pauses join the journal of the superstep, so a fork from
         # before the pause meets them (and a step reusing their key is caught).

@@ -39,7 +39,7 @@ from ..types import JournalEntry
 from . import exiting
 from .attempts import Attempts
 from .keeping import HoldKeeper
-from .messages import Done, Emit, Message, Request, RunClosed, StepLeft, StorageFailed, TaskRun
+from .messages import ChildEvent, Done, Emit, Message, Request, RunClosed, StepLeft, StorageFailed, TaskRun
 from .setup import EventStamper, RunSetup
 
 if TYPE_CHECKING:
@@ -95,6 +95,15 @@ class TaskRunner:
             messages.put(Emit(task_run, payload))
 
         return emit
+
+    def forwarder(self, task_run: TaskRun) -> Callable[[Event, tuple[str, ...]], None]:
+        """What the task's subgraphs hand their events to: queued for the driver, ``ns`` in front."""
+        messages = self._queue
+
+        def forward(event: Event, ns: tuple[str, ...]) -> None:
+            messages.put(Emit(task_run, ChildEvent(event, ns)))
+
+        return forward
 
     def persister(self, base_id: str, task_key: str) -> Callable[[JournalEntry], None]:
         """What the task's journal calls to record a step: an append, done by the driver."""
@@ -264,6 +273,8 @@ class TaskRunner:
                 extra={"thread_id": self._setup.thread_id},
             )
             return None
+        if isinstance(message, Emit) and isinstance(message.payload, ChildEvent):
+            return self._event.restamp(message.payload.event, message.payload.ns)
         if isinstance(message, Emit):
             return self._event(
                 CustomEvent,

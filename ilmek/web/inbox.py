@@ -12,6 +12,7 @@ import datetime as _dt
 from collections.abc import Mapping, Sequence
 
 from ..graph import CompiledGraph
+from ..namespaces import join_path
 from ..operations import why_stalled
 from ..types import utc_now
 from .bulk_page import bulk_bar, tick_box
@@ -152,7 +153,7 @@ def _detail(row: InboxRow, now: _dt.datetime) -> Markup:
             {"class": "asks"},
             # A question's own line breaks are its lines, not a literal \n.
             tag("span", {"class": "question"}, escape(question_of(first.payload), keep_newlines=True)),
-            tag("span", {"class": "muted"}, f" — {first.node}{more}"),
+            tag("span", {"class": "muted"}, f" — {first.node}{_inside(first.ns)}{more}"),
             tag("div", {"class": "timing"}, timing) if timing is not None else None,
         )
     if info.error is not None:
@@ -181,6 +182,11 @@ def _detail(row: InboxRow, now: _dt.datetime) -> Markup:
         last = f": {', '.join(row.ran)} ran last" if row.ran else ""
         return tag("div", {"class": "outcome"}, f"finished{last} (step {info.step})")
     return tag("div", {"class": "muted"}, "")
+
+
+def _inside(ns: tuple[str, ...]) -> str:
+    """Where a subgraph's pause is, after its node: `` (in outer:outer/review:review)``; else nothing."""
+    return f" (in {join_path(ns)})" if ns else ""
 
 
 def _answer_cell(links: Links, guard: Guard, row: InboxRow, graphs: Mapping[str, CompiledGraph]) -> Markup:

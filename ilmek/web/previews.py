@@ -171,10 +171,18 @@ def _preview_pauses(stored: Any) -> tuple[Pending, ...]:
             deadline=_deadline(item.get("deadline")),
             on_timeout=_preview_payload(item.get("on_timeout")),
             answers=_preview_contract(item.get("answers")),
+            ns=_path(item.get("ns")),
         )
         for item in plain[:PREVIEW_ITEMS]
         if isinstance(item, dict)
     )
+
+
+def _path(plain: Any) -> tuple[str, ...]:
+    """A stored pause's subgraph path (``()`` at the root, or for anything but a list of names)."""
+    if not isinstance(plain, list):
+        return ()
+    return tuple(_name(part) for part in plain[:PREVIEW_ITEMS])
 
 
 def _preview_contract(plain: Any) -> Mapping[str, Any] | None:

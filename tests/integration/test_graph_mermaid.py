@@ -456,3 +456,37 @@ def test_a_stored_spec_draws_nodes_its_edges_name_but_it_forgot() -> None:
     assert '  forgotten["forgotten"]' in lines
     assert '  n0 -->|"v != #quot;#35;quot;#quot;"| n1' in lines
     assert '  n1 -.->|"goto"| n2' in lines
+
+
+# --- subgraphs ------------------------------------------------------------------------
+
+
+def test_a_subgraph_node_is_drawn_as_a_mermaid_subgraph_block_two_levels_deep() -> None:
+    """Each subgraph node is a ``subgraph`` block holding its child's nodes; Mermaid reads the nesting."""
+    inner = graph("inner", {"x": channel.last_write(0)}).node("ask", noop).edge(START, "ask").edge("ask", END)
+    outer = (
+        graph("outer", {"x": channel.last_write(0)})
+        .node("review", inner.compile())
+        .edge(START, "review")
+        .edge("review", END)
+    )
+    root = (
+        graph("root", {"x": channel.last_write(0)})
+        .node("first", noop)
+        .node("outer", outer.compile())
+        .edge(START, "first")
+        .edge("first", "outer")
+        .edge("outer", END)
+        .compile()
+    )
+    text = root.to_mermaid()
+
+    (reading,) = mermaid_readings([text])
+
+    assert reading["problem"] is None, f"{reading['problem']}\n\n{text}"
+    assert "ask" in reading["nodes"]
+    blocks = dict(reading["subgraphs"])
+    assert {"outer", "review"} == set(blocks)
+    assert "outer_review" in blocks["outer"]  # a block inside a block is named by its id
+    assert "ask" in blocks["review"]
+    assert ("first", "outer", "", "normal") in [tuple(edge) for edge in reading["edges"]]

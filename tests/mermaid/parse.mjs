@@ -2,7 +2,8 @@
 // texts on stdin and prints, for each, what Mermaid itself makes of it:
 //   {"problem": null | "<why Mermaid refused it>",
 //    "nodes": ["<label as displayed>", ...],
-//    "edges": [["<from label>", "<to label>", "<edge label>", "<stroke>"], ...]}
+//    "edges": [["<from label>", "<to label>", "<edge label>", "<stroke>"], ...],
+//    "subgraphs": [["<title>", ["<label of a member>", ...]], ...]}
 import { JSDOM } from "jsdom";
 
 // Mermaid sanitizes labels with DOMPurify, which needs a browser window.
@@ -38,6 +39,7 @@ async function inspect(text) {
       problem: null,
       nodes: [...vertices.keys()].map(label),
       edges: diagram.db.getEdges().map((e) => [label(e.start), label(e.end), displayed(e.text), e.stroke]),
+      subgraphs: diagram.db.getSubGraphs().map((s) => [displayed(s.title), s.nodes.map(label).sort()]),
     };
   } catch (error) {
     return { problem: String(error && error.message ? error.message : error) };

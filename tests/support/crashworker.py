@@ -75,6 +75,7 @@ INPUTS: dict[str, dict[str, Any]] = {
     "loop": {"seed": "s"},
     "checkout": {"cart": ["coffee", "mug"]},
     "slow": {"log": ["begun"]},
+    "nested": {"log": ["begun"]},
 }
 """The input each graph starts with."""
 
@@ -222,10 +223,52 @@ def slow_graph(effects: Effects, reached: Reached = _nowhere) -> CompiledGraph:
     )
 
 
+def nested_graph(effects: Effects, reached: Reached = _nowhere) -> CompiledGraph:
+    """Two levels of subgraphs: root ``before`` → ``outer`` → ``inner`` (steps ``first``, then
+    ``prepare``, the point ``prepared``, ``finish``) → root ``after``; every step is an effect.
+    """
+
+    def effect(name: str) -> Callable[[dict[str, Any], Any], dict[str, Any]]:
+        def node(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+            return {"log": [ctx.step(name, effects.perform, name, name)]}
+
+        return node
+
+    def work(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        prepared = ctx.step("prepare", effects.perform, "prepare", "prepared")
+        reached("prepared")
+        finished = ctx.step("finish", effects.perform, "finish", "finished")
+        return {"log": [prepared, finished]}
+
+    log = {"log": channel.append()}
+    inner = (
+        graph("crash-inner", log)
+        .node("first", effect("first"))
+        .node("work", work)
+        .edge(START, "first")
+        .edge("first", "work")
+        .edge("work", END)
+        .compile()
+    )
+    outer = graph("crash-outer", log).node("inner", inner).edge(START, "inner").edge("inner", END).compile()
+    return (
+        graph("crash-nested", log)
+        .node("before", effect("before"))
+        .node("outer", outer)
+        .node("after", effect("after"))
+        .edge(START, "before")
+        .edge("before", "outer")
+        .edge("outer", "after")
+        .edge("after", END)
+        .compile()
+    )
+
+
 GRAPHS: dict[str, Callable[[Effects, Reached], CompiledGraph]] = {
     "loop": loop_graph,
     "checkout": checkout_graph,
     "slow": slow_graph,
+    "nested": nested_graph,
 }
 
 

@@ -778,3 +778,51 @@ def test_mermaid_of_a_spec_graph_draws_every_node_and_the_guard() -> None:
     assert '  agent -->|"intent == #quot;buy#quot;"| checkout' in lines
     assert '  agent -->|"not (intent == #quot;buy#quot;)"| chat' in lines
     assert 5 == sum("-->" in line for line in lines)
+
+
+# --- subgraphs ------------------------------------------------------------------------
+
+
+def _review_graph() -> Any:
+    return (
+        graph("review", {"log": channel.append()})
+        .node("note", lambda state: {"log": ["reviewed"]}, type="note", config={})
+        .edge(START, "note")
+        .edge("note", END)
+        .compile()
+    )
+
+
+SUBGRAPH_SPEC: dict[str, Any] = {
+    "name": "shop",
+    "channels": {"log": {"reducer": "append"}},
+    "nodes": [{"id": "review", "type": "subgraph", "config": {"graph": "review"}}],
+    "edges": [{"from": "__start__", "to": "review"}, {"from": "review", "to": "__end__"}],
+}
+
+
+def test_a_subgraph_node_resolves_its_graph_by_name_runs_and_round_trips() -> None:
+    """``{"type": "subgraph", "config": {"graph": NAME}}`` runs ``registry[NAME]`` and exports unchanged."""
+    built = from_spec(SUBGRAPH_SPEC, {"review": _review_graph()})
+
+    assert SUBGRAPH_SPEC == to_spec(built)
+    assert {"log": ["in", "reviewed"]} == run(built, {"log": ["in"]}).state
+
+
+def test_a_subgraph_node_built_in_code_exports_as_a_subgraph_spec() -> None:
+    """``.node(name, compiled)`` exports ``type: subgraph`` naming the child graph."""
+    built = (
+        graph("shop", {"log": channel.append()})
+        .node("review", _review_graph())
+        .edge(START, "review")
+        .edge("review", END)
+        .compile()
+    )
+
+    assert SUBGRAPH_SPEC == to_spec(built)
+
+
+def test_a_subgraph_spec_naming_an_unknown_graph_is_refused_with_its_path() -> None:
+    """A name the registry does not map to a compiled graph is a GraphError naming the node's path."""
+    with pytest.raises(GraphError, match=r"spec.nodes\[0\].config.graph: no compiled graph 'review'"):
+        from_spec(SUBGRAPH_SPEC, {"review": lambda config: None})

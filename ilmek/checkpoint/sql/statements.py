@@ -279,7 +279,7 @@ SQL: dict[str, str] = {
         "ON CONFLICT (thread_id) DO UPDATE SET metadata = excluded.metadata, updated_at = excluded.updated_at"
     ),
     "lineage": (
-        "SELECT checkpoint_id, parent_id, {jo_journal_chain} FROM {p}_checkpoints "
+        "SELECT checkpoint_id, parent_id, {jo_journal_chain}, plan_id FROM {p}_checkpoints "
         "WHERE thread_id = :thread_id"
     ),
     "manifests": "SELECT checkpoint_id, {jo_manifest} FROM {p}_checkpoints WHERE thread_id = :thread_id",

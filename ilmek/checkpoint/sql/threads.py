@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ... import checks
 from ...dbapi import Session
 from ...logs import logger
+from ...namespaces import SEPARATOR, child_of_plans, children_prefix
 from ...types import ThreadInfo
 from .. import _records
 from .._delta import blob_ids, manifest_from_plain
@@ -39,6 +40,18 @@ if TYPE_CHECKING:
 __all__ = ["Threads"]
 
 _LOG = logger("ilmek.storage")
+
+
+_CHILD_PATTERN = f"%{SEPARATOR}%"
+"""What the thread id of a subgraph's thread matches (``LIKE``)."""
+
+_CHILDREN_OF = "SELECT thread_id FROM {p}_threads WHERE thread_id LIKE :prefix ESCAPE '!'"
+
+
+def _like_prefix(prefix: str) -> str:
+    """A ``LIKE`` pattern (escape ``!``) matching what starts with ``prefix``."""
+    escaped = prefix.replace("!", "!!").replace("%", "!%").replace("_", "!_")
+    return f"{escaped}%"
 
 
 class Threads:
@@ -70,8 +83,9 @@ class Threads:
         before = checks.moment(updated_before, "updated_before")
         after = checks.moment(updated_after, "updated_after")
         due = checks.moment(due_before, "due_before")
-        conditions: builtins.list[str] = ["1 = 1"]
-        params: dict[str, Any] = {"now": time.time()}
+        # A subgraph's thread belongs to its root thread: never listed, recovered or ticked alone.
+        conditions: builtins.list[str] = ["t.thread_id NOT LIKE :child_pattern"]
+        params: dict[str, Any] = {"now": time.time(), "child_pattern": _CHILD_PATTERN}
         if needle:
             conditions.append(self._owner.FIND)
             params["needle"] = needle.lower()
@@ -160,6 +174,7 @@ class Threads:
             self._owner.advisory_lock(session, thread_id, wait=True)
             for name in THREAD_DELETIONS:
                 session.execute(self._statements.named(name), thread_id=thread_id)
+            self._delete_children(session, [thread_id])
 
         self._owner.transact(work, what="delete the thread", thread_id=thread_id)
         _LOG.info("deleted thread %r", thread_id, extra={"thread_id": thread_id})
@@ -190,9 +205,10 @@ class Threads:
 
     def _delete_batch(self, before: float | None, status: str | None, batch: int) -> int:
         conditions = [
-            f"NOT EXISTS (SELECT 1 FROM {{p}}_holds AS h WHERE h.thread_id = t.thread_id AND {LIVE_HOLD})"
+            f"NOT EXISTS (SELECT 1 FROM {{p}}_holds AS h WHERE h.thread_id = t.thread_id AND {LIVE_HOLD})",
+            "t.thread_id NOT LIKE :child_pattern",
         ]
-        params: dict[str, Any] = {"batch": batch, "now": time.time()}
+        params: dict[str, Any] = {"batch": batch, "now": time.time(), "child_pattern": _CHILD_PATTERN}
         if before is not None:
             conditions.append("t.updated_at < :before")
             params["before"] = before
@@ -246,10 +262,25 @@ class Threads:
                 **statements.in_params(chunk),
             )
             claimed.extend(row[0] for row in rows)
-        for chunk in chunks(claimed):
+        self._delete_rows(session, claimed)
+        self._delete_children(session, claimed)
+        return claimed
+
+    def _delete_rows(self, session: Session, thread_ids: Sequence[str]) -> None:
+        statements = self._statements
+        for chunk in chunks(thread_ids):
             for deletion in THREADS_DELETIONS:
                 session.execute(statements.built(deletion, len(chunk)), **statements.in_params(chunk))
-        return claimed
+
+    def _delete_children(self, session: Session, thread_ids: Sequence[str]) -> None:
+        """Inside a write: delete every subgraph thread of ``thread_ids`` (they go with their root)."""
+        children: builtins.list[str] = []
+        for thread_id in thread_ids:
+            rows = session.query(
+                self._statements.built(_CHILDREN_OF), prefix=_like_prefix(children_prefix(thread_id))
+            )
+            children.extend(row[0] for row in rows)
+        self._delete_rows(session, children)
 
     # --- pruning ----------------------------------------------------------------------
 
@@ -270,10 +301,12 @@ class Threads:
         statements = self._statements
         lineage: dict[str, str | None] = {}
         journal_chains: dict[str, tuple[str, ...]] = {}
-        for checkpoint_id, parent_id, chain in session.query(
+        plans: dict[str, str] = {}
+        for checkpoint_id, parent_id, chain, plan_id in session.query(
             statements.named("lineage"), thread_id=thread_id
         ):
             lineage[checkpoint_id] = parent_id
+            plans[checkpoint_id] = plan_id or checkpoint_id
             journal_chains[checkpoint_id] = _records.decode_chain(
                 chain, thread_id=thread_id, checkpoint_id=checkpoint_id
             )
@@ -300,7 +333,16 @@ class Threads:
         for base_id in bases:
             if base_id not in needed:
                 session.execute(statements.named("drop_base_entries"), thread_id=thread_id, base_id=base_id)
+        self._drop_pruned_children(session, thread_id, {plans[checkpoint_id] for checkpoint_id in keep})
         return len(dropped)
+
+    def _drop_pruned_children(self, session: Session, thread_id: str, kept_plans: set[str]) -> None:
+        """Inside a prune: delete the children of supersteps no kept checkpoint plans (their trees too)."""
+        rows = session.query(
+            self._statements.built(_CHILDREN_OF), prefix=_like_prefix(children_prefix(thread_id))
+        )
+        gone = [row[0] for row in rows if not child_of_plans(thread_id, row[0], kept_plans)]
+        self._delete_rows(session, gone)
 
     def _drop_unused_blobs(self, session: Session, thread_id: str, ceiling: Any) -> None:
         """Delete the blobs no kept checkpoint's manifest points at, up to ``ceiling`` (None: no blobs)."""

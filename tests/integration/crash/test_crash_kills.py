@@ -52,6 +52,7 @@ from tests.support.crashworker import (
     Effects,
     checkout_graph,
     loop_graph,
+    nested_graph,
     open_target,
     slow_graph,
 )
@@ -383,4 +384,28 @@ def test_a_resume_killed_after_charging_finishes_with_the_same_answer_without_ch
     assert {"cart": ["coffee", "mug"], "log": ["charged"]} == finished.state
     assert ["create_order", "charge:yes"] == effects.lines()
     assert_consistent_tree(history(crash_checkpointer, thread_id))
+    assert [] == leftovers(crash_db, thread_id)
+
+
+def test_a_kill_inside_a_grandchild_step_then_recovery_runs_each_step_once(
+    crash_db: str, crash_checkpointer: Checkpointer, workers: Workers, tmp_path: pathlib.Path
+) -> None:
+    """kill -9 between two steps of a subgraph two levels down: continuing the root runs every step once."""
+    thread_id = "killed in a grandchild"
+    effects = Effects(tmp_path / "nested.effects")
+    holder = workers.spawn(
+        "nested", "start", db=crash_db, thread=thread_id, effects=effects.path, linger_at="prepared"
+    )
+    holder.expect("lingering")
+    assert holder.kill()
+    assert ["before", "first", "prepare"] == effects.lines()
+
+    finished = retry_while_busy(
+        lambda: run(nested_graph(effects), None, thread_id=thread_id, checkpointer=crash_checkpointer)
+    )
+
+    assert "done" == finished.status
+    assert ["begun", "before", "first", "prepared", "finished", "after"] == finished.state["log"]
+    assert ["before", "first", "prepare", "finish", "after"] == effects.lines()
+    assert [thread_id] == [t.id for t in crash_checkpointer.list_threads()]
     assert [] == leftovers(crash_db, thread_id)

@@ -142,6 +142,15 @@ def test_steps_prints_early_and_late_step_times_and_the_sql_of_a_step(tmp_path: 
     assert_headers(output, (*STEPS_HEADERS, "_journals (thread_id, base_id"))
 
 
+def test_subgraph_prints_the_nested_to_flat_ratio_and_the_commits(tmp_path: pathlib.Path) -> None:
+    """bench_subgraph.py: three levels of subgraphs against the same nodes flat, both run to the end."""
+    output = run_script(
+        "bench_subgraph.py", "--nodes", "2", "--runs", "1", "--batches", "2", "--db", str(tmp_path)
+    )
+
+    assert_headers(output, ("one run to the end (medians)", "wall ratio", "cpu ratio", "flat", "nested"))
+
+
 def test_crypto_prints_the_sealed_to_plain_ratio_and_the_bytes() -> None:
     """bench_crypto.py: a superstep's time sealed against plain on SQLite, and the bytes each stores."""
     output = run_script("bench_crypto.py", "--turns", "12", "--batches", "2")

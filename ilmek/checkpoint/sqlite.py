@@ -317,8 +317,14 @@ def _metadata_fragment(index: int, key: str, value: Any) -> tuple[str, dict[str,
         params = {f"mv{index}": stored}
     else:
         return None
+    # A row whose metadata is not a JSON object (a damaged one) is let through
+    # to the Python filter, which names its thread: json_each would fail the
+    # whole listing on it. CASE tries its branches in order, so json_each only
+    # ever sees an object.
     fragment = (
+        "CASE WHEN NOT json_valid(t.metadata) THEN 1 WHEN json_type(t.metadata) <> 'object' THEN 1 ELSE "
         f"EXISTS (SELECT 1 FROM json_each(t.metadata) AS {row} WHERE {row}.key = :mk{index} AND {condition})"
+        " END"
     )
     return fragment, {f"mk{index}": key, **params}
 

@@ -230,7 +230,12 @@ class IlmekSqlAlone:
                 step=self._step,
             )
             self._send(
-                "append_item", thread_id=self.THREAD, log_id=self._log_id, idx=self._length, value=value
+                "append_item",
+                thread_id=self.THREAD,
+                log_id=self._log_id,
+                idx=self._length,
+                origin=new_id,
+                value=value,
             )
             self._send(
                 "insert_checkpoint",

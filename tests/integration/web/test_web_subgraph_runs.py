@@ -1,0 +1,146 @@
+"""The thread page and subgraphs: a child's checkpoints and journals under the task that ran it, at any depth.
+
+Each backend's store (memory, a SQLite file, the session's Postgres server)
+holds a thread paused two subgraphs down; the console is served by
+``wsgiref`` on 127.0.0.1 and read over a real connection. The ids the page
+must show are read through :func:`ilmek.history` with ``ns=``, never built.
+"""
+
+from __future__ import annotations
+
+import html
+import html.parser
+from typing import Any
+
+import pytest
+
+from ilmek import END, START, CompiledGraph, NodeContext, channel, graph, history, resume_keyed, run
+from ilmek.checkpoint.base import Checkpointer
+from tests.support.web_support import fetch, serving
+
+pytestmark = pytest.mark.timeout(120)
+
+OUTER, INNER = "outer:outer", "review:review"
+HOSTILE_KEY = "<script>alert('key')</script>"
+HOSTILE_VALUE = "<img src=x onerror=alert(1)>"
+
+
+def nested() -> CompiledGraph:
+    """root → outer (records ``prep``) → review, whose ``ask`` records a hostile step then pauses."""
+
+    def ask(state: dict[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        ctx.step("lookup", lambda: "stock of order 7: 3")
+        ctx.step(HOSTILE_KEY, lambda: HOSTILE_VALUE)
+        return {"log": [ctx.interrupt({"question": "Ship order 7?"}, key="approve")]}
+
+    def prep(state: dict[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        return {"log": [ctx.step("prep", lambda: "packed")]}
+
+    inner = graph("inner", {"log": channel.append()}).node("ask", ask).edge(START, "ask").edge("ask", END)
+    outer = graph("outer", {"log": channel.append()}).node("prep", prep).node("review", inner.compile())
+    outer = outer.edge(START, "prep").edge("prep", "review").edge("review", END)
+    root = graph("root", {"log": channel.append()}).node("outer", outer.compile())
+    return root.edge(START, "outer").edge("outer", END).compile()
+
+
+class _Runs(html.parser.HTMLParser):
+    """Each subgraph section's ``data-ns``, the sections it sits in, and the text inside it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open: list[tuple[str, str | None]] = []  # (tag, ns or None), for every open section/div
+        self.parents: dict[str, tuple[str, ...]] = {}
+        self.text: dict[str, list[str]] = {}
+
+    def handle_starttag(self, name: str, attrs: list[tuple[str, str | None]]) -> None:
+        if name not in ("section", "div"):
+            return
+        found = dict(attrs)
+        ns = found.get("data-ns") if "subgraph-run" in (found.get("class") or "") else None
+        if ns is not None:
+            self.parents[ns] = tuple(n for _, n in self.open if n is not None)
+            self.text[ns] = []
+        self.open.append((name, ns))
+
+    def handle_endtag(self, name: str) -> None:
+        if name in ("section", "div") and self.open:
+            self.open.pop()
+
+    def handle_data(self, data: str) -> None:
+        for _, ns in self.open:
+            if ns is not None:
+                self.text[ns].append(data)
+
+
+def runs_of(page: str) -> _Runs:
+    """The subgraph sections of a page."""
+    parser = _Runs()
+    parser.feed(page)
+    return parser
+
+
+def thread_page(checkpointer: Checkpointer, checkpoint_id: str | None = None) -> str:
+    """The thread page of ``order-7`` (at ``checkpoint_id``), fetched over HTTP; fails unless 200."""
+    with serving(checkpointer, {"root": nested()}) as server:
+        url = f"{server.url.rstrip('/')}/thread?id=order-7"
+        status, body = fetch(url + (f"&checkpoint={checkpoint_id}" if checkpoint_id else ""))
+    assert 200 == status, body[:500]
+    return body
+
+
+def test_a_pause_two_levels_down_shows_both_children_nested_under_the_parent(
+    checkpointer: Checkpointer,
+) -> None:
+    """The child's and grandchild's checkpoints (ids from history(ns=)) and journals, each in its parent."""
+    run(nested(), {}, thread_id="order-7", checkpointer=checkpointer)
+    child = history(checkpointer, "order-7", ns=(OUTER,))
+    grandchild = history(checkpointer, "order-7", ns=(OUTER, INNER))
+
+    body = thread_page(checkpointer)
+    runs = runs_of(body)
+
+    assert () == runs.parents[OUTER]
+    assert (OUTER,) == runs.parents[f"{OUTER}/{INNER}"]
+    child_text = "".join(runs.text[OUTER])
+    grandchild_text = "".join(runs.text[f"{OUTER}/{INNER}"])
+    assert child
+    assert grandchild
+    for checkpoint in child:
+        assert checkpoint.id in child_text
+        assert checkpoint.id not in grandchild_text  # each child's checkpoints sit in its own section
+    for checkpoint in grandchild:
+        assert checkpoint.id in grandchild_text
+    assert "packed" not in grandchild_text  # the child's committed step is not the grandchild's
+    assert "stock of order 7: 3" in grandchild_text
+    assert "Ship order 7?" in grandchild_text
+    assert "\x1f" not in body
+
+
+def test_hostile_keys_and_values_recorded_in_a_grandchild_are_escaped(checkpointer: Checkpointer) -> None:
+    """A journal key and a result holding markup are text on the page, never tags."""
+    run(nested(), {}, thread_id="order-7", checkpointer=checkpointer)
+
+    body = thread_page(checkpointer)
+
+    assert HOSTILE_KEY not in body
+    assert HOSTILE_VALUE not in body
+    assert "&lt;script&gt;alert(" in body
+    assert HOSTILE_VALUE in "".join(runs_of(body).text[f"{OUTER}/{INNER}"])
+
+
+def test_a_finished_child_is_listed_under_the_root_checkpoint_that_ran_it(checkpointer: Checkpointer) -> None:
+    """After the answer, the root checkpoint planning ``outer`` shows the children's done checkpoints."""
+    run(nested(), {}, thread_id="order-7", checkpointer=checkpointer)
+    done: Any = resume_keyed(
+        nested(), {f"{OUTER}/{INNER}/ask:approve#0": "yes"}, thread_id="order-7", checkpointer=checkpointer
+    )
+    assert "done" == done.status
+    planning = next(c for c in history(checkpointer, "order-7") if [t.node for t in c.next] == ["outer"])
+    grandchild = history(checkpointer, "order-7", ns=(OUTER, INNER))
+
+    runs = runs_of(thread_page(checkpointer, planning.id))
+
+    text = "".join(runs.text[f"{OUTER}/{INNER}"])
+    assert grandchild[0].id in text
+    assert "finished" in text
+    assert (OUTER,) == runs.parents[f"{OUTER}/{INNER}"]

@@ -124,10 +124,14 @@ def read_children(
         latest, more, listed = listed[0], len(listed) > CHILD_CHECKPOINTS, listed[:CHILD_CHECKPOINTS]
         inner, sub, here = _journals(checkpointer, latest), child_graph(graph, part), (*path, part)
         # An earlier superstep's journals are dropped when it commits: only its children are left to show.
-        earlier = [
-            (checkpoint, read_children(checkpointer, sub, tid, checkpoint, {}, path=here))
-            for checkpoint in listed[1:]
-        ]
+        # A pause's checkpoint shares its superstep's plan (and so its children) with the one before it.
+        plans = {latest.plan_id or latest.id}
+        earlier = []
+        for checkpoint in listed[1:]:
+            plan = checkpoint.plan_id or checkpoint.id
+            if plan not in plans:
+                plans.add(plan)
+                earlier.append((checkpoint, read_children(checkpointer, sub, tid, checkpoint, {}, path=here)))
         child = ChildView(
             path=here,
             checkpoints=tuple(listed),

@@ -24,10 +24,10 @@ def _checkpoints(child: ChildView) -> Markup:
         tag(
             "tr",
             {},
-            tag("td", {}, str(checkpoint.step)),
-            tag("td", {}, badge(checkpoint.status)),
-            tag("td", {}, tag("code", {"class": "cid"}, checkpoint.id)),
-            tag("td", {}, when(checkpoint.ts, now)),
+            tag("td", {"data-label": "Step"}, str(checkpoint.step)),
+            tag("td", {"data-label": "Status"}, badge(checkpoint.status)),
+            tag("td", {"data-label": "Checkpoint"}, tag("code", {"class": "cid"}, checkpoint.id)),
+            tag("td", {"data-label": "When"}, when(checkpoint.ts, now)),
         )
         for checkpoint in child.checkpoints
     ]

@@ -61,9 +61,9 @@ def journal_table(entries: Sequence[JournalEntry], whole: Callable[[str], Url | 
             tag(
                 "tr",
                 {},
-                tag("td", {"class": "key"}, tag("code", {}, entry.key)),
-                tag("td", {}, kind),
-                tag("td", {}, shown),
+                tag("td", {"class": "key", "data-label": "Key"}, tag("code", {}, entry.key)),
+                tag("td", {"data-label": "Kind"}, kind),
+                tag("td", {"data-label": "Result"}, shown),
             )
         )
     head = tag("tr", {}, [tag("th", {"scope": "col"}, name) for name in ("Key", "Kind", "Result")])

@@ -99,6 +99,8 @@ def test_a_pause_two_levels_down_shows_both_children_nested_under_the_parent(
     body = thread_page(checkpointer)
     runs = runs_of(body)
 
+    assert 1 == body.count(f'data-ns="{OUTER}"')
+    assert 1 == body.count(f'data-ns="{OUTER}/{INNER}"')
     assert () == runs.parents[OUTER]
     assert (OUTER,) == runs.parents[f"{OUTER}/{INNER}"]
     child_text = "".join(runs.text[OUTER])

@@ -146,3 +146,68 @@ def test_a_finished_child_is_listed_under_the_root_checkpoint_that_ran_it(checkp
     assert grandchild[0].id in text
     assert "finished" in text
     assert (OUTER,) == runs.parents[f"{OUTER}/{INNER}"]
+
+
+CALL_KEY, CALL_NODE, CHILD_NODE = '<i>k&"</i>', "n<x>", 'a<b onclick="x">'
+
+
+def calling() -> CompiledGraph:
+    """root: ``n<x>`` calls ``inner`` with ``ctx.call`` under a hostile key; its hostile node pauses."""
+    ask = lambda state, ctx: {"log": [ctx.interrupt({"question": "Refund?"}, key="approve")]}  # noqa: E731
+    inner = graph("inner", {"log": channel.append()}).node(CHILD_NODE, ask)
+    inner = inner.edge(START, CHILD_NODE).edge(CHILD_NODE, END).compile()
+
+    def body(state: dict[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        return {"log": ctx.call(inner, {}, key=CALL_KEY)["log"]}
+
+    root = graph("root", {"log": channel.append()}).node(CALL_NODE, body)
+    return root.edge(START, CALL_NODE).edge(CALL_NODE, END).compile()
+
+
+def test_a_paused_ctx_call_child_with_hostile_names_is_listed_and_escaped(checkpointer: Checkpointer) -> None:
+    """The call's namespace (a hostile key and node) heads its section as text; its checkpoints are listed."""
+    paused: Any = run(calling(), {}, thread_id="order-7", checkpointer=checkpointer)
+    (ns,) = {pause.ns for pause in paused.pending}
+    child = history(checkpointer, "order-7", ns=ns)
+
+    with serving(checkpointer, {"root": calling()}) as server:
+        status, body = fetch(f"{server.url.rstrip('/')}/thread?id=order-7")
+
+    assert 200 == status, body[:500]
+    runs = runs_of(body)
+    assert [ns[0]] == list(runs.parents)
+    text = "".join(runs.text[ns[0]])
+    assert child
+    for checkpoint in child:
+        assert checkpoint.id in text
+    assert "Refund?" in text
+    for hostile in (CALL_KEY, CALL_NODE, CHILD_NODE):
+        assert hostile not in body
+    assert CHILD_NODE in text
+
+
+def test_a_finished_ctx_call_child_is_found_through_its_tasks_journal(checkpointer: Checkpointer) -> None:
+    """A call that paused, was answered and finished, its task then pausing itself: still listed."""
+    ask = lambda state, ctx: {"log": [ctx.interrupt({"question": "Refund?"}, key="approve")]}  # noqa: E731
+    inner = graph("inner", {"log": channel.append()}).node("ask", ask).edge(START, "ask").edge("ask", END)
+
+    def body(state: dict[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        called = ctx.call(inner.compile(), {}, key="refund")
+        return {"log": [*called["log"], ctx.interrupt({"question": "Send the mail?"}, key="send")]}
+
+    root = graph("root", {"log": channel.append()}).node("work", body).edge(START, "work").edge("work", END)
+    compiled = root.compile()
+    first: Any = run(compiled, {}, thread_id="order-7", checkpointer=checkpointer)
+    (pause,) = first.pending
+    second: Any = resume_keyed(compiled, {pause.id: "yes"}, thread_id="order-7", checkpointer=checkpointer)
+    assert [()] == [p.ns for p in second.pending]  # only the task's own pause is open
+    done = history(checkpointer, "order-7", ns=pause.ns)
+
+    with serving(checkpointer, {"root": compiled}) as server:
+        status, page = fetch(f"{server.url.rstrip('/')}/thread?id=order-7")
+
+    assert 200 == status, page[:500]
+    text = "".join(runs_of(page).text[pause.ns[0]])
+    assert "done" == done[0].status
+    assert done[0].id in text
+    assert "finished" in text

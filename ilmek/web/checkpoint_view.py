@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ..types import Checkpoint, ScheduledTask
+from .children import CHILD_READS
 from .children_view import children_block
 from .conversation import conversation_block, conversation_of
 from .csrf import Guard
@@ -346,6 +347,13 @@ def _tasks(view: ThreadView, links: Links) -> Markup:
             "What each task recorded running from this checkpoint: completed steps, pauses and answers. "
             "A superstep that commits drops its tasks' journals; a pause keeps its task's.",
         ),
+        tag(
+            "p",
+            {"class": "hint warn"},
+            f"These tasks ran more subgraphs than a page reads: the first {CHILD_READS} are shown.",
+        )
+        if view.children_cut
+        else None,
         [_task(view, links, task, failed_node, siblings) for task in selected.next],
     )
 

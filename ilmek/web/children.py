@@ -23,13 +23,16 @@ from ..namespaces import child_thread_id
 from ..subgraph_reading import child_graph, child_parts
 from ..types import Checkpoint, JournalEntry
 
-__all__ = ["CHILD_CHECKPOINTS", "ChildView", "read_children"]
+__all__ = ["CHILD_CHECKPOINTS", "CHILD_READS", "ChildView", "read_children"]
 
 CHILD_CHECKPOINTS: Final = 20
 """The most checkpoints of one child the page lists (newest first)."""
 
 MAX_DEPTH: Final = 8
 """How deep the page follows children of children."""
+
+CHILD_READS: Final = 40
+"""The most child runs one page reads (a child run in a loop, at every depth, would be many)."""
 
 # What a task's journal records when a child run by ``ctx.call`` (or a node) paused: "<part>@pause#k".
 _PAUSE_RECORD: Final = re.compile(r"^(?P<part>.+:.+)@pause#\d+$")
@@ -93,52 +96,92 @@ def _flat(children: Mapping[str, tuple[ChildView, ...]]) -> tuple[ChildView, ...
     return tuple(child for runs in children.values() for child in runs)
 
 
+@attrs.define
+class _Budget:
+    """How many more child threads one page may read (each costs a listing and a journal read)."""
+
+    left: int = CHILD_READS
+
+    def spend(self) -> bool:
+        self.left -= 1
+        return self.left >= 0
+
+
+def _child(
+    checkpointer: Checkpointer,
+    graph: CompiledGraph[Any] | None,
+    thread_id: str,
+    path: tuple[str, ...],
+    budget: _Budget,
+) -> ChildView | None:
+    """The child run stored under ``thread_id`` (``None`` when it has no checkpoint)."""
+    listed = checkpointer.list(thread_id, limit=CHILD_CHECKPOINTS + 1)
+    if not listed:
+        return None
+    latest, more, listed = listed[0], len(listed) > CHILD_CHECKPOINTS, listed[:CHILD_CHECKPOINTS]
+    journals = _journals(checkpointer, latest)
+    # An earlier superstep's journals are dropped when it commits: only its children are left to show.
+    # A pause's checkpoint shares its superstep's plan (and so its children) with the one before it.
+    plans = {latest.plan_id or latest.id}
+    earlier = []
+    for older in listed[1:]:
+        plan = older.plan_id or older.id
+        if plan not in plans:
+            plans.add(plan)
+            ran = _flat(_children(checkpointer, graph, thread_id, older, {}, path, budget))
+            if ran:
+                earlier.append((older, ran))
+    return ChildView(
+        path=path,
+        checkpoints=tuple(listed),
+        more=more,
+        journals=journals,
+        children=_children(checkpointer, graph, thread_id, latest, journals, path, budget),
+        earlier=tuple(earlier),
+    )
+
+
+def _children(
+    checkpointer: Checkpointer,
+    graph: CompiledGraph[Any] | None,
+    thread_id: str,
+    checkpoint: Checkpoint,
+    journals: Mapping[str, tuple[JournalEntry, ...]],
+    path: tuple[str, ...],
+    budget: _Budget,
+) -> dict[str, tuple[ChildView, ...]]:
+    found: dict[str, list[ChildView]] = {}
+    if len(path) >= MAX_DEPTH:
+        return {}
+    for part in _parts(graph, checkpoint, journals):
+        owner = _owner(part, checkpoint)
+        if owner is None or not budget.spend():
+            continue
+        tid = child_thread_id(thread_id, checkpoint.plan_id or checkpoint.id, part)
+        child = _child(checkpointer, child_graph(graph, part), tid, (*path, part), budget)
+        if child is not None:
+            found.setdefault(owner, []).append(child)
+    return {key: tuple(children) for key, children in found.items()}
+
+
 def read_children(
     checkpointer: Checkpointer,
     graph: CompiledGraph[Any] | None,
     thread_id: str,
     checkpoint: Checkpoint,
     journals: Mapping[str, tuple[JournalEntry, ...]],
-    *,
-    path: tuple[str, ...] = (),
-) -> dict[str, tuple[ChildView, ...]]:
-    """The children ``checkpoint``'s superstep ran, by the key of the task that ran each.
+) -> tuple[dict[str, tuple[ChildView, ...]], bool]:
+    """The children a checkpoint's superstep ran, by the key of the task that ran each; whether some were cut.
+
+    At most :data:`CHILD_READS` child runs are read for one page, the
+    first found first (a child before its own children).
 
     Args:
         checkpointer: Where the thread is stored.
         graph: The graph of ``thread_id`` (``None`` when the console does not know it).
-        thread_id: The thread (a root or a child) ``checkpoint`` belongs to.
+        thread_id: The root thread ``checkpoint`` belongs to.
         checkpoint: The checkpoint whose next tasks ran the children.
         journals: Those tasks' journals (they name children that paused).
-        path: The namespace path of ``thread_id`` from the root.
     """
-    found: dict[str, list[ChildView]] = {}
-    if len(path) >= MAX_DEPTH:
-        return {}
-    for part in _parts(graph, checkpoint, journals):
-        owner = _owner(part, checkpoint)
-        tid = child_thread_id(thread_id, checkpoint.plan_id or checkpoint.id, part)
-        listed = checkpointer.list(tid, limit=CHILD_CHECKPOINTS + 1)
-        if owner is None or not listed:
-            continue
-        latest, more, listed = listed[0], len(listed) > CHILD_CHECKPOINTS, listed[:CHILD_CHECKPOINTS]
-        inner, sub, here = _journals(checkpointer, latest), child_graph(graph, part), (*path, part)
-        # An earlier superstep's journals are dropped when it commits: only its children are left to show.
-        # A pause's checkpoint shares its superstep's plan (and so its children) with the one before it.
-        plans = {latest.plan_id or latest.id}
-        earlier = []
-        for checkpoint in listed[1:]:
-            plan = checkpoint.plan_id or checkpoint.id
-            if plan not in plans:
-                plans.add(plan)
-                earlier.append((checkpoint, read_children(checkpointer, sub, tid, checkpoint, {}, path=here)))
-        child = ChildView(
-            path=here,
-            checkpoints=tuple(listed),
-            more=more,
-            journals=inner,
-            children=read_children(checkpointer, sub, tid, latest, inner, path=here),
-            earlier=tuple((checkpoint, _flat(ran)) for checkpoint, ran in earlier if ran),
-        )
-        found.setdefault(owner, []).append(child)
-    return {key: tuple(children) for key, children in found.items()}
+    budget = _Budget()
+    return _children(checkpointer, graph, thread_id, checkpoint, journals, (), budget), budget.left < 0

@@ -211,3 +211,51 @@ def test_a_finished_ctx_call_child_is_found_through_its_tasks_journal(checkpoint
     assert "done" == done[0].status
     assert done[0].id in text
     assert "finished" in text
+
+
+def test_two_subgraph_tasks_of_one_superstep_each_list_their_own_child(checkpointer: Checkpointer) -> None:
+    """Nodes ``left`` and ``right`` run a subgraph side by side and both pause: each child under its task."""
+    ask = lambda state, ctx: {"log": [ctx.interrupt({"question": "Go?"}, key="go")]}  # noqa: E731
+    inner = graph("inner", {"log": channel.append()}).node("ask", ask).edge(START, "ask").edge("ask", END)
+    root = (
+        graph("root", {"log": channel.append()}).node("left", inner.compile()).node("right", inner.compile())
+    )
+    compiled = root.edge(START, "left").edge(START, "right").edge("left", END).edge("right", END).compile()
+    run(compiled, {}, thread_id="order-7", checkpointer=checkpointer)
+    ids = {ns: history(checkpointer, "order-7", ns=(ns,))[0].id for ns in ("left:left", "right:right")}
+
+    with serving(checkpointer, {"root": compiled}) as server:
+        status, page = fetch(f"{server.url.rstrip('/')}/thread?id=order-7")
+
+    assert 200 == status, page[:500]
+    runs = runs_of(page)
+    assert set(ids) == set(runs.parents)
+    for ns, latest in ids.items():
+        assert latest in "".join(runs.text[ns])
+        other = next(id_ for n, id_ in ids.items() if n != ns)
+        assert other not in "".join(runs.text[ns])
+
+
+def test_a_page_reads_at_most_child_reads_subgraph_runs_and_says_so(checkpointer: Checkpointer) -> None:
+    """A superstep sending to a subgraph node more times than a page reads: CHILD_READS shown, and a note."""
+    from ilmek import send
+    from ilmek.web.children import CHILD_READS
+
+    inner = graph("inner", {"log": channel.append()}).node("tick", lambda state: {"log": ["t"]})
+    inner = inner.edge(START, "tick").edge("tick", END)
+    root = (
+        graph("root", {"log": channel.append()}).node("fan", lambda state: {}).node("child", inner.compile())
+    )
+    root = root.edge(START, "fan").router(
+        "fan", lambda state: [send("child", {}) for _ in range(CHILD_READS + 2)]
+    )
+    compiled = root.edge("child", END).compile()
+    run(compiled, {}, thread_id="order-7", checkpointer=checkpointer)
+    planning = next(c for c in history(checkpointer, "order-7") if c.next and c.next[0].node == "child")
+
+    with serving(checkpointer, {"root": compiled}) as server:
+        status, page = fetch(f"{server.url.rstrip('/')}/thread?id=order-7&checkpoint={planning.id}")
+
+    assert 200 == status, page[:500]
+    assert CHILD_READS == len(runs_of(page).parents)
+    assert f"the first {CHILD_READS} are shown" in page

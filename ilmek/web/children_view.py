@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ..namespaces import join_path
 from ..types import Checkpoint, utc_now
 from .children import ChildView
+from .graph_svg import Marks
 from .html import Markup, join, tag
 from .journal_view import journal_table, scrolling
 from .layout import badge, when
 
-__all__ = ["children_block"]
+__all__ = ["children_block", "drawing_marks"]
 
 
 def _checkpoints(child: ChildView) -> Markup:
@@ -98,3 +99,28 @@ def children_block(children: Sequence[ChildView]) -> Markup | None:
     if not children:
         return None
     return tag("div", {"class": "subgraph-runs"}, [_child(child) for child in children])
+
+
+def drawing_marks(children: Mapping[str, Sequence[ChildView]]) -> dict[tuple[str, ...], Marks]:
+    """What each child's latest checkpoint runs next or waits on, for the drawing inside its node.
+
+    Keyed by the node names leading to the child (a part is ``"node:task_key"``);
+    the children of one node (its sends) are marked together.
+    """
+    marks: dict[tuple[str, ...], Marks] = {}
+
+    def add(child: ChildView) -> None:
+        path = tuple(part.split(":", 1)[0] for part in child.path)
+        latest, known = child.checkpoints[0], marks.get(path, Marks())
+        marks[path] = Marks(
+            known.upcoming | {task.node for task in latest.next},
+            known.paused | {pause.node for pause in latest.pending},
+        )
+        for runs in child.children.values():
+            for grandchild in runs:
+                add(grandchild)
+
+    for runs in children.values():
+        for child in runs:
+            add(child)
+    return marks

@@ -19,7 +19,7 @@ a taller box holding its child's drawing (at every depth), under its name.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 import attrs
@@ -28,7 +28,7 @@ from ..graph import END, START, CompiledGraph
 from ..predicates import describe
 from .html import Markup, tag
 
-__all__ = ["draw_graph"]
+__all__ = ["Marks", "draw_graph"]
 
 _BOX_HEIGHT: Final = 34
 _TRACK: Final = 9  # between two tracks of one gap
@@ -347,7 +347,23 @@ def _arrows(plan: _Plan) -> tuple[list[Markup], list[Markup]]:
     return arrows, labels
 
 
-def _boxes(plan: _Plan, graph: CompiledGraph, upcoming: set[str], paused: set[str]) -> list[Markup]:
+@attrs.frozen
+class Marks:
+    """The nodes of one graph about to run and those waiting on a pause."""
+
+    upcoming: frozenset[str] = frozenset()
+    paused: frozenset[str] = frozenset()
+
+
+def _boxes(
+    plan: _Plan,
+    graph: CompiledGraph,
+    marks: Mapping[tuple[str, ...], Marks],
+    path: tuple[str, ...] = (),
+) -> list[Markup]:
+    """The boxes of ``graph`` (reached by the subgraph nodes ``path``), marked as ``marks[path]`` says."""
+    mark = marks.get(path, Marks())
+    upcoming, paused = mark.upcoming, mark.paused
     boxes = []
     for row in plan.layers:
         for name in row:
@@ -387,11 +403,18 @@ def _boxes(plan: _Plan, graph: CompiledGraph, upcoming: set[str], paused: set[st
                 )
             )
             if inside is not None:
-                boxes.append(_inside(name, box, inside, graph))
+                boxes.append(_inside(name, box, inside, graph, marks, (*path, name)))
     return boxes
 
 
-def _inside(name: str, box: _Box, inside: _Plan, graph: CompiledGraph) -> Markup:
+def _inside(
+    name: str,
+    box: _Box,
+    inside: _Plan,
+    graph: CompiledGraph,
+    marks: Mapping[tuple[str, ...], Marks],
+    path: tuple[str, ...],
+) -> Markup:
     """The child's drawing in its node's box, beside that box's group (so its rules do not reach in)."""
     child = graph.nodes[name].subgraph
     assert child is not None
@@ -405,7 +428,7 @@ def _inside(name: str, box: _Box, inside: _Plan, graph: CompiledGraph) -> Markup
             "transform": f"translate({left:.1f},{top:.1f})",
         },
         tag("g", {"class": "arrows"}, arrows),
-        tag("g", {"class": "nodes"}, _boxes(inside, child, set(), set())),
+        tag("g", {"class": "nodes"}, _boxes(inside, child, marks, path)),
         tag("g", {"class": "labels"}, labels),
     )
 
@@ -427,14 +450,23 @@ def _plan(graph: CompiledGraph, depth: int = 0) -> _Plan:
     return plan
 
 
-def draw_graph(graph: CompiledGraph, *, upcoming: Iterable[str] = (), paused: Iterable[str] = ()) -> Markup:
+def draw_graph(
+    graph: CompiledGraph,
+    *,
+    upcoming: Iterable[str] = (),
+    paused: Iterable[str] = (),
+    inside: Mapping[tuple[str, ...], Marks] | None = None,
+) -> Markup:
     """The graph as an inline ``<svg>``.
 
     Args:
         graph: The compiled graph.
         upcoming: Nodes about to run (drawn bold).
         paused: Nodes waiting on a pause (drawn amber).
+        inside: The marks of the graphs drawn inside subgraph nodes, by the
+            path of node names leading to them (``("outer", "review")``).
     """
+    marks = {**(inside or {}), (): Marks(frozenset(upcoming), frozenset(paused))}
     plan = _plan(graph)
     arrows, labels = _arrows(plan)
     marker = tag(
@@ -464,6 +496,6 @@ def draw_graph(graph: CompiledGraph, *, upcoming: Iterable[str] = (), paused: It
         },
         tag("defs", {}, marker),
         tag("g", {"class": "arrows"}, arrows),
-        tag("g", {"class": "nodes"}, _boxes(plan, graph, set(upcoming), set(paused))),
+        tag("g", {"class": "nodes"}, _boxes(plan, graph, marks)),
         tag("g", {"class": "labels"}, labels),
     )

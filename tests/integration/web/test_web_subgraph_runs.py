@@ -118,6 +118,22 @@ def test_a_pause_two_levels_down_shows_both_children_nested_under_the_parent(
     assert "\x1f" not in body
 
 
+def test_the_drawing_marks_where_inside_the_children_the_thread_waits(checkpointer: Checkpointer) -> None:
+    """``outer`` paused in the root, ``review`` in the child's drawing, ``ask`` in the grandchild's."""
+    run(nested(), {}, thread_id="order-7", checkpointer=checkpointer)
+
+    body = thread_page(checkpointer)
+
+    start = body.index('<svg class="graph"')
+    svg = body[start : body.index("</svg>", start)]
+    child = svg[svg.index('data-inside="outer"') :]
+    grandchild = child[child.index('data-inside="review"') :]
+    assert '<g class="gnode subgraph paused" data-node="outer">' in svg
+    assert '<g class="gnode subgraph paused" data-node="review">' in child
+    assert '<g class="gnode paused" data-node="ask">' in grandchild
+    assert 3 == svg.count(" paused")  # nothing else is marked waiting
+
+
 def test_hostile_keys_and_values_recorded_in_a_grandchild_are_escaped(checkpointer: Checkpointer) -> None:
     """A journal key and a result holding markup are text on the page, never tags."""
     run(nested(), {}, thread_id="order-7", checkpointer=checkpointer)

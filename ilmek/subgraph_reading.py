@@ -19,10 +19,10 @@ from .graph import CompiledGraph
 from .namespaces import child_thread_id, join_path
 from .types import Checkpoint
 
-__all__ = ["child_graph", "child_states", "child_thread"]
+__all__ = ["child_graph", "child_parts", "child_states", "child_thread"]
 
 
-def _parts(graph: CompiledGraph[Any] | None, checkpoint: Checkpoint) -> list[str]:
+def child_parts(graph: CompiledGraph[Any] | None, checkpoint: Checkpoint) -> list[str]:
     """The namespace parts of the children ``checkpoint``'s superstep may have run, in plan order."""
     parts = [p.ns[0] for p in checkpoint.pending if p.ns]
     if graph is not None:
@@ -49,7 +49,7 @@ def child_states(
     A child whose graph is known (a node that is a subgraph) is viewed as
     its graph views state; one run by ``ctx.call`` reads as its channel values.
     """
-    for part in _parts(graph, checkpoint):
+    for part in child_parts(graph, checkpoint):
         tid = child_thread_id(thread_id, checkpoint.plan_id or checkpoint.id, part)
         latest = checkpointer.get(tid)
         if latest is None:

@@ -6,19 +6,21 @@ characters) link to the value page, which shows them whole.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Final
 
-from ..types import Checkpoint, JournalEntry, ScheduledTask
-from .answers import shape_of
+from ..types import Checkpoint, ScheduledTask
+from .children import CHILD_READS
+from .children_view import children_block
 from .conversation import conversation_block, conversation_of
 from .csrf import Guard
 from .diff import ChannelDiff, difference
 from .html import Markup, escape, join, tag
+from .journal_view import journal_table
+from .journal_view import scrolling as _scroll
 from .layout import action_form, badge, facts, value_block, when
 from .links import Links
 from .pause_forms import pause_fields
-from .payload_fields import payload_fields
 from .reading import ThreadView
 from .timing import answered_by
 from .tree import what_ran
@@ -28,12 +30,6 @@ __all__ = ["STEPS_SHOWN", "checkpoint_panel", "metadata_chips", "pauses_form"]
 
 STEPS_SHOWN: Final = 25
 """The most steps "Steps to here" lists; older ones are a link away."""
-
-
-def _scroll(table: Markup) -> Markup:
-    """A table that scrolls sideways on its own when it is wider than the screen (the page never does)."""
-    # Focusable, so a keyboard can scroll it too.
-    return tag("div", {"class": "table-scroll", "tabindex": "0"}, table)
 
 
 def _why_no_form(view: ThreadView, actions_on: bool) -> Markup | None:
@@ -267,54 +263,6 @@ def _state(view: ThreadView, links: Links) -> Markup:
     )
 
 
-def _asked(payload: Any) -> Markup:
-    """What a pause asked: its question and draft as text when it has them, else the payload."""
-    shape = shape_of(payload)
-    if shape.draft is None:
-        fields = payload_fields(payload)
-        return fields if fields is not None else value_block(payload)
-    return join(
-        tag("p", {"class": "asked-question"}, escape(shape.question, keep_newlines=True))
-        if shape.question
-        else None,
-        value_block(shape.draft),
-    )
-
-
-def _journal(entries: Sequence[JournalEntry], whole: Any) -> Markup:
-    if not entries:
-        return tag("p", {"class": "muted"}, "Nothing recorded for this task from this checkpoint.")
-    rows = []
-    for entry in entries:
-        if entry.kind == "interrupt":
-            kind = tag("span", {"class": "badge k-pause"}, "pause")
-            answered = (
-                join(
-                    tag("span", {"class": "label"}, "answer"), value_block(entry.value), answered_by(entry.by)
-                )
-                if entry.answered
-                else tag("span", {"class": "badge p-waiting"}, "no answer yet")
-            )
-            shown = join(tag("span", {"class": "label"}, "asked"), _asked(entry.payload), answered)
-        elif entry.kind == "unstored":
-            kind = tag("span", {"class": "badge k-step"}, "step")
-            shown = tag("p", {}, f"Ran, but its result (of type {entry.payload}) could not be stored.")
-        else:
-            kind = tag("span", {"class": "badge k-step"}, "step")
-            shown = value_block(entry.value, whole=whole(entry.key))
-        rows.append(
-            tag(
-                "tr",
-                {},
-                tag("td", {"class": "key"}, tag("code", {}, entry.key)),
-                tag("td", {}, kind),
-                tag("td", {}, shown),
-            )
-        )
-    head = tag("tr", {}, [tag("th", {"scope": "col"}, name) for name in ("Key", "Kind", "Result")])
-    return _scroll(tag("table", {"class": "grid journal"}, tag("thead", {}, head), tag("tbody", {}, rows)))
-
-
 def _failure_mark(
     task: ScheduledTask, raised: tuple[str, ...], failed_node: str | None, siblings: int
 ) -> str | None:
@@ -352,7 +300,8 @@ def _task(
         tag("div", {}, tag("span", {"class": "label"}, "input"), value_block(task.input))
         if task.is_send
         else None,
-        _journal(entries, whole),
+        journal_table(entries, whole),
+        children_block(view.children.get(task.task_key, ())),
     )
 
 
@@ -398,6 +347,13 @@ def _tasks(view: ThreadView, links: Links) -> Markup:
             "What each task recorded running from this checkpoint: completed steps, pauses and answers. "
             "A superstep that commits drops its tasks' journals; a pause keeps its task's.",
         ),
+        tag(
+            "p",
+            {"class": "hint warn"},
+            f"These tasks ran more subgraphs than a page reads: the first {CHILD_READS} are shown.",
+        )
+        if view.children_cut
+        else None,
         [_task(view, links, task, failed_node, siblings) for task in selected.next],
     )
 

@@ -13,12 +13,13 @@ box but its own two ends.
 Solid arrows are static edges (labelled with their predicate when
 guarded); dashed ones are decided by code: a Python guard, a router, a
 node's ``destinations`` for its commands. The nodes a checkpoint is about to
-run, and those waiting on a pause, are marked.
+run, and those waiting on a pause, are marked. A node that is a subgraph is
+a taller box holding its child's drawing (at every depth), under its name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 import attrs
@@ -27,7 +28,7 @@ from ..graph import END, START, CompiledGraph
 from ..predicates import describe
 from .html import Markup, tag
 
-__all__ = ["draw_graph"]
+__all__ = ["Marks", "draw_graph"]
 
 _BOX_HEIGHT: Final = 34
 _TRACK: Final = 9  # between two tracks of one gap
@@ -35,6 +36,9 @@ _GAP_BASE: Final = 40  # a gap's height before its tracks
 _NODE_GAP: Final = 36
 _MARGIN: Final = 20
 _MAX_LABEL: Final = 26
+_HEADER: Final = 28  # above the child's drawing, in the box of a node that is a subgraph
+_PAD: Final = 8  # round the child's drawing, inside that box
+_DEPTH: Final = 6  # how deep children of children are drawn inside their nodes
 _LANE: Final = 12  # between two vertical lanes (corridors, loops)
 _CLEAR: Final = 8  # the least room kept between an arrow and a box
 # Node names cannot hold "#", so this prefix never meets a real node.
@@ -56,6 +60,7 @@ class _Box:
     left: float
     top: float
     width: float
+    height: float = _BOX_HEIGHT
 
     @property
     def right(self) -> float:
@@ -63,7 +68,7 @@ class _Box:
 
     @property
     def bottom(self) -> float:
-        return self.top + _BOX_HEIGHT
+        return self.top + self.height
 
 
 def _lines(graph: CompiledGraph) -> tuple[list[str], list[_Line]]:
@@ -164,6 +169,7 @@ class _Plan:
 
     layers: list[list[str]]
     layer_of: dict[str, int]
+    inside: dict[str, _Plan] = attrs.Factory(dict)  # the drawing of each node that is a subgraph
     box: dict[str, _Box] = attrs.Factory(dict)
     gap_top: list[float] = attrs.Factory(list)  # the y where the gap below each layer starts
     tracks: list[int] = attrs.Factory(list)  # how many tracks each gap holds
@@ -183,9 +189,18 @@ def _gap_tracks(lines: list[_Line], layer_of: dict[str, int], count: int) -> lis
     return tracks
 
 
+def _size(plan: _Plan, name: str) -> tuple[float, float]:
+    """A box's width and height: a subgraph's holds its child's drawing under its name."""
+    inside = plan.inside.get(name)
+    if inside is None:
+        return _box_width(name), _BOX_HEIGHT
+    return max(_box_width(name), inside.width + 2 * _PAD), _HEADER + inside.height + _PAD
+
+
 def _place(plan: _Plan, lines: list[_Line]) -> None:
-    """Boxes centred in their layers; gaps tall enough for their tracks (and a label)."""
-    widths = {name: _box_width(name) for row in plan.layers for name in row}
+    """Boxes centred in their layers (tops aligned); gaps tall enough for their tracks (and a label)."""
+    sizes = {name: _size(plan, name) for row in plan.layers for name in row}
+    widths = {name: size[0] for name, size in sizes.items()}
     gaps = []
     for row in plan.layers:
         labelled = [
@@ -202,11 +217,12 @@ def _place(plan: _Plan, lines: list[_Line]) -> None:
     top = float(_MARGIN)
     for depth, row in enumerate(plan.layers):
         left = _MARGIN + (inner - row_widths[depth]) / 2
+        tallest = max(sizes[name][1] for name in row)
         for name in row:
-            plan.box[name] = _Box(left, top, widths[name])
+            plan.box[name] = _Box(left, top, widths[name], sizes[name][1])
             left += widths[name] + gaps[depth]
-        plan.gap_top.append(top + _BOX_HEIGHT)
-        top += _BOX_HEIGHT + _GAP_BASE + _TRACK * plan.tracks[depth]
+        plan.gap_top.append(top + tallest)
+        top += tallest + _GAP_BASE + _TRACK * plan.tracks[depth]
     plan.width = inner + 2 * _MARGIN
     last = plan.tracks[-1]
     plan.height = plan.gap_top[-1] + (_GAP_BASE / 2 + _TRACK * last if last else 0) + _MARGIN
@@ -331,16 +347,35 @@ def _arrows(plan: _Plan) -> tuple[list[Markup], list[Markup]]:
     return arrows, labels
 
 
-def _boxes(plan: _Plan, graph: CompiledGraph, upcoming: set[str], paused: set[str]) -> list[Markup]:
+@attrs.frozen
+class Marks:
+    """The nodes of one graph about to run and those waiting on a pause."""
+
+    upcoming: frozenset[str] = frozenset()
+    paused: frozenset[str] = frozenset()
+
+
+def _boxes(
+    plan: _Plan,
+    graph: CompiledGraph,
+    marks: Mapping[tuple[str, ...], Marks],
+    path: tuple[str, ...] = (),
+) -> list[Markup]:
+    """The boxes of ``graph`` (reached by the subgraph nodes ``path``), marked as ``marks[path]`` says."""
+    mark = marks.get(path, Marks())
+    upcoming, paused = mark.upcoming, mark.paused
     boxes = []
     for row in plan.layers:
         for name in row:
             box = plan.box[name]
+            inside = plan.inside.get(name)
             classes = ["gnode"]
             if name in (START, END):
                 classes.append("terminal")
             elif name not in graph.nodes:
                 classes.append("anywhere")
+            elif inside is not None:
+                classes.append("subgraph")
             if name in paused:
                 classes.append("paused")
             elif name in upcoming:
@@ -356,7 +391,7 @@ def _boxes(plan: _Plan, graph: CompiledGraph, upcoming: set[str], paused: set[st
                             "x": f"{box.left:.1f}",
                             "y": f"{box.top:.1f}",
                             "width": f"{box.width:.1f}",
-                            "height": _BOX_HEIGHT,
+                            "height": f"{box.height:.1f}",
                             "rx": _BOX_HEIGHT // 2 if name in (START, END) else 6,
                         },
                     ),
@@ -367,23 +402,72 @@ def _boxes(plan: _Plan, graph: CompiledGraph, upcoming: set[str], paused: set[st
                     ),
                 )
             )
+            if inside is not None:
+                boxes.append(_inside(name, box, inside, graph, marks, (*path, name)))
     return boxes
 
 
-def draw_graph(graph: CompiledGraph, *, upcoming: Iterable[str] = (), paused: Iterable[str] = ()) -> Markup:
+def _inside(
+    name: str,
+    box: _Box,
+    inside: _Plan,
+    graph: CompiledGraph,
+    marks: Mapping[tuple[str, ...], Marks],
+    path: tuple[str, ...],
+) -> Markup:
+    """The child's drawing in its node's box, beside that box's group (so its rules do not reach in)."""
+    child = graph.nodes[name].subgraph
+    assert child is not None
+    arrows, labels = _arrows(inside)
+    left, top = box.left + (box.width - inside.width) / 2, box.top + _HEADER
+    return tag(
+        "g",
+        {
+            "class": "inside",
+            "data-inside": name,
+            "transform": f"translate({left:.1f},{top:.1f})",
+        },
+        tag("g", {"class": "arrows"}, arrows),
+        tag("g", {"class": "nodes"}, _boxes(inside, child, marks, path)),
+        tag("g", {"class": "labels"}, labels),
+    )
+
+
+def _plan(graph: CompiledGraph, depth: int = 0) -> _Plan:
+    """Where everything of ``graph`` goes, the drawings of its subgraph nodes inside theirs."""
+    names, lines = _lines(graph)
+    layer_of = _layers(names, lines)
+    plan = _Plan(layers=_ordered(names, lines, layer_of), layer_of=layer_of)
+    if depth < _DEPTH:
+        plan.inside = {
+            name: _plan(spec.subgraph, depth + 1)
+            for name, spec in graph.nodes.items()
+            if spec.subgraph is not None
+        }
+    drawn = [line for line in lines if line.source in layer_of and line.target in layer_of]
+    _place(plan, drawn)
+    _route(plan, drawn)
+    return plan
+
+
+def draw_graph(
+    graph: CompiledGraph,
+    *,
+    upcoming: Iterable[str] = (),
+    paused: Iterable[str] = (),
+    inside: Mapping[tuple[str, ...], Marks] | None = None,
+) -> Markup:
     """The graph as an inline ``<svg>``.
 
     Args:
         graph: The compiled graph.
         upcoming: Nodes about to run (drawn bold).
         paused: Nodes waiting on a pause (drawn amber).
+        inside: The marks of the graphs drawn inside subgraph nodes, by the
+            path of node names leading to them (``("outer", "review")``).
     """
-    names, lines = _lines(graph)
-    layer_of = _layers(names, lines)
-    plan = _Plan(layers=_ordered(names, lines, layer_of), layer_of=layer_of)
-    drawn = [line for line in lines if line.source in layer_of and line.target in layer_of]
-    _place(plan, drawn)
-    _route(plan, drawn)
+    marks = {**(inside or {}), (): Marks(frozenset(upcoming), frozenset(paused))}
+    plan = _plan(graph)
     arrows, labels = _arrows(plan)
     marker = tag(
         "marker",
@@ -412,6 +496,6 @@ def draw_graph(graph: CompiledGraph, *, upcoming: Iterable[str] = (), paused: It
         },
         tag("defs", {}, marker),
         tag("g", {"class": "arrows"}, arrows),
-        tag("g", {"class": "nodes"}, _boxes(plan, graph, set(upcoming), set(paused))),
+        tag("g", {"class": "nodes"}, _boxes(plan, graph, marks)),
         tag("g", {"class": "labels"}, labels),
     )

@@ -21,6 +21,7 @@ from ..errors import IlmekError
 from ..graph import CompiledGraph
 from ..types import Checkpoint, JournalEntry, Pending, ThreadInfo
 from . import json_input
+from .children import ChildView, read_children
 from .counts import thread_counts
 from .previews import LatestSummary, latest_summary
 from .tree import answered_pauses, pause_state
@@ -368,6 +369,9 @@ class ThreadView:
             parents of its forks (they are in ``checkpoints`` too).
         kept: The form of an answer the console refused, drawn again in the
             answer form so the person corrects it rather than starts over.
+        children: The subgraphs the selected checkpoint's tasks ran, by task key.
+        children_cut: More subgraph runs were found than a page reads
+            (:data:`ilmek.web.children.CHILD_READS`); the rest are not shown.
     """
 
     thread_id: str
@@ -389,6 +393,8 @@ class ThreadView:
     next_waiting: str | None = None
     reached: frozenset[str] = frozenset()
     kept: Mapping[str, str] = attrs.field(factory=dict)
+    children: Mapping[str, tuple[ChildView, ...]] = attrs.field(factory=dict)
+    children_cut: bool = False
 
 
 def _recorded_answer(journals: Mapping[str, tuple[JournalEntry, ...]], pause: Pending) -> JournalEntry | None:
@@ -537,6 +543,7 @@ def read_thread(
         for pause in selected.pending
     ]
     graph_name, graph = graph_for(graphs, latest)
+    children, children_cut = read_children(checkpointer, graph, thread_id, selected, journals)
     return ThreadView(
         thread_id=thread_id,
         info=thread_info(checkpointer, thread_id),
@@ -556,4 +563,6 @@ def read_thread(
         older=older,
         paged=paged,
         next_waiting=_next_waiting(checkpointer, thread_id),
+        children=children,
+        children_cut=children_cut,
     )

@@ -15,6 +15,7 @@ from ..types import Pending, utc_now
 from .actions import recoverable
 from .background import console_process, held_here
 from .checkpoint_view import checkpoint_panel, metadata_chips, pauses_form
+from .children_view import drawing_marks
 from .csrf import Guard
 from .graph_svg import draw_graph
 from .html import Markup, escape, tag
@@ -399,6 +400,7 @@ def _graph(view: ThreadView) -> Markup:
                 graph,
                 upcoming=[task.node for task in selected.next],
                 paused=[pause.node for pause in selected.pending],
+                inside=drawing_marks(view.children),
             ),
         ),
         tag(

@@ -154,6 +154,32 @@ def axe_violations(driver: Any) -> list[dict[str, Any]]:
     raise AssertionError("unreachable")
 
 
+_MISFITS = r"""
+const width = document.documentElement.clientWidth;
+const controls = [...document.querySelectorAll(
+    'main button, main input:not([type=hidden]), main textarea, main .draft-text, main .note, main h1,'
+    + ' main .question, main summary, main a.open, main table.pauses' + arguments[0])]
+  .filter(e => e.getClientRects().length);
+return {
+  sideways: document.documentElement.scrollWidth - width,
+  cut: controls.filter(e => {
+    const box = e.getBoundingClientRect();
+    return box.left < -0.5 || box.right > width + 0.5 || e.scrollWidth > e.clientWidth + 1
+        && getComputedStyle(e).overflowX === 'hidden';
+  }).map(e => e.outerHTML.slice(0, 120)),
+};
+"""
+
+
+def misfits(driver: Any, also: str = "") -> dict[str, Any]:
+    """How far the page scrolls sideways, and which of its controls stick out of the screen or are cut.
+
+    ``also``: more CSS selectors to check, each after a comma (``", main .subgraph-run"``).
+    """
+    found: dict[str, Any] = driver.execute_script(_MISFITS, also)
+    return found
+
+
 def show_as_screen(driver: Any, width: int, scheme: str = "light", height: int = 900) -> None:
     """Show pages as a screen ``width`` CSS pixels wide (a phone's, with its viewport rules, under 600)
     in the ``light`` or ``dark`` color scheme."""

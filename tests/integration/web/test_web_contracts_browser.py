@@ -39,6 +39,7 @@ from tests.support.web_browser_support import (
     AXE_SCRIPT,
     axe_violations,
     full_page_screenshot,
+    misfits,
     set_color_scheme,
     show_as_screen,
 )
@@ -141,29 +142,6 @@ def _wait_for(driver: Any, condition: Callable[[Any], Any], seconds: float = 20)
     return WebDriverWait(driver, seconds, poll_frequency=0.05).until(condition)
 
 
-_MISFITS = r"""
-const width = document.documentElement.clientWidth;
-const controls = [...document.querySelectorAll(
-    'main button, main input:not([type=hidden]), main textarea, main .draft-text, main .note, main h1,'
-    + ' main .question, main summary, main a.open, main table.pauses')]
-  .filter(e => e.getClientRects().length);
-return {
-  sideways: document.documentElement.scrollWidth - width,
-  cut: controls.filter(e => {
-    const box = e.getBoundingClientRect();
-    return box.left < -0.5 || box.right > width + 0.5 || e.scrollWidth > e.clientWidth + 1
-        && getComputedStyle(e).overflowX === 'hidden';
-  }).map(e => e.outerHTML.slice(0, 120)),
-};
-"""
-
-
-def _misfits(driver: Any) -> dict[str, Any]:
-    """How far the page scrolls sideways, and which of its controls stick out of the screen or are cut."""
-    found: dict[str, Any] = driver.execute_script(_MISFITS)
-    return found
-
-
 def _thread(console: Console, thread_id: str) -> str:
     return f"{console.url}thread?{urllib.parse.urlencode({'id': thread_id})}"
 
@@ -261,10 +239,10 @@ def test_every_contract_page_fits_the_screen_and_is_axe_clean(
     problems: list[str] = []
 
     def look(name: str) -> None:
-        misfits = _misfits(driver)
-        if misfits["sideways"]:
-            problems.append(f"{name} :: scrolls sideways by {misfits['sideways']} px")
-        problems.extend(f"{name} :: cut :: {html}" for html in misfits["cut"])
+        found = misfits(driver)
+        if found["sideways"]:
+            problems.append(f"{name} :: scrolls sideways by {found['sideways']} px")
+        problems.extend(f"{name} :: cut :: {html}" for html in found["cut"])
         problems.extend(
             f"{name} :: {v['id']} :: {node}" for v in axe_violations(driver) for node in v["nodes"]
         )

@@ -321,6 +321,8 @@ class Adapter(abc.ABC):
     retry_max_backoff: float = 1.0
     retry_for: float | None = None
     secrets: tuple[str, ...] = ()
+    #: Whether connections reach the server over a socket (see :meth:`socket_of`).
+    over_a_socket: bool = False
 
     def __init__(self) -> None:
         self._savepoints = itertools.count(1)
@@ -341,6 +343,11 @@ class Adapter(abc.ABC):
     def pin(self) -> Pin:
         """A connection source for one run (clients with a pool lend one connection)."""
         return _BorrowEachTime(self)
+
+    def socket_of(self, connection: Any) -> int | None:
+        """The descriptor of the connection's socket to the server, or None (a file database)."""
+        fileno = getattr(connection, "fileno", None)
+        return int(fileno()) if callable(fileno) else None
 
     def transaction_open(self, connection: Any) -> bool:
         """Whether someone else left a transaction open on a connection ilmek is about to use.
@@ -676,16 +683,26 @@ class _OwnTransaction:
                 "checkpointer with join_transaction=True to write inside it (the writes then "
                 "land when you commit)"
             )
-        adapter.begin(connection, write=self._write)
+        if adapter.over_a_socket:
+            # Named before BEGIN: a fork from here on must not keep the server's locks alive.
+            forks.in_transaction(connection, lambda: adapter.socket_of(connection))
+        try:
+            adapter.begin(connection, write=self._write)
+        except BaseException:
+            forks.out_of_transaction(connection)
+            raise
         self._session = Session(adapter, connection)
         return self._session
 
     def __exit__(self, exc_type: type[BaseException] | None, *rest: Any) -> None:
         adapter, connection = self._adapter, self._connection
-        if exc_type is not None:
-            adapter._rollback_quietly(connection)
-            return
-        adapter.commit_own(connection)
+        try:
+            if exc_type is not None:
+                adapter._rollback_quietly(connection)
+                return
+            adapter.commit_own(connection)
+        finally:
+            forks.out_of_transaction(connection)
         adapter.connected_once = True
         self._session.committed()
 

@@ -51,6 +51,7 @@ class PostgresAdapter(Adapter):
 
     paramstyle = "pyformat"
     any_thread = True
+    over_a_socket = True
 
     def classify(self, error: BaseException) -> ErrorKind | None:
         return classify_postgres_error(error, connected_once=self.connected_once)

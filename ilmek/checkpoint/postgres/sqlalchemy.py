@@ -109,6 +109,9 @@ class EngineAdapter(PoolAdapter):
     def cursor(self, connection: Any) -> Any:
         return connection.tools.cursor(connection.driver)
 
+    def socket_of(self, connection: Any) -> int | None:
+        return super().socket_of(connection.driver)
+
     def run_statement(self, connection: Any, cursor: Any, sql: str, params: Any) -> None:
         connection.tools.run_statement(connection.driver, cursor, sql, params)
 

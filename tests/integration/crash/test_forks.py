@@ -147,6 +147,78 @@ with cp.hold("t") as hold:
     assert {"rows": 1} == lines[-1]
 
 
+_HOLDS_A_LOCK_THEN_FORKS = """
+import json, os, sys, time
+sys.path.insert(0, {cwd!r})
+from ilmek.checkpoint.postgres import PostgresCheckpointer
+from ilmek.dbapi import Statement
+client = {client!r}
+if client == "psycopg2-pool":
+    import psycopg2.pool
+    source = psycopg2.pool.ThreadedConnectionPool(1, 2, {dsn!r})
+elif client == "psycopg-pool":
+    import psycopg_pool
+    source = psycopg_pool.ConnectionPool({dsn!r}, min_size=1, max_size=2, open=True)
+else:
+    import sqlalchemy
+    from tests.support.pgcluster import dsn_to_url
+    url = dsn_to_url({dsn!r}).replace("postgresql://", "postgresql+psycopg2://", 1)
+    source = sqlalchemy.create_engine(url)
+checkpointer = PostgresCheckpointer(source)
+# One of ilmek's own transactions, open when the process forks (as a hold's renewal may be).
+with checkpointer._adapter.transaction() as session:
+    session.query(Statement("SELECT pg_advisory_xact_lock(4242)"))
+    child = os.fork()
+    if child == 0:
+        time.sleep(600)
+        os._exit(0)
+    print(json.dumps({{"child": child}}), flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("client", ["psycopg2-pool", "psycopg-pool", "sqlalchemy-engine"])
+def test_a_parent_killed_inside_a_transaction_frees_its_locks_while_its_child_lives(
+    postgres_dsn: str, client: str
+) -> None:
+    """The server ends a killed client's transaction when its socket closes; a forked child's copy of
+    that socket must not keep it open (and the thread's hold row locked) for as long as the child lives."""
+    import psycopg2
+
+    script = _HOLDS_A_LOCK_THEN_FORKS.format(cwd=os.getcwd(), client=client, dsn=postgres_dsn)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    child = None
+    try:
+        assert parent.stdout is not None
+        line = parent.stdout.readline()
+        assert line, "the script ended early"
+        child = int(json.loads(line)["child"])
+        probe = psycopg2.connect(postgres_dsn)
+        probe.autocommit = True
+        try:
+            with probe.cursor() as cursor:
+                cursor.execute("SELECT pg_try_advisory_lock(4242)")
+                assert (False,) == cursor.fetchone(), "the parent's transaction should hold the lock"
+                parent.send_signal(signal.SIGKILL)
+                parent.wait(timeout=30)
+                killed = time.monotonic()
+                while True:
+                    cursor.execute("SELECT pg_try_advisory_lock(4242)")
+                    if cursor.fetchone() == (True,):
+                        break
+                    assert time.monotonic() - killed < 20, "the dead parent's lock lived on in its child"
+                    time.sleep(0.05)
+        finally:
+            probe.close()
+        assert alive(child), "the child died: the test proved nothing"
+    finally:
+        for pid in (child, parent.pid):
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        parent.communicate(timeout=30)
+
+
 def _event() -> Any:
     import threading
 

@@ -454,7 +454,7 @@ class InMemoryCheckpointer(MemoryOutbox, Checkpointer):
         thread_id = checks.thread_id(thread_id)
         with self._lock:
             # The run that held it fails at its next write.
-            _drop_tree(self._threads, thread_id, self._local_holds)
+            self.forget_notices(_drop_tree(self._threads, thread_id, self._local_holds))
 
     # --- host API ----------------------------------------------------------------------
 
@@ -561,28 +561,40 @@ class InMemoryCheckpointer(MemoryOutbox, Checkpointer):
             infos.sort(key=lambda i: (i.updated_at, i.id))
             chosen = infos if limit is None else infos[:limit]
             for info in chosen:
-                _drop_tree(self._threads, info.id, None)
+                self.forget_notices(_drop_tree(self._threads, info.id, None))
             return len(chosen)
 
 
-def _drop_tree(threads: dict[str, Any], thread_id: str, holds: LocalHolds | None) -> None:
-    """Drop a thread, its subgraph threads and (given ``holds``) its hold; under the lock."""
+def _drop_tree(threads: dict[str, Any], thread_id: str, holds: LocalHolds | None) -> list[str]:
+    """Drop a thread, its subgraph threads and (given ``holds``) its hold; under the lock.
+
+    Returns:
+        The ids of the threads dropped (the root's and its children's).
+    """
     threads.pop(thread_id, None)
     if holds is not None:
         holds.drop(thread_id)
-    _drop_children(threads, thread_id, None)
+    return [thread_id, *_drop_children(threads, thread_id, None)]
 
 
-def _drop_children(threads: dict[str, Any], thread_id: str, kept_plans: set[str] | None) -> None:
+def _drop_children(threads: dict[str, Any], thread_id: str, kept_plans: set[str] | None) -> list[str]:
     """Drop the subgraph threads of ``thread_id`` (all, or those of no kept plan); under the lock.
 
     A child's run holds nothing once its root is gone: its next write fails
     on the missing thread, as a deleted root's does.
+
+    Returns:
+        The ids of the children dropped.
     """
     prefix = children_prefix(thread_id)
-    for child in [tid for tid in threads if tid.startswith(prefix)]:
-        if kept_plans is None or not child_of_plans(thread_id, child, kept_plans):
-            threads.pop(child, None)
+    dropped = [
+        tid
+        for tid in threads
+        if tid.startswith(prefix) and (kept_plans is None or not child_of_plans(thread_id, tid, kept_plans))
+    ]
+    for child in dropped:
+        threads.pop(child, None)
+    return dropped
 
 
 def _decoded_checkpoint(

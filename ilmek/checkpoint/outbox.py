@@ -12,7 +12,7 @@ from __future__ import annotations
 import builtins
 import hashlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import attrs
 
@@ -95,6 +95,13 @@ class MemoryOutbox(NoticeOutbox):
     def notice_delivered(self, notice_id: str) -> None:
         with self._outbox_lock:
             self._outbox.pop(notice_id, None)
+
+    def forget_notices(self, thread_ids: Iterable[str]) -> None:
+        """Take every notice of ``thread_ids`` out of the outbox (their threads were deleted)."""
+        gone = set(thread_ids)
+        with self._outbox_lock:
+            for notice_id in [key for key, n in self._outbox.items() if n.thread_id in gone]:
+                del self._outbox[notice_id]
 
     def notice_failed(self, notice_id: str, retry_at: float) -> None:
         with self._outbox_lock:

@@ -266,6 +266,7 @@ SQL: dict[str, str] = {
     "delete_checkpoints": "DELETE FROM {p}_checkpoints WHERE thread_id = :thread_id",
     "delete_journals": "DELETE FROM {p}_journals WHERE thread_id = :thread_id",
     "delete_holds": "DELETE FROM {p}_holds WHERE thread_id = :thread_id",
+    "delete_notices": "DELETE FROM {p}_notices WHERE thread_id = :thread_id",
     "delete_thread": "DELETE FROM {p}_threads WHERE thread_id = :thread_id",
     "thread_exists": "SELECT 1 FROM {p}_threads WHERE thread_id = :thread_id",
     # --- the host API ---
@@ -303,6 +304,7 @@ THREAD_DELETIONS = (
     "delete_checkpoints",
     "delete_journals",
     "delete_holds",
+    "delete_notices",
     "delete_thread",
 )
 """The statements that delete one thread's rows, table by table."""
@@ -314,6 +316,7 @@ THREADS_DELETIONS = (
     "DELETE FROM {p}_checkpoints WHERE thread_id IN ({in})",
     "DELETE FROM {p}_journals WHERE thread_id IN ({in})",
     "DELETE FROM {p}_holds WHERE thread_id IN ({in})",
+    "DELETE FROM {p}_notices WHERE thread_id IN ({in})",
     "DELETE FROM {p}_threads WHERE thread_id IN ({in})",
 )
 """A batch of threads' rows, table by table (the same tables as :data:`THREAD_DELETIONS`)."""

@@ -104,3 +104,27 @@ def test_a_graph_without_a_hook_writes_no_notice(checkpointer: Checkpointer) -> 
     assert checkpointer.due_notices(FAR) == []
     run(plain.bind(on_pause=seen.append), {}, thread_id="b", checkpointer=checkpointer)
     assert [n.thread_id for n in seen] == ["b"]
+
+
+@pytest.mark.parametrize("deleting", ["delete_thread", "delete_threads"])
+def test_deleting_a_thread_takes_its_undelivered_notices_with_it(
+    checkpointer: Checkpointer, reopen: Callable[[], Checkpointer], deleting: str
+) -> None:
+    """A notice whose hook keeps failing stays in the outbox until it is delivered; deleting its thread
+    (one, or in a batch) takes it out too, leaving another thread's notice where it was."""
+
+    def down(notice: PauseNotice) -> None:
+        raise RuntimeError("the mail server is down")
+
+    g = _asking(down)
+    run(g, {}, thread_id="gone", checkpointer=checkpointer)
+    run(g, {}, thread_id="kept", checkpointer=checkpointer)
+    assert {n.thread_id for n in checkpointer.due_notices(FAR)} == {"gone", "kept"}
+    if deleting == "delete_thread":
+        checkpointer.delete_thread("gone")
+    else:
+        # The oldest first (ties by id): "gone" was paused first.
+        assert checkpointer.delete_threads(status="interrupted", limit=1) == 1
+    remaining = {n.thread_id for n in checkpointer.due_notices(FAR)}
+    assert remaining == {"kept"}
+    assert {n.thread_id for n in reopen().due_notices(FAR)} == {"kept"}

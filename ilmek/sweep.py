@@ -13,7 +13,7 @@ committed wins (a person who answered first stands; one who answers after
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from . import checks
@@ -25,11 +25,13 @@ from .logs import logger
 from .notices import deliver_due
 from .operations import graph_of, graph_registry
 from .process_drain import draining
-from .types import AnsweredBy, Checkpoint, Result, utc_now
+from .types import AnsweredBy, Checkpoint, Result, ThreadInfo, utc_now
 
 __all__ = ["due_answers", "tick"]
 
 _LOG = "ilmek.sweep"
+#: Threads read at once when ``tick`` has a limit.
+_PAGE = 100
 
 
 def due_answers(latest: Checkpoint, now: _dt.datetime) -> tuple[dict[str, Any], dict[str, AnsweredBy]] | None:
@@ -72,7 +74,8 @@ def tick(
             :func:`~ilmek.recover`); a thread of a graph not given is left alone.
         checkpointer: Where the threads are.
         now: The time to judge by (an aware ``datetime``); default the clock.
-        limit: At most this many threads, the most overdue first.
+        limit: At most this many threads continued, the most overdue first
+            (threads that cannot be continued yet do not count).
         run_options: More options for the resumes (``recursion_limit``...).
 
     Returns:
@@ -90,9 +93,9 @@ def tick(
     checks.moment(moment, "now")
     limit = checks.count(limit, "limit", optional=True)
     results: list[Result] = []
-    for info in checkpointer.list_threads(due_before=moment, limit=limit):
-        if draining():
-            break  # this process gives its work back: another process's tick takes the rest
+    for info in _due_threads(checkpointer, moment, limit):
+        if draining() or (limit is not None and len(results) >= limit):
+            break  # draining: this process gives its work back, another process's tick takes the rest
         if info.running:
             continue  # a run has it now; the next tick looks again
         result = _wake(registry, checkpointer, info.id, moment, run_options)
@@ -102,6 +105,26 @@ def tick(
     if hooks:
         deliver_due(hooks, checkpointer, moment.timestamp(), limit)
     return results
+
+
+def _due_threads(checkpointer: Checkpointer, moment: _dt.datetime, limit: int | None) -> Iterator[ThreadInfo]:
+    """The threads due by ``moment``, the most overdue first, read a page at a time.
+
+    With a ``limit``, pages go on past threads that cannot be woken (a due
+    pause beside one waiting for a person stays due): they would otherwise
+    fill every page, and a thread behind them would never be woken.
+    """
+    if limit is None:
+        yield from checkpointer.list_threads(due_before=moment)
+        return
+    page = max(limit, _PAGE)
+    offset = 0
+    while True:
+        infos = checkpointer.list_threads(due_before=moment, offset=offset, limit=page)
+        yield from infos
+        if len(infos) < page:
+            return
+        offset += page
 
 
 def _wake(

@@ -243,3 +243,40 @@ def test_a_malformed_sleep_fails_the_node(checkpointer: Checkpointer, when: dict
     assert "error" == result.status
     assert "InvalidArgumentError" == type(result.errors[0][1]).__name__
     assert () == pending_interrupts(checkpointer, "bad")
+
+
+@pytest.mark.parametrize("page", [1, 100])
+def test_a_limited_tick_looks_past_threads_that_cannot_be_woken(
+    checkpointer: Checkpointer, monkeypatch: pytest.MonkeyPatch, page: int
+) -> None:
+    """Threads whose due pause waits beside a person's stay due and are the most overdue; tick's limit
+    counts the threads it continues, so it reaches a wakeable thread behind them (read a page of one
+    thread at a time, or all in one page)."""
+    monkeypatch.setattr("ilmek.sweep._PAGE", page)
+
+    def timed(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        return {"log": [ctx.interrupt("t", deadline=DUE - dt.timedelta(hours=1), on_timeout="timeout")]}
+
+    def person(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        return {"log": [ctx.interrupt("p")]}
+
+    mixed = (
+        graph("mixed", {"log": channel.append()})
+        .node("timed", timed)
+        .node("person", person)
+        .edge(START, "timed")
+        .edge(START, "person")
+        .compile()
+    )
+    effects: list[str] = []
+    approval = _approval(effects)
+    for number in range(3):
+        run(mixed, {}, thread_id=f"mixed-{number}", checkpointer=checkpointer)
+    run(approval, {}, thread_id="wakeable", checkpointer=checkpointer)
+    due = [t.id for t in checkpointer.list_threads(due_before=AFTER)]
+    assert ["mixed-0", "mixed-1", "mixed-2", "wakeable"] == sorted(due)
+    assert "wakeable" == due[-1]  # the least overdue
+    woken = tick({"mixed": mixed, "approval": approval}, checkpointer, now=AFTER, limit=1)
+    assert ["wakeable"] == [r.thread_id for r in woken]
+    assert ["done"] == [r.status for r in woken]
+    assert 2 == len(pending_interrupts(checkpointer, "mixed-0"))

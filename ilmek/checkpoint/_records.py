@@ -26,6 +26,7 @@ from ..errors import (
     SerializationError,
     stored_at,
 )
+from ..predicates import json_equal
 from ..types import (
     ChannelChange,
     Checkpoint,
@@ -638,19 +639,6 @@ def encode_changes(
         else:
             raise TypeError(f"unknown channel change {change!r} for channel {name!r}")
     return encoded
-
-
-def json_equal(left: Any, right: Any) -> bool:
-    """Equality as JSON sees it: bools are not numbers, numbers compare by value, objects ignore key order."""
-    if isinstance(left, bool) or isinstance(right, bool):
-        return type(left) is type(right) and left == right
-    if isinstance(left, (int, float)) and isinstance(right, (int, float)):
-        return left == right
-    if isinstance(left, dict) and isinstance(right, dict):
-        return left.keys() == right.keys() and all(json_equal(left[k], right[k]) for k in left)
-    if isinstance(left, list) and isinstance(right, list):
-        return len(left) == len(right) and all(json_equal(a, b) for a, b in zip(left, right, strict=True))
-    return type(left) is type(right) and bool(left == right)
 
 
 def metadata_matches(metadata: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:

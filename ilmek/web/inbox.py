@@ -215,14 +215,14 @@ def _answer_cell(links: Links, guard: Guard, row: InboxRow, graphs: Mapping[str,
                 "button",
                 {
                     "type": "submit",
-                    "name": "option.0",
+                    "name": field,
                     "value": value,
                     "class": css,
                     "aria-label": f"{text}: {info.id if len(info.id) <= 60 else info.id[:60] + '…'}",
                 },
                 text,
             )
-            for value, text, css in buttons
+            for field, value, text, css in buttons
         ],
         css="row-answer",
     )

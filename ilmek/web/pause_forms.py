@@ -245,16 +245,20 @@ def pause_fields(
     )
 
 
-def inbox_buttons(pause: Pending) -> list[tuple[str, str, str]] | None:
-    """The one-click answers of an inbox row: ``(field value, label, css class)`` per option, or ``None``.
+def inbox_buttons(pause: Pending) -> list[tuple[str, str, str, str]] | None:
+    """The one-click answers of an inbox row: ``(field, value, label, css class)`` per button, or ``None``.
 
-    Only a pause whose options are few enough to read at a glance; the
-    button names the option's index, and the action reads the option from
-    the stored pause (the inbox shows a preview, never sends it). A pause
-    with a contract offers buttons only for a choice: a review's draft is
-    not on the row, so it is never approved in one click from there.
+    Only a pause whose options are few enough to read at a glance; a
+    payload's or a choice's button names the option's index (``option.0``),
+    and the action reads the option from the stored pause (the inbox shows a
+    preview, never sends it); a yes/no contract's buttons send ``true`` or
+    ``false`` as its form on the thread page does. A pause with a contract
+    offers buttons only for a choice or a yes/no: a review's draft is not on
+    the row, so it is never approved in one click from there.
     """
     contract = contract_of(pause)
+    if contract is not None and contract.get("kind") == "boolean":
+        return [("boolean.0", "true", "Yes", "option approve"), ("boolean.0", "false", "No", "option reject")]
     if contract is not None:
         options = list(contract.get("options") or ()) if contract.get("kind") == "choice" else []
         # The contract's options, read as a yes/no pair as the payload's would be.
@@ -266,5 +270,5 @@ def inbox_buttons(pause: Pending) -> list[tuple[str, str, str]] | None:
     buttons = []
     for position in range(len(shape.options)):
         css = _option_css(shape, position)
-        buttons.append((str(position), option_label(shape, position, 24), css))
+        buttons.append(("option.0", str(position), option_label(shape, position, 24), css))
     return buttons

@@ -202,6 +202,30 @@ def test_the_inbox_never_answers_a_review_in_one_click(console: ConsoleServer) -
     assert 'name="option.0"' in rows["choice"]
 
 
+def test_the_inbox_answers_a_yes_no_contract_with_its_own_buttons(
+    console: ConsoleServer, store: SqliteCheckpointer
+) -> None:
+    """A boolean contract's row has Yes and No buttons (not a link), sending what its thread page's form
+    sends; pressing No records False for the node."""
+    inbox = _request(console.url)[1]
+    row = inbox[inbox.index('thread?id=boolean"') :].split("</tr>")[0]
+    assert "Open to answer" not in row
+    assert 'name="boolean.0" value="true"' in row
+    assert 'name="boolean.0" value="false"' in row
+    assert ">Yes</button>" in row
+    assert ">No</button>" in row
+    found = re.search(r'<form method="post" action="([^"]*/action/answer\?[^"]*)"[^>]*>(.*?)</form>', row, re.S)
+    assert found is not None, row
+    hidden = {
+        k: html.unescape(v)
+        for k, v in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', found.group(2))
+    }
+    action = urllib.parse.urljoin(console.url, html.unescape(found.group(1)))
+    status, _ = _request(action, {**hidden, "boolean.0": "false"})
+    assert 200 == status
+    assert [False] == got(store, "boolean")
+
+
 @pytest.mark.postgres
 def test_on_postgres_the_inbox_reads_the_contract_and_a_refusal_writes_nothing(postgres_dsn: str) -> None:
     """On a real Postgres store the inbox's bounded preview keeps the contract (a review row links to its

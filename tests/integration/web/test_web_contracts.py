@@ -214,7 +214,9 @@ def test_the_inbox_answers_a_yes_no_contract_with_its_own_buttons(
     assert 'name="boolean.0" value="false"' in row
     assert ">Yes</button>" in row
     assert ">No</button>" in row
-    found = re.search(r'<form method="post" action="([^"]*/action/answer\?[^"]*)"[^>]*>(.*?)</form>', row, re.S)
+    found = re.search(
+        r'<form method="post" action="([^"]*/action/answer\?[^"]*)"[^>]*>(.*?)</form>', row, re.S
+    )
     assert found is not None, row
     hidden = {
         k: html.unescape(v)

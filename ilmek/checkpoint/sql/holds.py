@@ -266,13 +266,22 @@ class HoldRows:
         return reason if isinstance(reason, str) else None
 
     def renew(self, hold: SqlHold) -> None:
-        """Extend the lease in a transaction of its own."""
+        """Extend the lease: one statement, its own transaction where the client allows it.
+
+        On Postgres the UPDATE commits as it completes (one round trip, not a
+        BEGIN, the UPDATE and a COMMIT), so the hold's row is never left
+        locked by a transaction waiting on this process: a process stopped
+        or killed between a renewal's statements would have kept it locked
+        until its connection closed, and every other run's take of the
+        thread waiting as long.
+        """
         started = lease_clock()
         reason = self._owner.transact(
             lambda session: self.fence(session, hold),
             what="renew the hold",
             thread_id=hold.thread_id,
             hold=hold,
+            alone=True,
         )
         hold.renewed(started, reason)
 

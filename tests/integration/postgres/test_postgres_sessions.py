@@ -352,3 +352,50 @@ def test_a_resume_with_nothing_paused_is_resume_error_on_postgres(
         with pytest.raises(ResumeError, match="'finished'"):
             resume(checkout_graph(effects), "yes", thread_id="finished", checkpointer=checkpointer)
     assert {"create_order": 1, "charge:yes": 1} == effects.counts()
+
+
+class _SeenCursor(psycopg2.extensions.cursor):
+    """A real cursor that notes each statement with whether its connection was in autocommit."""
+
+    def execute(self, query: Any, vars: Any = None) -> Any:
+        sql = query.decode() if isinstance(query, bytes) else str(query)
+        self.connection.seen.append((sql, self.connection.autocommit))
+        return super().execute(query, vars)
+
+
+class _SeenConnection(psycopg2.extensions.connection):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.seen: list[tuple[str, bool]] = []
+        self.cursor_factory = _SeenCursor
+
+
+@pytest.mark.parametrize("autocommit", [False, True])
+def test_a_renewal_is_one_statement_that_leaves_no_transaction_open(
+    postgres_dsn: str, autocommit: bool
+) -> None:
+    """A lease renewal is the fenced UPDATE alone, sent in autocommit (with the pool's connections in
+    either mode): no BEGIN ... COMMIT in which a process stopped or killed between statements would
+    leave the hold's row locked, and every other run's take of the thread waiting, until its socket
+    closed; and the renewal still extends the lease."""
+    pool = psycopg2.pool.ThreadedConnectionPool(1, 1, postgres_dsn, connection_factory=_SeenConnection)
+    connection = pool.getconn()
+    connection.autocommit = autocommit
+    pool.putconn(connection)
+    checkpointer = PostgresCheckpointer(pool, lease_seconds=30.0)
+    try:
+        with checkpointer.hold("renewed") as hold:
+            before = query(postgres_dsn, "SELECT expires_at FROM ilmek_holds WHERE thread_id = 'renewed'")
+            connection.seen.clear()
+            time.sleep(0.01)
+            hold.renew()
+            assert [(True, True)] == [
+                ("UPDATE" in sql and "_holds" in sql, on) for sql, on in connection.seen
+            ]
+            assert psycopg2.extensions.TRANSACTION_STATUS_IDLE == connection.get_transaction_status()
+            assert autocommit == connection.autocommit
+            after = query(postgres_dsn, "SELECT expires_at FROM ilmek_holds WHERE thread_id = 'renewed'")
+            assert after[0][0] > before[0][0]
+    finally:
+        checkpointer.close()
+        pool.closeall()

@@ -123,6 +123,14 @@ class Journals:
         thread_id = hold.thread_id
         slot = _records.journal_slot(self._owner.sealer, thread_id, base_id, task_key)
         text = _records.encode_entry(entry, f"task {task_key!r}", slot)
+        if hold.renewal_due() and self._owner.WRITES_IN_ONE_STATEMENT:
+            # On Postgres the renewal goes first, as a statement of its own in
+            # autocommit, not in a transaction with the insert: such a
+            # transaction spans round trips, with the hold's row locked, and a
+            # process stopped between them would keep every other run's take
+            # of the thread waiting. (Two statements are fewer round trips
+            # than BEGIN, two statements and COMMIT, too.)
+            hold.renew()
         started = lease_clock()
         renew = hold.renewal_due()
 

@@ -399,3 +399,38 @@ def test_a_renewal_is_one_statement_that_leaves_no_transaction_open(
     finally:
         checkpointer.close()
         pool.closeall()
+
+
+def test_a_step_recorded_when_a_renewal_is_due_leaves_no_transaction_open(postgres_dsn: str) -> None:
+    """A step recorded once a renewal is due renews the lease in a statement of its own, then inserts the
+    step in another, each in autocommit (none in a BEGIN ... COMMIT that would keep the hold's row locked
+    across round trips); both land."""
+    from ilmek import START, channel, graph
+    from ilmek.types import JournalEntry
+
+    pool = psycopg2.pool.ThreadedConnectionPool(1, 1, postgres_dsn, connection_factory=_SeenConnection)
+    connection = pool.getconn()
+    pool.putconn(connection)
+    checkpointer = PostgresCheckpointer(pool, lease_seconds=30.0)
+    g = graph("due", {"log": channel.append()}).node("n", lambda s: {"log": ["x"]}).edge(START, "n").compile()
+    try:
+        latest = run(g, {}, thread_id="due", checkpointer=checkpointer)
+        with checkpointer.hold("due") as hold:
+            before = query(postgres_dsn, "SELECT expires_at FROM ilmek_holds WHERE thread_id = 'due'")
+            hold._renewed -= 100.0  # a quarter of the lease has long passed: the record renews first
+            assert hold.renewal_due()
+            connection.seen.clear()
+            checkpointer.append_journal(hold, latest.checkpoint_id, "n", JournalEntry(key="charge", value=1))
+            sent = [
+                ("_holds" in sql and "UPDATE" in sql, "_journals" in sql, on) for sql, on in connection.seen
+            ]
+            assert [(True, False, True), (False, True, True)] == sent
+            assert psycopg2.extensions.TRANSACTION_STATUS_IDLE == connection.get_transaction_status()
+            assert not hold.renewal_due()
+            after = query(postgres_dsn, "SELECT expires_at FROM ilmek_holds WHERE thread_id = 'due'")
+            assert after[0][0] > before[0][0]
+            recorded = query(postgres_dsn, "SELECT count(*) FROM ilmek_journals WHERE thread_id = 'due'")
+            assert [(1,)] == recorded
+    finally:
+        checkpointer.close()
+        pool.closeall()

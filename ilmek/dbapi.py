@@ -531,6 +531,12 @@ class Adapter(abc.ABC):
                 raise
             except Exception as error:
                 kind = "permanent" if isinstance(error, ConnectionClosed) else self.classify(error)
+                if kind is None and while_connecting(error):
+                    # Not a database error, but no connection either: a driver
+                    # that could not read its settings (psycopg2 raises
+                    # UnicodeDecodeError for a DSN's bad percent-escape) or a
+                    # pool that failed its own way. Raised as ilmek's, chained.
+                    kind = "permanent"
                 if kind is None:
                     raise
                 where = f" for thread {thread_id!r}" if thread_id is not None else ""
@@ -561,6 +567,11 @@ class Adapter(abc.ABC):
         advice = self.advice(error)
         tail = f" {advice}" if advice else ""
         said = describe_error(error, self.secrets)
+        if kind == "permanent" and while_connecting(error) and self.classify(error) is None:
+            return StorageError(
+                f"could not {what}: no connection could be had ({said}); check the connection settings "
+                f"or the pool; nothing was written.{tail}"
+            )
         if kind == "permanent":
             return StorageError(f"could not {what}: {said}; nothing was written.{tail}")
         if joined:

@@ -26,7 +26,7 @@ import psycopg2
 import psycopg2.pool
 import pytest
 import sqlalchemy
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from psycopg2.extensions import parse_dsn
 
@@ -146,6 +146,8 @@ def ilmek_logs() -> Iterator[list[logging.LogRecord]]:
 
 
 @settings(EXAMPLES, max_examples=40)
+# A percent-escape that is not UTF-8: psycopg2 raises UnicodeDecodeError, not one of its errors.
+@example(password="0%90")
 @given(password=PASSWORDS)
 def test_connect_errors_show_no_piece_of_the_password(refusing: dict[str, str], password: str) -> None:
     """connect() with a refused role or a closed port: no piece of the password in the error or the logs."""
@@ -162,6 +164,8 @@ def test_connect_through_psycopg_3_shows_no_piece_of_the_password(
 
 
 @settings(EXAMPLES, max_examples=15)
+# A percent-escape that is not UTF-8: psycopg2 raises UnicodeDecodeError, not one of its errors.
+@example(password="0%90")
 @given(password=PASSWORDS)
 def test_command_line_errors_show_no_piece_of_the_password(refusing: dict[str, str], password: str) -> None:
     """`ilmek threads --db DSN`, in-process: stdout and stderr hold no piece of the password."""
@@ -175,6 +179,8 @@ def test_command_line_errors_show_no_piece_of_the_password(refusing: dict[str, s
 
 
 @settings(EXAMPLES, max_examples=20)
+# A percent-escape that is not UTF-8: psycopg2 raises UnicodeDecodeError, not one of its errors.
+@example(password="0%90")
 @given(password=PASSWORDS)
 def test_a_pool_s_errors_show_no_piece_of_the_password(refusing: dict[str, str], password: str) -> None:
     """A psycopg2 pool of the caller's that cannot log in: ilmek's StorageError hides its password."""
@@ -220,3 +226,17 @@ def test_a_sqlalchemy_engine_s_errors_show_no_piece_of_the_password(
             assert_reading_hides(password, engine)
         finally:
             engine.dispose()
+
+
+def test_a_pool_whose_dsn_its_driver_cannot_read_is_a_storage_error(refusing: dict[str, str]) -> None:
+    """psycopg2 reads a percent-escape that is not UTF-8 with a UnicodeDecodeError, not an error of its own:
+    ilmek raises a StorageError that says no connection could be had, the driver's error chained."""
+    dsn = dsn_forms("0%90", **targets(refusing)[0])[0]
+    pool = psycopg2.pool.ThreadedConnectionPool(0, 1, dsn)
+    try:
+        with pytest.raises(StorageError, match="no connection could be had") as caught:
+            PostgresCheckpointer(pool).get("t")
+    finally:
+        pool.closeall()
+    assert isinstance(caught.value.__cause__, UnicodeDecodeError)
+    assert caught.value.thread_id == "t"

@@ -19,7 +19,7 @@ backend stores the same way.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -522,14 +522,16 @@ def extend_cached_logs(
     parent_manifest: Mapping[str, ChannelRef],
     manifest: Mapping[str, ChannelRef],
     changes: Sequence[EncodedChange],
+    decode: Callable[[str], Any] = serde.decode,
 ) -> None:
     """After a commit ilmek owns, grow the cached lists by the items it appended.
 
     The next read of the thread then finds them here instead of asking the
     database for what this process just wrote (a new list's items too).
     Items are decoded from their stored text, so the cache never shares
-    objects with the caller. Never call it for writes inside the caller's
-    transaction.
+    objects with the caller, by ``decode``: as the store gives them back
+    (on Postgres a dict's keys come back in ``jsonb``'s order). Never call
+    it for writes inside the caller's transaction.
     """
     for change in changes:
         if change.items is None:
@@ -541,7 +543,7 @@ def extend_cached_logs(
             if after.length == len(change.items):
                 # A log made for this commit that holds exactly its items (a
                 # new list): the thread's next read finds them here.
-                items = _Items(serde.decode(text) for text in change.items)
+                items = _Items(decode(text) for text in change.items)
                 cache.put(("l", thread_id, after.log_id), items, held_bytes(items))
             continue
         key = ("l", thread_id, after.log_id)
@@ -549,7 +551,7 @@ def extend_cached_logs(
         if isinstance(cached, _Items) and len(cached) == before.length:
             # Grown in place (amortized O(new items), not a copy of the history):
             # readers only ever take a slice of the first ``length`` items.
-            added = [serde.decode(text) for text in change.items]
+            added = [decode(text) for text in change.items]
             cached.extend(added)
             # A list's slots grow by one pointer per item, amortized.
             cache.grow(key, held_bytes_of_items(added) + 8 * len(added))

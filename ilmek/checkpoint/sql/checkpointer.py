@@ -25,7 +25,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
-from ... import checks
+from ... import checks, serde
 from ...crypto import Keyring, RekeyCallback, RekeyProgress
 from ...dbapi import Adapter, Pin, Session
 from ...types import ChannelChange, Checkpoint, JournalEntry, ThreadCancel, ThreadError, ThreadInfo
@@ -147,6 +147,10 @@ class SqlCheckpointer(Checkpointer):
         transaction; this is how the run sees it ended.
         """
         return None
+
+    def decode_as_read(self, text: str) -> Any:
+        """A value this process wrote as ``text``, decoded as a read from the store gives it back."""
+        return serde.decode(text)
 
     def table_exists(self, session: Session, table: str) -> bool:
         """Whether ``table`` exists (the dialect knows how to ask)."""

@@ -264,7 +264,14 @@ class Supersteps:
             _, reason, blob_text, log_text = row
             manifest = plan.completed(id_list(blob_text), id_list(log_text))
             self._reads.remember_manifest(thread_id, checkpoint.id, manifest)
-            extend_cached_logs(self._reads.values, thread_id, parent, manifest, write.encoded or ())
+            extend_cached_logs(
+                self._reads.values,
+                thread_id,
+                parent,
+                manifest,
+                write.encoded or (),
+                self._owner.decode_as_read,
+            )
             if taking:
                 self._holds.took(hold, write.started)
             else:
@@ -324,7 +331,9 @@ class Supersteps:
 
         def remember() -> None:
             self._reads.remember_manifest(thread_id, write.checkpoint.id, manifest)
-            extend_cached_logs(self._reads.values, thread_id, parent_manifest, manifest, to_write)
+            extend_cached_logs(
+                self._reads.values, thread_id, parent_manifest, manifest, to_write, self._owner.decode_as_read
+            )
             if taking:
                 assert isinstance(hold, SqlHold)
                 self._holds.took(hold, write.started)

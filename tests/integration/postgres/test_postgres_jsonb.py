@@ -14,6 +14,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ilmek import END, START, Checkpoint, channel, graph, pending_interrupts, resume, run, thread_state
 from ilmek.types import JournalEntry, new_checkpoint_id, task_id_for
@@ -223,3 +225,84 @@ def test_a_journal_key_with_nul_is_stored_as_on_every_backend(postgres_dsn: str,
     with fresh_checkpointer(postgres_dsn) as checkpointer:
         result = run(nul_key_graph(kind), None, thread_id="nul-key", checkpointer=checkpointer)
     assert result.status in ("done", "interrupted"), result.errors
+
+
+@pytest.mark.parametrize("sealed", [False, True])
+def test_a_dict_reads_back_in_one_key_order_in_the_writing_process_and_in_another(
+    postgres_dsn: str, sealed: bool
+) -> None:
+    """JSONB keeps a dict's keys, not their order: the process that wrote a list item reads it back (from
+    its cache) with the keys in the order another process reads them (from the server), not as written;
+    sealed, the value is stored as its text inside the seal, and both read the order it was written in."""
+    import os
+
+    import psycopg2
+
+    from ilmek import START, PostgresCheckpointer, channel, graph, run
+    from ilmek.crypto import Keyring
+
+    seen: list[list[str]] = []
+
+    def note(state: dict[str, Any]) -> dict[str, Any]:
+        seen.append(list(state["items"][-1]) if state["items"] else [])
+        return {"items": [{"zeta": 1, "b": 2, "aa": {"yy": 1, "x": 2}, "a": 3}]}
+
+    g = graph("order", {"items": channel.append()}).node("note", note).edge(START, "note").compile()
+    cipher = Keyring({"k1": os.urandom(32)}, "k1") if sealed else None
+    writer = PostgresCheckpointer(psycopg2.connect(postgres_dsn), cipher=cipher)
+    other = PostgresCheckpointer(psycopg2.connect(postgres_dsn), cipher=cipher)
+    expected = ["zeta", "b", "aa", "a"] if sealed else ["a", "b", "aa", "zeta"]
+    inner = ["yy", "x"] if sealed else ["x", "yy"]
+    try:
+        run(g, {}, thread_id="order", checkpointer=writer)
+        mine = writer.get("order")
+        theirs = other.get("order")
+        assert mine is not None
+        assert theirs is not None
+        assert list(theirs.channels["items"][0]) == expected
+        assert list(theirs.channels["items"][0]["aa"]) == inner
+        assert list(mine.channels["items"][0]) == expected
+        assert list(mine.channels["items"][0]["aa"]) == inner
+        # The next turn's node sees the same order whichever process runs it.
+        run(g, {}, thread_id="order", checkpointer=writer)
+        run(g, {}, thread_id="order", checkpointer=other)
+        assert seen[1] == seen[2] == expected
+    finally:
+        writer.close()
+        other.close()
+
+
+_KEYS = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=6)
+_OBJECTS = st.recursive(
+    st.dictionaries(_KEYS, st.integers(-5, 5) | st.text(max_size=3), max_size=5),
+    lambda inner: st.dictionaries(_KEYS, inner, max_size=4) | st.lists(inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@settings(
+    max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(value=_OBJECTS)
+def test_the_writers_reading_of_a_value_is_the_servers(postgres_dsn: str, value: Any) -> None:
+    """decode_as_jsonb_reads gives a stored text back with its keys in the order a real server's jsonb gives
+    them (shortest first, then by UTF-8 bytes, any unicode), nested at every depth."""
+    import psycopg2
+
+    from ilmek import serde
+    from ilmek.checkpoint.postgres.jsonb_order import decode_as_jsonb_reads
+
+    text = serde.encode(value)
+    with psycopg2.connect(postgres_dsn) as connection, connection.cursor() as cursor:
+        cursor.execute("SELECT CAST(%s AS jsonb)::text", (text,))
+        served = serde.decode(cursor.fetchone()[0])
+    connection.close()
+
+    def shape(item: Any) -> Any:
+        if isinstance(item, dict):
+            return [(key, shape(inner)) for key, inner in item.items()]
+        if isinstance(item, (list, tuple)):
+            return [shape(inner) for inner in item]
+        return item
+
+    assert shape(served) == shape(decode_as_jsonb_reads(text))

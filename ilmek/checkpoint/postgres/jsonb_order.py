@@ -13,7 +13,6 @@ import json
 from typing import Any
 
 from ... import serde
-from ...errors import SerializationError
 
 __all__ = ["decode_as_jsonb_reads"]
 
@@ -36,8 +35,5 @@ def decode_as_jsonb_reads(text: str) -> Any:
     try:
         parsed = json.loads(text, object_pairs_hook=_in_jsonb_order)
     except (ValueError, RecursionError):
-        return serde.decode(text)  # raises the error decode() raises for such text
-    try:
-        return serde.from_jsonable(parsed)
-    except RecursionError as error:
-        raise SerializationError("stored data: the stored JSON is nested too deeply to read") from error
+        return serde.decode(text)  # raises the SerializationError decode() raises for such text
+    return serde.from_jsonable(parsed)

@@ -156,6 +156,12 @@ client = {client!r}
 if client == "psycopg2-pool":
     import psycopg2.pool
     source = psycopg2.pool.ThreadedConnectionPool(1, 2, {dsn!r})
+elif client == "psycopg2-connection":
+    import psycopg2
+    source = psycopg2.connect({dsn!r})
+elif client == "psycopg-connection":
+    import psycopg
+    source = psycopg.connect({dsn!r})
 elif client == "psycopg-pool":
     import psycopg_pool
     source = psycopg_pool.ConnectionPool({dsn!r}, min_size=1, max_size=2, open=True)
@@ -177,7 +183,10 @@ with checkpointer._adapter.transaction() as session:
 """
 
 
-@pytest.mark.parametrize("client", ["psycopg2-pool", "psycopg-pool", "sqlalchemy-engine"])
+@pytest.mark.parametrize(
+    "client",
+    ["psycopg2-pool", "psycopg-pool", "sqlalchemy-engine", "psycopg2-connection", "psycopg-connection"],
+)
 def test_a_parent_killed_inside_a_transaction_frees_its_locks_while_its_child_lives(
     postgres_dsn: str, client: str
 ) -> None:

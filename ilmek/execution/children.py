@@ -64,6 +64,8 @@ class ChildHost:
     lease_seconds: float | None = None
     #: Whether this run just planned the superstep (so no child of it can exist yet: nothing to read).
     new_plan: bool = False
+    #: Whether a child's one-task superstep may run on the task's thread (no reader wants events live).
+    inline: bool = True
 
     def call(self, ctx: NodeContext, graph: CompiledGraph[Any], input: Any, part: str) -> Any:  # noqa: A002
         """Run ``graph`` as child ``part`` of the task; its final state (a pause raises)."""
@@ -191,7 +193,7 @@ class _ChildCall:
         waited_until: float | None = None
         while end is None:
             run = Run(graph, resume if resume is not None else Start(input), options, child=True)
-            run.may_run_inline = True
+            run.may_run_inline = self.host.inline
             told = False
             try:
                 for event in run.events():

@@ -27,7 +27,7 @@ from .keeping import HoldKeeper
 from .messages import TaskRun
 from .position import ThreadPosition
 from .setup import EventStamper, RunSetup
-from .tasks import Placement, TaskRunner
+from .tasks import WORKERS, Placement, TaskRunner
 
 __all__ = ["RunEnds", "Superstep", "plan_context"]
 
@@ -128,7 +128,7 @@ class Superstep:
         keys = [t.task_key for t in base.next]
         yield self._event(StepStart, step=step, tasks=tuple(keys))
         runs = self._task_runs(base, keys)
-        contexts = self._contexts(base, values, runs, steps_taken)
+        contexts = self._contexts(base, values, runs, steps_taken, placement)
         yield from self._runner.run(contexts, placement=placement)
 
         hold = self._keeper.hold
@@ -205,9 +205,19 @@ class Superstep:
         return runs
 
     def _contexts(
-        self, base: Checkpoint, values: Mapping[str, Any], runs: Sequence[TaskRun], steps_taken: int
+        self,
+        base: Checkpoint,
+        values: Mapping[str, Any],
+        runs: Sequence[TaskRun],
+        steps_taken: int,
+        placement: Placement,
     ) -> list[tuple[TaskRun, Any, NodeContext]]:
-        """Each task with the state it reads and the ``ctx`` it gets."""
+        """Each task with the state it reads and the ``ctx`` it gets.
+
+        Its subgraphs run their tasks where this run does: in workers when a
+        reader wants events live (so a child node's events reach it as they
+        are emitted, not when the node returns).
+        """
         setup = self._setup
         view = setup.schema.view(values)
         contexts = []
@@ -237,6 +247,7 @@ class Superstep:
                     self._runner.forwarder(task_run),
                     self._keeper.hold.lease_seconds,
                     new_plan=base.plan_id == base.id and self._position.is_fresh(base.id),
+                    inline=placement != WORKERS,
                 ),
             )
             contexts.append((task_run, state, ctx))

@@ -510,3 +510,30 @@ def test_a_child_pause_is_noticed_once_as_the_roots_pause(checkpointer: Checkpoi
     run(root, {}, thread_id="notices", checkpointer=checkpointer)
 
     assert [("root", "notices", "sub:sub/ask:interrupt#0")] == heard
+
+
+def test_a_child_nodes_events_reach_the_parents_stream_while_it_runs(checkpointer: Checkpointer) -> None:
+    """Streamed, a node two levels down emits an event and waits for the reader to have it before it
+    returns (as an LLM's tokens would stream): the reader gets it while the node runs, not when it ends.
+    (A client bound to the caller's thread runs every task there, so nothing reaches the reader until the
+    node returns: there it arrives after.)"""
+    from ilmek.events import CustomEvent
+
+    live = checkpointer.tasks_on_caller_thread is not True
+    seen = threading.Event()
+    outcome: list[str] = []
+
+    def talk(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        ctx.emit({"token": "Hel"})
+        outcome.append("seen" if seen.wait(5.0 if live else 0.0) else "not seen")
+        return {"log": ["said"]}
+
+    inner = graph("inner", {"log": channel.append()}).node("talk", talk).edge(START, "talk").compile()
+    outer = graph("outer", {"log": channel.append()}).node("inner", inner).edge(START, "inner").compile()
+    root = graph("root", {"log": channel.append()}).node("outer", outer).edge(START, "outer").compile()
+    for event in stream(root, {}, thread_id="live", checkpointer=checkpointer):
+        if isinstance(event, CustomEvent) and event.payload == {"token": "Hel"}:
+            assert ("outer:outer", "inner:inner") == event.ns
+            seen.set()
+    assert seen.is_set()
+    assert ["seen" if live else "not seen"] == outcome

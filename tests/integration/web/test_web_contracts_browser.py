@@ -257,7 +257,8 @@ def test_every_contract_page_fits_the_screen_and_is_axe_clean(
         driver.get(console.url)
         rows = _inbox_rows(driver)
         assert "ship | hold | cancel" == rows["choice"]
-        for kind in ("review", "text", "number", "boolean", "schema"):
+        assert "Yes | No" == rows["boolean"]
+        for kind in ("review", "text", "number", "schema"):
             assert "Open to answer" == rows[kind], kind
         look("inbox")
         driver.get(f"{console.url}answer/{console.links.valid}")

@@ -2,9 +2,11 @@
 
 Most threads are rows written straight into ``ilmek_threads`` (volume
 without a hundred thousand runs); the newest 60 are real paused checkouts,
-so the inbox reads the pause of every row it shows. Each page must render
-well under a second; the bound asserted is a generous 2 s for a shared,
-noisy machine, and the measured times are printed (``pytest -s``).
+so the inbox reads the pause of every row it shows. What each page must
+stay within is counted, not timed (a busy machine makes any time bound
+flaky): the thread rows it decodes, at most a page's worth, never the
+store. The times are printed (``pytest -s``; well under a second each on an
+idle machine) and bounded only against a pathology (``PATHOLOGY_SECONDS``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sqlite3
 import time
 import urllib.parse
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -25,7 +28,11 @@ from tests.support.web_support import Client, checkout_graph, failing_graph
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 THREADS = 100_000
-BOUND_SECONDS = 2.0
+PATHOLOGY_SECONDS = 30.0
+"""Far beyond any page's time even on a loaded machine: only a page that reads the whole store in Python
+would reach it (the work bound is the decoded rows, below)."""
+ROWS_PER_PAGE = 600
+"""The most thread rows a page may decode: its 50 (or 500) rows and the few it reads besides."""
 
 
 def fill(path: pathlib.Path) -> None:
@@ -87,21 +94,52 @@ def big_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SqliteCheckp
     store.close()
 
 
-def timed(client: Client, urls: dict[str, str]) -> dict[str, float]:
-    """Seconds each page took; each must list threads."""
-    timings = {}
+@pytest.fixture
+def decoded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A counter of the thread rows the SQL checkpointer decodes (``[count]``)."""
+    from ilmek.checkpoint.sql import threads
+
+    count = [0]
+    original = threads.thread_from_row
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(threads, "thread_from_row", counting)
+    return count
+
+
+def timed(client: Client, urls: dict[str, str], decoded: list[int]) -> dict[str, tuple[float, int]]:
+    """Seconds each page took and the thread rows it decoded; each must list threads."""
+    measured = {}
     for name, url in urls.items():
-        started = time.perf_counter()
+        started, before = time.perf_counter(), decoded[0]
         reply = client.get(url)
-        timings[name] = time.perf_counter() - started
+        measured[name] = (time.perf_counter() - started, decoded[0] - before)
         assert 200 == reply.status
         assert 'class="tid"' in reply.text
-    print("\n" + "\n".join(f"  {name:10} {seconds * 1000:7.1f} ms" for name, seconds in timings.items()))
-    return timings
+    print(
+        "\n"
+        + "\n".join(
+            f"  {name:10} {seconds * 1000:7.1f} ms, {rows} rows" for name, (seconds, rows) in measured.items()
+        )
+    )
+    return measured
 
 
-def test_the_threads_page_renders_fast_on_100000_threads(big_store: SqliteCheckpointer) -> None:
-    """Inbox, every tab, a search and a deep page each render in well under 2 s."""
+def _over_bounds(measured: dict[str, tuple[float, int]]) -> dict[str, tuple[float, int]]:
+    return {
+        name: (seconds, rows)
+        for name, (seconds, rows) in measured.items()
+        if rows > ROWS_PER_PAGE or seconds >= PATHOLOGY_SECONDS
+    }
+
+
+def test_the_threads_page_renders_fast_on_100000_threads(
+    big_store: SqliteCheckpointer, decoded: list[int]
+) -> None:
+    """Inbox, every tab, a search and a deep page each decode a page of thread rows, not the store."""
     assert THREADS + 61 == len(big_store.list_threads(limit=THREADS * 2))
     client = Client(ilmek.web.app(big_store, checkout_graph()))
     client.get("/")  # the first request pays for imports and the connection
@@ -116,15 +154,18 @@ def test_the_threads_page_renders_fast_on_100000_threads(big_store: SqliteCheckp
             "deep page": "/?status=all&offset=90000",
             "big page": "/?limit=500",
         },
+        decoded,
     )
     inbox = client.get("/").text
     assert 50 == inbox.count('class="tid"')
     assert "Charge 74.97 EUR?" in inbox  # the newest real pauses, read row by row
-    assert {} == {name: seconds for name, seconds in timings.items() if seconds >= BOUND_SECONDS}
+    assert {} == _over_bounds(timings)
 
 
-def test_a_metadata_filter_stays_bounded_on_100000_threads(big_store: SqliteCheckpointer) -> None:
-    """A metadata filter (one thread in a thousand matches) renders within the same bound.
+def test_a_metadata_filter_stays_bounded_on_100000_threads(
+    big_store: SqliteCheckpointer, decoded: list[int]
+) -> None:
+    """A metadata filter (one thread in a thousand matches) decodes only the rows that match.
 
     SqliteCheckpointer filters metadata in SQL (``json_each``), a scan of
     the threads table in C: no longer the 1 to 3.5 s of decoding every
@@ -133,6 +174,6 @@ def test_a_metadata_filter_stays_bounded_on_100000_threads(big_store: SqliteChec
     client = Client(ilmek.web.app(big_store, checkout_graph()))
     client.get("/")
     query = urllib.parse.urlencode({"status": "all", "meta": "customer=c42"})
-    timings = timed(client, {"metadata": f"/?{query}"})
+    timings = timed(client, {"metadata": f"/?{query}"}, decoded)
     assert 50 == client.get(f"/?{query}").text.count('class="tid"')
-    assert timings["metadata"] < BOUND_SECONDS
+    assert {} == _over_bounds(timings)

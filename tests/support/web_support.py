@@ -648,3 +648,22 @@ def url_of(first_line: str) -> str:
 def port_of(first_line: str) -> int:
     """The port ``ilmek web`` printed on its first line."""
     return int(url_of(first_line).rstrip("/").rsplit(":", 1)[1])
+
+
+def counting_decoded_rows(monkeypatch: Any) -> list[int]:
+    """Count the thread rows the SQL checkpointers decode from now on (``[count]``).
+
+    A page's work, counted rather than timed: a list reads a page of rows, or
+    every row of the store when it filters in Python.
+    """
+    from ilmek.checkpoint.sql import threads
+
+    count = [0]
+    original = threads.thread_from_row
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(threads, "thread_from_row", counting)
+    return count

@@ -33,8 +33,9 @@ def _post(port: int, path: str, token: str) -> tuple[int, str, float]:
 
 
 def test_recover_of_a_looping_thread_returns_at_once_and_the_run_goes_on(tmp_path: pathlib.Path) -> None:
-    """Recover answers 303 in well under 2 s; the thread page says the run goes on in the console's
-    process (its pid), which holds the thread; closing the server stops the run and gives it back."""
+    """Recover answers 303 at once (not when the run ends: it never does); the thread page says the run
+    goes on in the console's process (its pid), which holds the thread; closing the server stops the run
+    and gives it back."""
     store = SqliteCheckpointer(tmp_path / "s.db")
     looper = loop_graph(delay=0.2)
     with pytest.raises(RecursionLimitError):
@@ -43,7 +44,9 @@ def test_recover_of_a_looping_thread_returns_at_once_and_the_run_goes_on(tmp_pat
         token = server.console.guard.token("recover", "loop")
         status, location, took = _post(server.server_port, "/action/recover?id=loop", token)
         assert 303 == status
-        assert took < 2.0
+        # The run it started goes on until the server closes: a Recover that waited for it would never
+        # answer. 20 s is room for a loaded machine, not a speed claim.
+        assert took < 20.0
         info = store.get_thread("loop")
         assert info is not None
         assert info.running

@@ -31,7 +31,7 @@ from tests.support.web_browser_support import (
     full_page_screenshot,
     show_as_screen,
 )
-from tests.support.web_support import Client, failing_graph, fetch, serving
+from tests.support.web_support import Client, counting_decoded_rows, failing_graph, fetch, serving
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -69,6 +69,10 @@ def finished(index: int) -> Checkpoint:
         ts=utc_now(),
         metadata={"source": "loop", "tasks": ["settle"], "graph": "bulk"},
     )
+
+
+PATHOLOGY_SECONDS = 30.0
+"""Far beyond a page's time on a loaded machine; the bound that matters is the rows decoded."""
 
 
 @pytest.fixture(scope="module")
@@ -153,15 +157,20 @@ def test_an_empty_failed_tab_under_a_filter_blames_the_filter_and_offers_to_clea
     assert 50 == len(re.findall(r'class="tid"', cleared)), "the cleared tab lists the failed threads"
 
 
-def test_a_metadata_filter_on_10000_threads_renders_in_a_fraction_of_a_second(console: str) -> None:
-    """SQLite filters metadata in SQL: the page takes ~25 ms here (it took ~1 s decoding every thread in
-    Python); the bound is 0.5 s for a loaded machine (time printed)."""
+def test_a_metadata_filter_on_10000_threads_decodes_only_what_matches(
+    console: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite filters metadata in SQL: the page decodes the 495 matching rows (their count) and its page of
+    them, not the 10,000 threads (which it did, in ~1 s, when it filtered in Python); the time is printed
+    (~25 ms idle) and bounded only against a pathology (counted, not timed: load makes a time bound flaky)."""
     listing(console, status="all", meta="customer=acme")
+    decoded = counting_decoded_rows(monkeypatch)
     started = time.perf_counter()
     listing(console, status="all", meta="customer=acme")
     seconds = time.perf_counter() - started
-    print(f"\n  metadata filter on 10,000 threads: {seconds * 1000:.0f} ms")
-    assert seconds < 0.5
+    print(f"\n  metadata filter on 10,000 threads: {seconds * 1000:.0f} ms, {decoded[0]} rows decoded")
+    assert 495 <= decoded[0] <= 1_000
+    assert seconds < PATHOLOGY_SECONDS
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
@@ -198,11 +207,12 @@ def test_the_lists_read_right_on_both_screens(
 
 
 def test_a_bulk_action_on_every_thread_of_a_filter_counts_them_on_10000_threads(
-    store: SqliteCheckpointer,
+    store: SqliteCheckpointer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Delete every acme thread: "Delete 495 threads?"; every thread of "all": the 1,000 most recently
     updated, said so; the confirmation pages are quick and delete nothing."""
     client = Client(ilmek.web.app(store, {"asking": asking_graph()}, allow_actions=True))
+    decoded = counting_decoded_rows(monkeypatch)
     started = time.perf_counter()
     reply = client.get(
         "/bulk?"
@@ -214,8 +224,11 @@ def test_a_bulk_action_on_every_thread_of_a_filter_counts_them_on_10000_threads(
     assert "Every thread of the list matches: 495 threads." in reply.text
     assert "and 465 more." in reply.text
     everything = client.get("/bulk?action=delete&every=1&status=all").text
+    pages_decoded = decoded[0]
     assert "<h1>Delete 1,000 threads?</h1>" in everything
     assert "(the 1,000 most recently updated; confirm again for the rest)" in everything
     assert FINISHED + FAILED + WAITING == len(store.list_threads(limit=20_000))
-    print(f"\n  bulk confirmation of 495 threads: {seconds * 1000:.0f} ms")
-    assert seconds < 1.0
+    print(f"\n  bulk confirmation of 495 threads: {seconds * 1000:.0f} ms; both pages {pages_decoded} rows")
+    # The 495 it counts and a page, then at most 1,000 for "all": never the 10,000.
+    assert pages_decoded <= 2_000
+    assert seconds < PATHOLOGY_SECONDS

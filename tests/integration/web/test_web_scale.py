@@ -17,13 +17,12 @@ import sqlite3
 import time
 import urllib.parse
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 import ilmek.web
 from ilmek import SqliteCheckpointer, run
-from tests.support.web_support import Client, checkout_graph, failing_graph
+from tests.support.web_support import Client, checkout_graph, counting_decoded_rows, failing_graph
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -97,17 +96,7 @@ def big_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SqliteCheckp
 @pytest.fixture
 def decoded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """A counter of the thread rows the SQL checkpointer decodes (``[count]``)."""
-    from ilmek.checkpoint.sql import threads
-
-    count = [0]
-    original = threads.thread_from_row
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        count[0] += 1
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(threads, "thread_from_row", counting)
-    return count
+    return counting_decoded_rows(monkeypatch)
 
 
 def timed(client: Client, urls: dict[str, str], decoded: list[int]) -> dict[str, tuple[float, int]]:

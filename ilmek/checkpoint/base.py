@@ -469,6 +469,28 @@ class Checkpointer(Rotating, NoticeOutbox, abc.ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} does not delete threads in bulk")
 
+    # --- internal: what the console reads of a thread's subgraphs -------------------------
+
+    def _child_thread_ids(
+        self, thread_id: str, plan_id: str | None = None, *, limit: int
+    ) -> builtins.list[str]:
+        """The ids of the child threads ``thread_id``'s own supersteps ran (not their children).
+
+        Internal, for the console: a child that left no other trace (a
+        ``ctx.call`` that never paused, once its parent's superstep
+        committed) is found only this way. One bounded read.
+
+        Args:
+            thread_id: The thread (a root or a child).
+            plan_id: Only the children of that plan's superstep.
+            limit: At most this many, the newest plan's first
+                (:func:`ilmek.namespaces.own_children`'s order).
+
+        The default finds none: a backend that cannot list them shows the
+        children found otherwise.
+        """
+        return []
+
     # --- lifetime ----------------------------------------------------------------------
 
     def close(self) -> None:

@@ -441,6 +441,11 @@ class SqlCheckpointer(Checkpointer):
     def put_thread_metadata(self, thread_id: str, metadata: Mapping[str, Any]) -> None:
         self._threads.put_thread_metadata(thread_id, metadata)
 
+    def _child_thread_ids(
+        self, thread_id: str, plan_id: str | None = None, *, limit: int
+    ) -> builtins.list[str]:
+        return self._threads.child_thread_ids(thread_id, plan_id, limit)
+
     def prune(self, thread_id: str, keep_last: int) -> int:
         return self._threads.prune(thread_id, keep_last)
 

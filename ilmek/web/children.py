@@ -37,6 +37,8 @@ MAX_DEPTH: Final = 8
 CHILD_READS: Final = 40
 """The most child runs one page reads (a child run in a loop, at every depth, would be many)."""
 
+_DIGITS: Final = re.compile(r"(\d+)")
+
 # What a task's journal records when a child run by ``ctx.call`` (or a node) paused: "<part>@pause#k".
 _PAUSE_RECORD: Final = re.compile(r"^(?P<part>.+:.+)@pause#\d+$")
 
@@ -126,15 +128,21 @@ def _stored(
 ) -> dict[str, list[str]]:
     """The parts of the child threads stored under ``thread_id`` (of ``plan_id``), by plan: one read.
 
-    Each plan's parts in the order they ran (``key#0`` before ``key#1``).
+    Each plan's parts in the order a task's calls ran (``key#2`` before ``key#10``).
     """
     ids = checkpointer._child_thread_ids(thread_id, plan_id, limit=CHILD_READS + 1)
     budget.unlisted |= len(ids) > CHILD_READS
     found: dict[str, list[str]] = {}
-    for child in sorted(ids[:CHILD_READS]):
+    for child in ids[:CHILD_READS]:
         plan, part = plan_and_part(thread_id, child)
         found.setdefault(plan, []).append(part)
-    return found
+    return {plan: sorted(parts, key=_counted) for plan, parts in found.items()}
+
+
+def _counted(part: str) -> list[str | int]:
+    """A part's sort key: its text, each run of digits by its value (``key#2`` before ``key#10``)."""
+    # Splitting on a captured group puts the digit runs at the odd places.
+    return [int(piece) if index % 2 else piece for index, piece in enumerate(_DIGITS.split(part))]
 
 
 def _child(

@@ -404,7 +404,7 @@ class _CountingReads(InMemoryCheckpointer):
 
 
 def test_more_quiet_ctx_calls_than_a_page_reads_are_cut_with_a_note_and_bounded_reads() -> None:
-    """CHILD_READS + 3 quiet calls: CHILD_READS shown, the note, and at most one stored read per child."""
+    """CHILD_READS + 3 quiet calls: CHILD_READS shown in call order, the note, one stored read per child."""
     from ilmek.web.children import CHILD_READS
 
     checkpointer = _CountingReads()
@@ -414,7 +414,9 @@ def test_more_quiet_ctx_calls_than_a_page_reads_are_cut_with_a_note_and_bounded_
 
     page = planning_page(checkpointer, compiled, "work")
 
-    assert CHILD_READS == len(runs_of(page).parents)
+    shown = [int(ns.split("#")[1].split(":")[0]) for ns in runs_of(page).parents]
+    assert CHILD_READS == len(shown)
+    assert sorted(shown) == shown  # in the order they ran: sum#9 before sum#11
     assert f"the first {CHILD_READS} are shown" in page
     assert CHILD_READS == checkpointer.child_lists
     assert CHILD_READS + 1 == checkpointer.child_listings  # the root's plan, then each child once

@@ -37,6 +37,7 @@ from ..types import (
     ThreadInfo,
     task_id_for,
 )
+from .child_threads import ChildThreads
 from .holds import Hold, HoldLostError, LocalHolds, busy_error
 from .outbox import NoticeOutbox, OutboxNotice
 from .rotation import Rotating
@@ -79,7 +80,7 @@ def journal_view(
     return tuple(merged.values())
 
 
-class Checkpointer(Rotating, NoticeOutbox, abc.ABC):
+class Checkpointer(Rotating, NoticeOutbox, ChildThreads, abc.ABC):
     """Where threads keep their checkpoints and their tasks' journals; safe to share between threads.
 
     Thread ids are opaque text: ``%``, ``_``, quotes, emoji and SQL fragments are ids like any other."""
@@ -468,28 +469,6 @@ class Checkpointer(Rotating, NoticeOutbox, abc.ABC):
             How many threads were deleted.
         """
         raise NotImplementedError(f"{type(self).__name__} does not delete threads in bulk")
-
-    # --- internal: what the console reads of a thread's subgraphs -------------------------
-
-    def _child_thread_ids(
-        self, thread_id: str, plan_id: str | None = None, *, limit: int
-    ) -> builtins.list[str]:
-        """The ids of the child threads ``thread_id``'s own supersteps ran (not their children).
-
-        Internal, for the console: a child that left no other trace (a
-        ``ctx.call`` that never paused, once its parent's superstep
-        committed) is found only this way. One bounded read.
-
-        Args:
-            thread_id: The thread (a root or a child).
-            plan_id: Only the children of that plan's superstep.
-            limit: At most this many, the newest plan's first
-                (:func:`ilmek.namespaces.own_children`'s order).
-
-        The default finds none: a backend that cannot list them shows the
-        children found otherwise.
-        """
-        return []
 
     # --- lifetime ----------------------------------------------------------------------
 

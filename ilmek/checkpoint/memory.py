@@ -20,7 +20,7 @@ import attrs
 from .. import checks
 from ..crypto import Keyring, RekeyCallback, RekeyProgress
 from ..errors import CheckpointNotFoundError, ConcurrentUpdateError
-from ..namespaces import child_of_plans, children_prefix, is_child_thread, own_children
+from ..namespaces import child_of_plans, children_prefix, is_child_thread
 from ..types import (
     ChannelChange,
     Checkpoint,
@@ -57,6 +57,7 @@ from .base import (
     missing_parent_error,
     same_channels,
 )
+from .child_threads import MemoryChildThreads
 from .holds import LocalHolds, holder_of
 from .outbox import MemoryOutbox, OutboxNotice
 
@@ -163,7 +164,7 @@ class _Store:
         return found
 
 
-class InMemoryCheckpointer(MemoryOutbox, Checkpointer):
+class InMemoryCheckpointer(MemoryOutbox, MemoryChildThreads, Checkpointer):
     """Checkpoints in this process's memory, gone when it ends; thread-safe. Use it in tests and scripts.
 
     Thread-safe. Use it in tests and scripts; use :class:`SqliteCheckpointer`
@@ -544,12 +545,6 @@ class InMemoryCheckpointer(MemoryOutbox, Checkpointer):
             _drop_children(self._threads, thread_id, {thread.checkpoints[i].plan_id or i for i in thread.ids})
             return len(dropped)
 
-    def _child_thread_ids(
-        self, thread_id: str, plan_id: str | None = None, *, limit: int
-    ) -> builtins.list[str]:
-        with self._lock:
-            return own_children(checks.thread_id(thread_id), builtins.list(self._threads), plan_id)[:limit]
-
     def delete_threads(
         self,
         *,
@@ -708,7 +703,11 @@ def _matching(
 
 
 def _status_matches(info: ThreadInfo, status: str | None) -> bool:
-    return status is None or (info.running if status == "running" else info.status == status)
+    if status is None:
+        return True
+    if status == "running":
+        return info.running
+    return info.status == status
 
 
 def _encode_entries(

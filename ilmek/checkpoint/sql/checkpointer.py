@@ -41,12 +41,12 @@ from .rekeying import Rekeying
 from .schema import Migration, Schema, drop_sql, schema_sql, upgrade_sql
 from .statements import Statements, format_sql, validate_prefix
 from .supersteps import Supersteps
-from .threads import Threads
+from .threads import ChildThreadReads, Threads
 
 __all__ = ["SqlCheckpointer"]
 
 
-class SqlCheckpointer(Checkpointer):
+class SqlCheckpointer(ChildThreadReads, Checkpointer):
     """The port, holds and host API over any DB-API adapter; subclasses add DDL and dialect.
 
     Attributes:
@@ -440,11 +440,6 @@ class SqlCheckpointer(Checkpointer):
 
     def put_thread_metadata(self, thread_id: str, metadata: Mapping[str, Any]) -> None:
         self._threads.put_thread_metadata(thread_id, metadata)
-
-    def _child_thread_ids(
-        self, thread_id: str, plan_id: str | None = None, *, limit: int
-    ) -> builtins.list[str]:
-        return self._threads.child_thread_ids(thread_id, plan_id, limit)
 
     def prune(self, thread_id: str, keep_last: int) -> int:
         return self._threads.prune(thread_id, keep_last)

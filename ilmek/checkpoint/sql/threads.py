@@ -21,6 +21,7 @@ from ...types import ThreadInfo
 from .. import _records
 from .._delta import blob_ids, manifest_from_plain
 from ..base import checkpoints_to_keep
+from ..child_threads import ChildThreads
 from ..holds import Hold, busy_error, new_token
 from .rows import thread_from_row
 from .statements import (
@@ -37,7 +38,7 @@ from .statements import (
 if TYPE_CHECKING:
     from .checkpointer import SqlCheckpointer
 
-__all__ = ["Threads"]
+__all__ = ["ChildThreadReads", "Threads"]
 
 _LOG = logger("ilmek.storage")
 
@@ -62,6 +63,17 @@ def _like_prefix(prefix: str) -> str:
     """A ``LIKE`` pattern (escape ``!``) matching what starts with ``prefix``."""
     escaped = prefix.replace("!", "!!").replace("%", "!%").replace("_", "!_")
     return f"{escaped}%"
+
+
+class ChildThreadReads(ChildThreads):
+    """The SQL checkpointers' listing of a thread's children: one indexed read (``Threads``)."""
+
+    _threads: Threads
+
+    def _child_thread_ids(
+        self, thread_id: str, plan_id: str | None = None, *, limit: int
+    ) -> builtins.list[str]:
+        return self._threads.child_thread_ids(thread_id, plan_id, limit)
 
 
 class Threads:
@@ -175,7 +187,7 @@ class Threads:
         )
 
     def child_thread_ids(self, thread_id: str, plan_id: str | None, limit: int) -> builtins.list[str]:
-        """See :meth:`ilmek.checkpoint.base.Checkpointer._child_thread_ids`."""
+        """See :meth:`ilmek.checkpoint.child_threads.ChildThreads._child_thread_ids`."""
         thread_id = checks.thread_id(thread_id)
         limit = checks.count(limit, "limit") or 0
         own = children_prefix(thread_id)

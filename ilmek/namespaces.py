@@ -16,6 +16,8 @@ pause is known to its root thread as the path, ``/``, and the child's own id.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 __all__ = [
     "SEPARATOR",
     "child_of_plans",
@@ -23,6 +25,8 @@ __all__ = [
     "children_prefix",
     "is_child_thread",
     "join_path",
+    "own_children",
+    "plan_and_part",
     "root_thread_id",
 ]
 
@@ -62,6 +66,27 @@ def child_of_plans(thread_id: str, descendant: str, plans: set[str]) -> bool:
     """
     plan = descendant[len(children_prefix(thread_id)) :].split(SEPARATOR, 1)[0]
     return plan in plans
+
+
+def own_children(thread_id: str, thread_ids: Iterable[str], plan_id: str | None = None) -> list[str]:
+    """Those of ``thread_ids`` that are children of ``thread_id`` itself (not theirs), newest plan first.
+
+    ``plan_id``: only the children of that plan's superstep. A child's id
+    is the prefix, its plan, the separator and its part; a grandchild's
+    goes on with two more separators.
+    """
+    prefix = children_prefix(thread_id) + ("" if plan_id is None else f"{plan_id}{SEPARATOR}")
+    own = len(children_prefix(thread_id))
+    return sorted(
+        (tid for tid in thread_ids if tid.startswith(prefix) and tid.count(SEPARATOR, own) == 1),
+        reverse=True,
+    )
+
+
+def plan_and_part(thread_id: str, child: str) -> tuple[str, str]:
+    """The plan and the namespace part of ``child``, a child thread of ``thread_id`` itself."""
+    plan, _, part = child[len(children_prefix(thread_id)) :].partition(SEPARATOR)
+    return plan, part
 
 
 def join_path(ns: tuple[str, ...]) -> str:

@@ -37,6 +37,7 @@ from ..types import (
     ThreadInfo,
     task_id_for,
 )
+from .child_threads import ChildThreads
 from .holds import Hold, HoldLostError, LocalHolds, busy_error
 from .outbox import NoticeOutbox, OutboxNotice
 from .rotation import Rotating
@@ -79,7 +80,7 @@ def journal_view(
     return tuple(merged.values())
 
 
-class Checkpointer(Rotating, NoticeOutbox, abc.ABC):
+class Checkpointer(Rotating, NoticeOutbox, ChildThreads, abc.ABC):
     """Where threads keep their checkpoints and their tasks' journals; safe to share between threads.
 
     Thread ids are opaque text: ``%``, ``_``, quotes, emoji and SQL fragments are ids like any other."""

@@ -57,6 +57,7 @@ from .base import (
     missing_parent_error,
     same_channels,
 )
+from .child_threads import MemoryChildThreads
 from .holds import LocalHolds, holder_of
 from .outbox import MemoryOutbox, OutboxNotice
 
@@ -163,7 +164,7 @@ class _Store:
         return found
 
 
-class InMemoryCheckpointer(MemoryOutbox, Checkpointer):
+class InMemoryCheckpointer(MemoryOutbox, MemoryChildThreads, Checkpointer):
     """Checkpoints in this process's memory, gone when it ends; thread-safe. Use it in tests and scripts.
 
     Thread-safe. Use it in tests and scripts; use :class:`SqliteCheckpointer`

@@ -4,14 +4,17 @@ A child's thread is found the way the host finds it
 (:func:`ilmek.subgraph_reading.child_parts` and
 :func:`ilmek.namespaces.child_thread_id`): from the node that is a subgraph
 in the thread's graph, the namespace of an open pause, or a ``ctx.call``
-child's pause recorded in its task's journal. A child whose superstep ran
-children of its own holds them too, at every depth.
+child's pause recorded in its task's journal; and from the child threads
+stored under the thread (one bounded read per thread), which is all a
+``ctx.call`` child that never paused leaves once its parent's superstep
+committed. A child whose superstep ran children of its own holds them too,
+at every depth.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -19,7 +22,7 @@ import attrs
 from ..checkpoint.base import Checkpointer
 from ..errors import IlmekError
 from ..graph import CompiledGraph
-from ..namespaces import child_thread_id
+from ..namespaces import child_thread_id, plan_and_part
 from ..subgraph_reading import child_graph, child_parts
 from ..types import Checkpoint, JournalEntry
 
@@ -33,6 +36,8 @@ MAX_DEPTH: Final = 8
 
 CHILD_READS: Final = 40
 """The most child runs one page reads (a child run in a loop, at every depth, would be many)."""
+
+_DIGITS: Final = re.compile(r"(\d+)")
 
 # What a task's journal records when a child run by ``ctx.call`` (or a node) paused: "<part>@pause#k".
 _PAUSE_RECORD: Final = re.compile(r"^(?P<part>.+:.+)@pause#\d+$")
@@ -67,15 +72,19 @@ class ChildView:
 
 
 def _parts(
-    graph: CompiledGraph[Any] | None, checkpoint: Checkpoint, journals: Mapping[str, tuple[JournalEntry, ...]]
+    graph: CompiledGraph[Any] | None,
+    checkpoint: Checkpoint,
+    journals: Mapping[str, tuple[JournalEntry, ...]],
+    stored: Sequence[str],
 ) -> list[str]:
-    """The parts of the children ``checkpoint``'s superstep ran: the host's, then those its journals name."""
+    """The parts of the children ``checkpoint``'s superstep ran: the host's, its journals', the stored."""
     parts = child_parts(graph, checkpoint)
     for entries in journals.values():
         for entry in entries:
             found = _PAUSE_RECORD.match(entry.key)
             if found is not None:
                 parts.append(found["part"])
+    parts.extend(stored)
     return list(dict.fromkeys(parts))
 
 
@@ -101,10 +110,39 @@ class _Budget:
     """How many more child threads one page may read (each costs a listing and a journal read)."""
 
     left: int = CHILD_READS
+    #: A thread had more stored children than a page reads (some were never looked at).
+    unlisted: bool = False
 
     def spend(self) -> bool:
         self.left -= 1
         return self.left >= 0
+
+    @property
+    def cut(self) -> bool:
+        """Some child runs were found (or stored) but not read."""
+        return self.left < 0 or self.unlisted
+
+
+def _stored(
+    checkpointer: Checkpointer, thread_id: str, budget: _Budget, plan_id: str | None = None
+) -> dict[str, list[str]]:
+    """The parts of the child threads stored under ``thread_id`` (of ``plan_id``), by plan: one read.
+
+    Each plan's parts in the order a task's calls ran (``key#2`` before ``key#10``).
+    """
+    ids = checkpointer._child_thread_ids(thread_id, plan_id, limit=CHILD_READS + 1)
+    budget.unlisted |= len(ids) > CHILD_READS
+    found: dict[str, list[str]] = {}
+    for child in ids[:CHILD_READS]:
+        plan, part = plan_and_part(thread_id, child)
+        found.setdefault(plan, []).append(part)
+    return {plan: sorted(parts, key=_counted) for plan, parts in found.items()}
+
+
+def _counted(part: str) -> list[str | int]:
+    """A part's sort key: its text, each run of digits by its value (``key#2`` before ``key#10``)."""
+    # Splitting on a captured group puts the digit runs at the odd places.
+    return [int(piece) if index % 2 else piece for index, piece in enumerate(_DIGITS.split(part))]
 
 
 def _child(
@@ -120,6 +158,7 @@ def _child(
         return None
     latest, more, listed = listed[0], len(listed) > CHILD_CHECKPOINTS, listed[:CHILD_CHECKPOINTS]
     journals = _journals(checkpointer, latest)
+    stored = _stored(checkpointer, thread_id, budget) if len(path) < MAX_DEPTH else {}
     # An earlier superstep's journals are dropped when it commits: only its children are left to show.
     # A pause's checkpoint shares its superstep's plan (and so its children) with the one before it.
     plans = {latest.plan_id or latest.id}
@@ -128,15 +167,18 @@ def _child(
         plan = older.plan_id or older.id
         if plan not in plans:
             plans.add(plan)
-            ran = _flat(_children(checkpointer, graph, thread_id, older, {}, path, budget))
+            ran = _flat(
+                _children(checkpointer, graph, thread_id, older, {}, stored.get(plan, ()), path, budget)
+            )
             if ran:
                 earlier.append((older, ran))
+    own = stored.get(latest.plan_id or latest.id, ())
     return ChildView(
         path=path,
         checkpoints=tuple(listed),
         more=more,
         journals=journals,
-        children=_children(checkpointer, graph, thread_id, latest, journals, path, budget),
+        children=_children(checkpointer, graph, thread_id, latest, journals, own, path, budget),
         earlier=tuple(earlier),
     )
 
@@ -147,13 +189,14 @@ def _children(
     thread_id: str,
     checkpoint: Checkpoint,
     journals: Mapping[str, tuple[JournalEntry, ...]],
+    stored: Sequence[str],
     path: tuple[str, ...],
     budget: _Budget,
 ) -> dict[str, tuple[ChildView, ...]]:
     found: dict[str, list[ChildView]] = {}
     if len(path) >= MAX_DEPTH:
         return {}
-    for part in _parts(graph, checkpoint, journals):
+    for part in _parts(graph, checkpoint, journals, stored):
         owner = _owner(part, checkpoint)
         if owner is None or not budget.spend():
             continue
@@ -184,4 +227,6 @@ def read_children(
         journals: Those tasks' journals (they name children that paused).
     """
     budget = _Budget()
-    return _children(checkpointer, graph, thread_id, checkpoint, journals, (), budget), budget.left < 0
+    plan = checkpoint.plan_id or checkpoint.id
+    stored = _stored(checkpointer, thread_id, budget, plan).get(plan, []) if checkpoint.next else []
+    return _children(checkpointer, graph, thread_id, checkpoint, journals, stored, (), budget), budget.cut

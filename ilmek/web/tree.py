@@ -6,6 +6,12 @@ so a thread that never forked is a single straight line and each fork
 opens a lane beside the branch it left. Lanes are reused once a branch
 ends. Every row links to its checkpoint's page.
 
+The lanes, edges and circles are an SVG; each row's label is an HTML link
+beside it, one :data:`ROW` high (``console.css`` mirrors the geometry), so
+a label longer than the box is cut there with an ellipsis instead of
+running past it: the link's text and title hold the whole label, and the
+checkpoint's page says it all.
+
 A damaged store may hold parent links no run writes: a checkpoint that is
 its own parent, parents that loop, a parent newer than its child (an id
 rewritten). Every checkpoint is still drawn once; a link that does not lead
@@ -21,7 +27,7 @@ from typing import Any, Final
 import attrs
 
 from ..types import Checkpoint
-from .html import Markup, join, tag
+from .html import Markup, tag
 from .links import Links
 from .previews import ran_nodes
 from .values import preview
@@ -29,9 +35,11 @@ from .values import preview
 __all__ = ["TreeNode", "answered_pauses", "draw_tree", "layout", "pause_state", "what_ran"]
 
 ROW: Final = 30
+"""A row's height in pixels (``.checkpoint-tree a.row`` in ``console.css``)."""
 LANE: Final = 18
 PAD: Final = 14
-LABEL_WIDTH: Final = 620
+FIRST_ROW: Final = PAD + ROW // 4 - ROW // 2
+"""Where the first row starts from the top (``.tree-rows`` in ``console.css``)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -200,20 +208,28 @@ def _label(
     latest: str | None,
     failed_at: str | None,
     reached: bool,
-) -> Markup:
+) -> list[tuple[str, str]]:
+    """A row's label as ``(CSS class, text)`` parts, in reading order."""
     checkpoint = node.checkpoint
     parts = [
-        tag("tspan", {"class": "t-step"}, f"step {checkpoint.step}"),
-        # The time early: a long label is cut at the drawing's edge, never the time.
-        tag("tspan", {"class": "t-time", "dx": "10"}, f"{checkpoint.ts:%Y-%m-%d %H:%M:%S}"),
-        tag("tspan", {"class": "t-source", "dx": "10"}, what_ran(checkpoint, parent)),
+        ("t-step", f"step {checkpoint.step}"),
+        # The time early: a long label is cut at the box's edge, never the time.
+        ("t-time", f"{checkpoint.ts:%Y-%m-%d %H:%M:%S}"),
+        ("t-source", what_ran(checkpoint, parent)),
     ]
     if node.damage is not None:
-        parts.append(tag("tspan", {"class": "t-failed t-damaged", "dx": "10"}, node.damage))
+        parts.append(("t-failed t-damaged", node.damage))
     if reached:
         # Drawn only as the start of a fork: what became of its own pauses is on its own page.
-        parts.append(tag("tspan", {"class": "t-source", "dx": "10"}, "a fork's parent, older than this page"))
-    elif state is not None:
+        parts.append(("t-source", "a fork's parent, older than this page"))
+    elif state is None and not checkpoint.next:
+        parts.append(("t-done", "done"))
+    if checkpoint.id == failed_at:
+        parts.append(("t-failed", "failed from here"))
+    if checkpoint.id == latest:
+        parts.append(("t-latest", "latest"))
+    if state is not None:
+        # The pauses (and their answers) last: the longest part, cut first where the box ends.
         given = [
             f"{pause.id} = {preview(answers[pause.id], 24)}"
             for pause in checkpoint.pending
@@ -221,14 +237,8 @@ def _label(
         ]
         shown = {"waiting": "waiting", "answered": "answered", "passed": "not answered"}[state]
         ids = "; ".join(given) if given else ", ".join(pause.id for pause in checkpoint.pending)
-        parts.append(tag("tspan", {"class": f"t-pause t-{state}", "dx": "10"}, f"{shown}: {ids}"))
-    elif not checkpoint.next:
-        parts.append(tag("tspan", {"class": "t-done", "dx": "10"}, "done"))
-    if checkpoint.id == failed_at:
-        parts.append(tag("tspan", {"class": "t-failed", "dx": "10"}, "failed from here"))
-    if checkpoint.id == latest:
-        parts.append(tag("tspan", {"class": "t-latest", "dx": "10"}, "latest"))
-    return join(*parts)
+        parts.append((f"t-pause t-{state}", f"{shown}: {ids}"))
+    return parts
 
 
 def _node_classes(
@@ -264,39 +274,43 @@ def _row(
     answered: set[str],
     answers: Mapping[str, Mapping[str, Any]],
     marks: tuple[str | None, str | None, str | None, str | None],
-    sizes: tuple[int, int],
     x: Any,
     y: Any,
     outside: frozenset[str] = frozenset(),
-) -> Markup:
-    """One checkpoint's row: a link holding its circle and label.
+) -> tuple[Markup, Markup]:
+    """One checkpoint's circle (for the drawing) and its row: a link holding its label.
 
     ``marks``: the selected, latest, failed-from and recorded-answer checkpoints;
-    ``sizes``: where labels start and the row's width; ``x``, ``y``: lane and row to pixels;
-    ``outside``: the checkpoints drawn from beyond the page (a fork's parent).
+    ``x``, ``y``: lane and row to pixels; ``outside``: the checkpoints drawn
+    from beyond the page (a fork's parent).
     """
     selected, latest, failed_at, recorded_at = marks
     checkpoint = node.checkpoint
-    cy = y(node.row)
     parent = by_id.get(checkpoint.parent_id) if checkpoint.parent_id else None
     reached = checkpoint.id in outside
     state = None if reached else pause_state(checkpoint, answered, latest, recorded_at)
     classes = _node_classes(checkpoint, state, latest, failed_at)
     if reached:
         classes = [css for css in classes if css != "done"]
-    label = _label(node, parent, state, answers.get(checkpoint.id, {}), latest, failed_at, reached)
-    return tag(
+    parts = _label(node, parent, state, answers.get(checkpoint.id, {}), latest, failed_at, reached)
+    circle = tag("circle", {"class": " ".join(classes), "cx": x(node.lane), "cy": y(node.row), "r": 6})
+    words = " ".join(text for _, text in parts)
+    row = tag(
         "a",
         {
             "href": links.thread(checkpoint.thread_id, checkpoint.id),
             "class": "row selected" if checkpoint.id == selected else "row",
             "aria-current": "page" if checkpoint.id == selected else None,
+            # The whole label, where the row cuts it (and the id the row does not show).
+            "title": f"{words} · {checkpoint.id} · {checkpoint.ts:%Y-%m-%d %H:%M:%S} UTC",
         },
-        tag("title", {}, f"{checkpoint.id} · {checkpoint.ts:%Y-%m-%d %H:%M:%S} UTC"),
-        tag("rect", {"class": "hit", "x": 0, "y": cy - ROW // 2, "width": sizes[1], "height": ROW}),
-        tag("circle", {"class": " ".join(classes), "cx": x(node.lane), "cy": cy, "r": 6}),
-        tag("text", {"x": sizes[0], "y": cy + 4}, label),
+        # Spaces between the parts: the link's text reads as words, aloud and when copied.
+        [
+            [" " if index else None, tag("span", {"class": css}, text)]
+            for index, (css, text) in enumerate(parts)
+        ],
     )
+    return circle, row
 
 
 def _edges(nodes: Sequence[TreeNode], x: Any, y: Any) -> list[Markup]:
@@ -346,21 +360,19 @@ def draw_tree(
     by_id = {node.checkpoint.id: node.checkpoint for node in nodes}
     lanes = max(node.lane for node in nodes) + 1
     rows = len(nodes)
-    label_x = PAD + lanes * LANE + 8
-    width = label_x + LABEL_WIDTH
+    # The labels start where the drawing ends, in a column of their own that the box's width cuts.
+    width = PAD + lanes * LANE + 8
     height = rows * ROW + 2 * PAD - ROW // 2
 
     def x(lane: int) -> int:
         return PAD + lane * LANE + LANE // 2
 
     def y(row: int) -> int:
-        # Newest at the top.
-        return PAD + (rows - 1 - row) * ROW + ROW // 4
+        # Newest at the top; a circle at the middle of its row.
+        return FIRST_ROW + (rows - 1 - row) * ROW + ROW // 2
 
     edges = _edges(nodes, x, y)
-
-    # Newest first in the document too: reading and tabbing go down the rows as drawn.
-    rows_markup = [
+    drawn = [
         _row(
             node,
             by_id,
@@ -368,7 +380,6 @@ def draw_tree(
             answered,
             answers or {},
             (selected, latest, failed_at, recorded_at),
-            (label_x, width),
             x,
             y,
             reached,
@@ -376,17 +387,24 @@ def draw_tree(
         for node in reversed(nodes)
     ]
     return tag(
-        "svg",
-        {
-            "class": "tree",
-            "xmlns": "http://www.w3.org/2000/svg",
-            "width": width,
-            "height": height,
-            "viewBox": f"0 0 {width} {height}",
-            # A group of links, not a picture: a screen reader lists its rows.
-            "role": "group",
-            "aria-label": "checkpoint tree, newest first",
-        },
-        tag("g", {"class": "edges"}, edges),
-        tag("g", {"class": "rows"}, rows_markup),
+        "div",
+        # A group of links, not a picture: a screen reader lists its rows.
+        {"class": "checkpoint-tree", "role": "group", "aria-label": "checkpoint tree, newest first"},
+        tag(
+            "svg",
+            {
+                "class": "tree",
+                "xmlns": "http://www.w3.org/2000/svg",
+                "width": width,
+                "height": height,
+                "viewBox": f"0 0 {width} {height}",
+                # The rows say all the drawing shows.
+                "aria-hidden": "true",
+                "focusable": "false",
+            },
+            tag("g", {"class": "edges"}, edges),
+            tag("g", {"class": "nodes"}, [circle for circle, _ in drawn]),
+        ),
+        # Newest first in the document too: reading and tabbing go down the rows as drawn.
+        tag("div", {"class": "tree-rows"}, [row for _, row in drawn]),
     )

@@ -392,7 +392,7 @@ def test_forged_parent_links_are_drawn_as_roots_and_marked_damaged() -> None:
         assert node.parent_row is None or node.parent_row < node.row
     assert (nodes["c"].row, nodes["c"].lane) == (nodes["d"].parent_row, nodes["d"].parent_lane)
     svg = draw_tree(checkpoints, Links(""), selected="a", latest="f")
-    assert 4 == svg.count("damaged:")
+    assert 4 == svg.count('t-damaged">damaged:')
 
 
 def test_answered_pauses_are_those_a_run_went_on_from_not_those_forked() -> None:

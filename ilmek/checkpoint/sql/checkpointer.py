@@ -41,12 +41,12 @@ from .rekeying import Rekeying
 from .schema import Migration, Schema, drop_sql, schema_sql, upgrade_sql
 from .statements import Statements, format_sql, validate_prefix
 from .supersteps import Supersteps
-from .threads import Threads
+from .threads import ChildThreadReads, Threads
 
 __all__ = ["SqlCheckpointer"]
 
 
-class SqlCheckpointer(Checkpointer):
+class SqlCheckpointer(ChildThreadReads, Checkpointer):
     """The port, holds and host API over any DB-API adapter; subclasses add DDL and dialect.
 
     Attributes:

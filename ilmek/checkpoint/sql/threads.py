@@ -21,6 +21,7 @@ from ...types import ThreadInfo
 from .. import _records
 from .._delta import blob_ids, manifest_from_plain
 from ..base import checkpoints_to_keep
+from ..child_threads import ChildThreads
 from ..holds import Hold, busy_error, new_token
 from .rows import thread_from_row
 from .statements import (
@@ -37,7 +38,7 @@ from .statements import (
 if TYPE_CHECKING:
     from .checkpointer import SqlCheckpointer
 
-__all__ = ["Threads"]
+__all__ = ["ChildThreadReads", "Threads"]
 
 _LOG = logger("ilmek.storage")
 
@@ -48,10 +49,31 @@ _CHILD_PATTERN = f"%{SEPARATOR}%"
 _CHILDREN_OF = "SELECT thread_id FROM {p}_threads WHERE thread_id LIKE :prefix ESCAPE '!'"
 
 
+# Thread ids compare byte by byte on both databases (SQLite's BINARY, Postgres's
+# COLLATE "C"), so a range on the primary key finds what starts with a prefix
+# ending in the separator, through the index (SQLite's LIKE ignores case, so it
+# cannot use one). The NOT LIKE leaves out the children's own children.
+_OWN_CHILDREN = (
+    "SELECT thread_id FROM {p}_threads WHERE thread_id >= :low AND thread_id < :high"
+    " AND thread_id NOT LIKE :deeper ESCAPE '!' ORDER BY thread_id DESC LIMIT :limit"
+)
+
+
 def _like_prefix(prefix: str) -> str:
     """A ``LIKE`` pattern (escape ``!``) matching what starts with ``prefix``."""
     escaped = prefix.replace("!", "!!").replace("%", "!%").replace("_", "!_")
     return f"{escaped}%"
+
+
+class ChildThreadReads(ChildThreads):
+    """The SQL checkpointers' listing of a thread's children: one indexed read (``Threads``)."""
+
+    _threads: Threads
+
+    def _child_thread_ids(
+        self, thread_id: str, plan_id: str | None = None, *, limit: int
+    ) -> builtins.list[str]:
+        return self._threads.child_thread_ids(thread_id, plan_id, limit)
 
 
 class Threads:
@@ -163,6 +185,25 @@ class Threads:
             what="store thread metadata",
             thread_id=thread_id,
         )
+
+    def child_thread_ids(self, thread_id: str, plan_id: str | None, limit: int) -> builtins.list[str]:
+        """See :meth:`ilmek.checkpoint.child_threads.ChildThreads._child_thread_ids`."""
+        thread_id = checks.thread_id(thread_id)
+        limit = checks.count(limit, "limit") or 0
+        own = children_prefix(thread_id)
+        low = own if plan_id is None else f"{own}{checks.checkpoint_id(plan_id, 'plan_id')}{SEPARATOR}"
+        # The character after the separator: what starts with ``low`` sorts before it.
+        high = f"{low[:-1]}{chr(ord(SEPARATOR) + 1)}"
+        deeper = f"{_like_prefix(own)}{SEPARATOR}%{SEPARATOR}%"
+        rows = self._owner.transact(
+            lambda session: session.query(
+                self._statements.built(_OWN_CHILDREN), low=low, high=high, deeper=deeper, limit=limit
+            ),
+            what="list the thread's subgraph threads",
+            thread_id=thread_id,
+            write=False,
+        )
+        return [row[0] for row in rows]
 
     # --- deleting ---------------------------------------------------------------------
 

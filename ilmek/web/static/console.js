@@ -35,7 +35,7 @@
   }
 
   // --- 3. keys ---
-  var ROWS = "table.threads a.tid, svg.tree a.row";
+  var ROWS = "table.threads a.tid, .checkpoint-tree a.row";
   var current = -1;
   function rows() { return Array.prototype.slice.call(document.querySelectorAll(ROWS)); }
   function move(by) {

@@ -420,3 +420,37 @@ def test_put_thread_metadata_works_before_any_checkpoint(checkpointer: Checkpoin
         info.status,
         dict(info.metadata),
     )
+
+
+# --- the child threads the console reads (internal: Checkpointer._child_thread_ids) ---
+
+ROOT = "o%_!'r"
+
+
+def test_child_thread_ids_lists_a_threads_own_children_newest_plan_first(checkpointer: Checkpointer) -> None:
+    """Children only (no grandchild), no look-alike root, no case variant; by plan; ``limit`` the newest."""
+    from ilmek.namespaces import child_thread_id
+
+    older, newer, again = (
+        child_thread_id(ROOT, "p1", "sum#0:work"),
+        child_thread_id(ROOT, "p2", "sum#0:work"),
+        child_thread_id(ROOT, "p2", "sum#1:work"),
+    )
+    grandchild = child_thread_id(older, "q1", "sum#0:total")
+    lookalikes = [
+        child_thread_id("o%_!'rX", "p1", "sum#0:work"),
+        child_thread_id("oX_!'r", "p1", "sum#0:work"),  # what an unescaped "%" or "_" would match
+        child_thread_id("O%_!'R", "p1", "sum#0:work"),  # what a case-insensitive match would take
+        ROOT,
+        f"{ROOT} ",
+    ]
+    for thread_id in [older, newer, again, grandchild, *lookalikes]:
+        checkpointer.put_thread_metadata(thread_id, {"n": 1})
+
+    assert [again, newer, older] == checkpointer._child_thread_ids(ROOT, limit=10)
+    assert [again, newer] == checkpointer._child_thread_ids(ROOT, limit=2)
+    assert [older] == checkpointer._child_thread_ids(ROOT, "p1", limit=10)
+    assert [again, newer] == checkpointer._child_thread_ids(ROOT, "p2", limit=10)
+    assert [] == checkpointer._child_thread_ids(ROOT, "p3", limit=10)
+    assert [grandchild] == checkpointer._child_thread_ids(older, limit=10)
+    assert [] == checkpointer._child_thread_ids(grandchild, limit=10)

@@ -276,7 +276,7 @@ def test_answering_an_old_pause_differently_forks_a_branch(client: Client, store
     assert 1 == sources.count("fork")
     state = ilmek.thread_state(graphs()["checkout"], store, thread_id)
     assert ["order for 1 items", "answered 'no'", "cancelled"] == state["log"]
-    assert 2 == page.count("answered: approve:interrupt#0")
+    assert 2 == page.count('t-answered">answered: approve:interrupt#0')  # a row each (and its title)
 
 
 # --- cancel ---------------------------------------------------------------------------------------

@@ -161,14 +161,16 @@ def test_fork_an_old_pause_with_another_answer(
     open_thread(driver, console, THREADS["answered"])
     assert [] == driver.find_elements(By.CSS_SELECTOR, "svg.tree path.edge.fork")
     pause_row = next(
-        row for row in driver.find_elements(By.CSS_SELECTOR, "svg.tree a.row") if "answered:" in row.text
+        row
+        for row in driver.find_elements(By.CSS_SELECTOR, ".checkpoint-tree a.row")
+        if "answered:" in row.text
     )
     pause_row.click()
     fork_form = wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "div.fork form"))[0]
     fork_form.find_element(By.XPATH, ".//button[@name='option.0' and normalize-space()='Reject']").click()
     assert "Forked with a new answer. The run finished." == note(driver)
     assert 1 == len(driver.find_elements(By.CSS_SELECTOR, "svg.tree path.edge.fork"))
-    labels = driver.find_element(By.CSS_SELECTOR, "svg.tree").text
+    labels = driver.find_element(By.CSS_SELECTOR, ".checkpoint-tree").text
     assert 1 == labels.count('answered: approve:interrupt#0 = "yes"')
     assert 1 == labels.count('answered: approve:interrupt#0 = "no"')
     shoot(driver, screenshots, f"thread-forked-{store.__class__.__name__}")

@@ -417,7 +417,7 @@ def test_the_tree_names_nodes_answers_and_dates_reads_newest_first_and_offers_th
     """Rows name the nodes that ran, both fork branches their answers, dates; DOM order is top to bottom."""
     viewport(driver, DESKTOP)
     driver.get(thread_url(console, THREADS["forked"]))
-    rows = css(driver, "svg.tree a.row")
+    rows = css(driver, ".checkpoint-tree a.row")
     labels = [row.text for row in rows]
     assert not any(" loop " in f" {label} " for label in labels), labels
     assert any("charge" in label for label in labels)
@@ -426,14 +426,14 @@ def test_the_tree_names_nodes_answers_and_dates_reads_newest_first_and_offers_th
     assert all(re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", label) for label in labels)
     tops = [row.rect["y"] for row in rows]
     assert tops == sorted(tops), "tab order runs top to bottom"
-    assert "group" == css(driver, "svg.tree")[0].get_attribute("role")
+    assert "group" == css(driver, "div.checkpoint-tree")[0].get_attribute("role")
 
     pause = next(c for c in store.list(THREADS["answered"]) if c.pending)
     driver.get(thread_url(console, THREADS["answered"], pause.id))
     fork = css(driver, "div.fork form")[0]
     assert fork.is_displayed()
     assert "answered" == css(driver, "table.grid .badge.p-answered")[0].text
-    assert not css(driver, "svg.tree .t-waiting")
+    assert not css(driver, ".checkpoint-tree .t-waiting")
 
 
 def test_checkpoints_past_the_newest_300_are_reached_through_older_pages(
@@ -443,10 +443,10 @@ def test_checkpoints_past_the_newest_300_are_reached_through_older_pages(
     run(counter_graph(400), {}, thread_id="long-history", checkpointer=store, recursion_limit=1000)
     viewport(driver, DESKTOP)
     driver.get(thread_url(console, "long-history"))
-    assert 300 == len(css(driver, "svg.tree a.row"))
+    assert 300 == len(css(driver, ".checkpoint-tree a.row"))
     driver.find_element("link text", "Older checkpoints →").click()
     wait_for(driver, lambda d: "an older page" in d.page_source)
-    labels = [row.text for row in css(driver, "svg.tree a.row")]
+    labels = [row.text for row in css(driver, ".checkpoint-tree a.row")]
     assert 100 == len(labels)
     assert labels[-1].startswith("step -1") or labels[-1].startswith("step 0")
 

@@ -297,8 +297,8 @@ def test_the_thread_page_draws_forged_parent_links_and_marks_them(
     finally:
         store.close()
     assert 200 == status, page
-    tree = page[page.index('<svg class="tree"') :]
-    tree = tree[: tree.index("</svg>")]
+    tree = page[page.index('<div class="checkpoint-tree"') :]
+    tree = tree[: tree.index("</a></div></div>")]
     for checkpoint_id in ids:
         assert f"{checkpoint_id} ·" in tree
     assert tree.count("damaged") >= len(forgery)

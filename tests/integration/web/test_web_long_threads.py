@@ -116,7 +116,7 @@ def test_a_fork_past_the_newest_page_is_drawn_from_its_parent_on_a_branch_of_its
     assert fork.parent_id is not None
     newest = store.list(THREAD, limit=300)
     assert fork.parent_id not in {c.id for c in newest}, "the test needs the parent past the page"
-    tree = re.search(r'<svg class="tree".*?</svg>', body, re.S)
+    tree = re.search(r'<div class="checkpoint-tree".*?</a></div></div>', body, re.S)
     assert tree is not None
     assert f"checkpoint={fork.parent_id}" in tree.group(0), "the fork's parent is not drawn"
     assert 'class="edge fork"' in tree.group(0)

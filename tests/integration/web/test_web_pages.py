@@ -244,7 +244,7 @@ def test_a_forked_thread_draws_both_branches(client: Client, store: Checkpointer
     thread_id = THREADS["forked"]
     page = client.get(thread_url(thread_id)).text
     assert 'class="edge fork"' in page
-    assert 2 == page.count("answered: approve:interrupt#0")
+    assert 2 == page.count('t-answered">answered: approve:interrupt#0')  # a row each (and its title)
     fork = next(c for c in store.list(thread_id) if c.metadata.get("source") == "fork")
     fork_page = client.get(thread_url(thread_id, fork.id)).text
     assert "A fork&#x27;s first checkpoint is a copy of the pause it answers differently." in fork_page

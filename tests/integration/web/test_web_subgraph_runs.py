@@ -8,14 +8,28 @@ must show are read through :func:`ilmek.history` with ``ns=``, never built.
 
 from __future__ import annotations
 
+import builtins
 import html
 import html.parser
 from typing import Any
 
 import pytest
 
-from ilmek import END, START, CompiledGraph, NodeContext, channel, graph, history, resume_keyed, run
+from ilmek import (
+    END,
+    START,
+    CompiledGraph,
+    InMemoryCheckpointer,
+    NodeContext,
+    channel,
+    graph,
+    history,
+    resume_keyed,
+    run,
+)
 from ilmek.checkpoint.base import Checkpointer
+from ilmek.namespaces import is_child_thread
+from ilmek.types import Checkpoint
 from tests.support.web_support import fetch, serving
 
 pytestmark = pytest.mark.timeout(120)
@@ -44,12 +58,14 @@ def nested() -> CompiledGraph:
 
 
 class _Runs(html.parser.HTMLParser):
-    """Each subgraph section's ``data-ns``, the sections it sits in, and the text inside it."""
+    """Each subgraph section's ``data-ns``, the sections it sits in, its root task, and the text inside it."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.open: list[tuple[str, str | None]] = []  # (tag, ns or None), for every open section/div
+        # (tag, ns or None, task div id or None), for every open section/div
+        self.open: list[tuple[str, str | None, str | None]] = []
         self.parents: dict[str, tuple[str, ...]] = {}
+        self.task: dict[str, str | None] = {}
         self.text: dict[str, list[str]] = {}
 
     def handle_starttag(self, name: str, attrs: list[tuple[str, str | None]]) -> None:
@@ -57,17 +73,19 @@ class _Runs(html.parser.HTMLParser):
             return
         found = dict(attrs)
         ns = found.get("data-ns") if "subgraph-run" in (found.get("class") or "") else None
+        task = found.get("id") if (found.get("id") or "").startswith("task-") else None
         if ns is not None:
-            self.parents[ns] = tuple(n for _, n in self.open if n is not None)
+            self.parents[ns] = tuple(n for _, n, _ in self.open if n is not None)
+            self.task[ns] = next((t for _, _, t in self.open if t is not None), None)
             self.text[ns] = []
-        self.open.append((name, ns))
+        self.open.append((name, ns, task))
 
     def handle_endtag(self, name: str) -> None:
         if name in ("section", "div") and self.open:
             self.open.pop()
 
     def handle_data(self, data: str) -> None:
-        for _, ns in self.open:
+        for _, ns, _ in self.open:
             if ns is not None:
                 self.text[ns].append(data)
 
@@ -275,3 +293,130 @@ def test_a_page_reads_at_most_child_reads_subgraph_runs_and_says_so(checkpointer
     assert 200 == status, page[:500]
     assert CHILD_READS == len(runs_of(page).parents)
     assert f"the first {CHILD_READS} are shown" in page
+
+
+def two_steps() -> CompiledGraph:
+    """A child that never pauses: ``a`` then ``b``, each adding to ``log``."""
+    inner = graph("inner", {"log": channel.append()}).node("a", lambda state: {"log": ["a ran"]})
+    inner = inner.node("b", lambda state: {"log": ["b ran"]})
+    return inner.edge(START, "a").edge("a", "b").edge("b", END).compile()
+
+
+def calling_quietly(calls: int) -> CompiledGraph:
+    """root: ``work`` runs :func:`two_steps` ``calls`` times by ``ctx.call(key="sum")`` and finishes."""
+    inner = two_steps()
+
+    def work(state: dict[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        return {"log": [item for _ in range(calls) for item in ctx.call(inner, {}, key="sum")["log"]]}
+
+    root = graph("root", {"log": channel.append()}).node("work", work)
+    return root.edge(START, "work").edge("work", END).compile()
+
+
+def planning_page(checkpointer: Checkpointer, compiled: CompiledGraph, node: str) -> str:
+    """The page of ``order-7`` at the checkpoint whose superstep ran ``node``, over HTTP; fails unless 200."""
+    planning = next(c for c in history(checkpointer, "order-7") if [t.node for t in c.next] == [node])
+    with serving(checkpointer, {"root": compiled}) as server:
+        status, page = fetch(f"{server.url.rstrip('/')}/thread?id=order-7&checkpoint={planning.id}")
+    assert 200 == status, page[:500]
+    return page
+
+
+def test_a_ctx_call_child_that_never_paused_is_listed_under_its_task(checkpointer: Checkpointer) -> None:
+    """After the run finished, the checkpoint that ran ``work`` lists the child's 3 checkpoints under it."""
+    compiled = calling_quietly(1)
+    assert "done" == run(compiled, {}, thread_id="order-7", checkpointer=checkpointer).status
+    child = history(checkpointer, "order-7", ns=("sum#0:work",))
+
+    runs = runs_of(planning_page(checkpointer, compiled, "work"))
+
+    assert ["sum#0:work"] == list(runs.parents)
+    assert "task-work" == runs.task["sum#0:work"]
+    text = "".join(runs.text["sum#0:work"])
+    assert 3 == len(child)  # its input, then a, then b
+    for checkpoint in child:
+        assert checkpoint.id in text
+    assert "done" == child[0].status
+    assert "finished" in text
+
+
+def test_a_ctx_call_made_twice_in_one_node_lists_both_parts(checkpointer: Checkpointer) -> None:
+    """``key#0`` and ``key#1`` are two children of one task, each section with its own checkpoints only."""
+    compiled = calling_quietly(2)
+    assert "done" == run(compiled, {}, thread_id="order-7", checkpointer=checkpointer).status
+    ids = {
+        ns: {c.id for c in history(checkpointer, "order-7", ns=(ns,))} for ns in ("sum#0:work", "sum#1:work")
+    }
+
+    runs = runs_of(planning_page(checkpointer, compiled, "work"))
+
+    assert ["sum#0:work", "sum#1:work"] == list(runs.parents)  # in the order they ran
+    for ns, own in ids.items():
+        other = next(checkpoints for n, checkpoints in ids.items() if n != ns)
+        text = "".join(runs.text[ns])
+        assert "task-work" == runs.task[ns]
+        assert () == runs.parents[ns]
+        assert own
+        assert all(checkpoint_id in text for checkpoint_id in own)
+        assert not any(checkpoint_id in text for checkpoint_id in other)
+
+
+def test_a_quiet_ctx_call_inside_a_finished_subgraph_node_is_nested_in_it(checkpointer: Checkpointer) -> None:
+    """A subgraph node whose node ``ctx.call``ed a child that never paused: the grandchild is in the child."""
+    inner = two_steps()
+
+    def total(state: dict[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        return {"log": ctx.call(inner, {}, key="sum")["log"]}
+
+    outer = graph("outer", {"log": channel.append()}).node("total", total)
+    outer = outer.edge(START, "total").edge("total", END).compile()
+    root = graph("root", {"log": channel.append()}).node("outer", outer)
+    compiled = root.edge(START, "outer").edge("outer", END).compile()
+    assert "done" == run(compiled, {}, thread_id="order-7", checkpointer=checkpointer).status
+    grandchild = history(checkpointer, "order-7", ns=(OUTER, "sum#0:total"))
+
+    runs = runs_of(planning_page(checkpointer, compiled, "outer"))
+
+    nested_ns = f"{OUTER}/sum#0:total"
+    assert (OUTER,) == runs.parents[nested_ns]
+    assert "task-outer" == runs.task[nested_ns]
+    assert grandchild
+    assert all(checkpoint.id in "".join(runs.text[nested_ns]) for checkpoint in grandchild)
+
+
+class _CountingReads(InMemoryCheckpointer):
+    """Counts what the page reads of child threads: their listings, and the stored-children reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.child_lists = 0
+        self.child_listings = 0
+
+    def list(self, thread_id: str, **options: Any) -> builtins.list[Checkpoint]:
+        self.child_lists += is_child_thread(thread_id)
+        return super().list(thread_id, **options)
+
+    def _child_thread_ids(
+        self, thread_id: str, plan_id: str | None = None, *, limit: int
+    ) -> builtins.list[str]:
+        self.child_listings += 1
+        return super()._child_thread_ids(thread_id, plan_id, limit=limit)
+
+
+def test_more_quiet_ctx_calls_than_a_page_reads_are_cut_with_a_note_and_bounded_reads() -> None:
+    """CHILD_READS + 3 quiet calls: CHILD_READS shown in call order, the note, one stored read per child."""
+    from ilmek.web.children import CHILD_READS
+
+    checkpointer = _CountingReads()
+    compiled = calling_quietly(CHILD_READS + 3)
+    run(compiled, {}, thread_id="order-7", checkpointer=checkpointer)
+    checkpointer.child_lists = checkpointer.child_listings = 0
+
+    page = planning_page(checkpointer, compiled, "work")
+
+    shown = [int(ns.split("#")[1].split(":")[0]) for ns in runs_of(page).parents]
+    assert CHILD_READS == len(shown)
+    assert sorted(shown) == shown  # in the order they ran: sum#9 before sum#11
+    assert f"the first {CHILD_READS} are shown" in page
+    assert CHILD_READS == checkpointer.child_lists
+    assert CHILD_READS + 1 == checkpointer.child_listings  # the root's plan, then each child once

@@ -46,7 +46,10 @@ _LOG = logger("ilmek.storage")
 _CHILD_PATTERN = f"%{SEPARATOR}%"
 """What the thread id of a subgraph's thread matches (``LIKE``)."""
 
-_CHILDREN_OF = "SELECT thread_id FROM {p}_threads WHERE thread_id LIKE :prefix ESCAPE '!'"
+# Every subgraph thread under a root, at any depth: a range on the primary key
+# (exact, as ids compare byte by byte; a LIKE ignores case on SQLite, and so
+# once found the children of "order" for "ORDER").
+_CHILDREN_OF = "SELECT thread_id FROM {p}_threads WHERE thread_id >= :low AND thread_id < :high"
 
 
 # Thread ids compare byte by byte on both databases (SQLite's BINARY, Postgres's
@@ -57,6 +60,11 @@ _OWN_CHILDREN = (
     "SELECT thread_id FROM {p}_threads WHERE thread_id >= :low AND thread_id < :high"
     " AND thread_id NOT LIKE :deeper ESCAPE '!' ORDER BY thread_id DESC LIMIT :limit"
 )
+
+
+def _below(prefix: str) -> dict[str, str]:
+    """The bounds of :data:`_CHILDREN_OF` for the ids starting with ``prefix`` (ending in the separator)."""
+    return {"low": prefix, "high": f"{prefix[:-1]}{chr(ord(SEPARATOR) + 1)}"}
 
 
 def _like_prefix(prefix: str) -> str:
@@ -192,12 +200,10 @@ class Threads:
         limit = checks.count(limit, "limit") or 0
         own = children_prefix(thread_id)
         low = own if plan_id is None else f"{own}{checks.checkpoint_id(plan_id, 'plan_id')}{SEPARATOR}"
-        # The character after the separator: what starts with ``low`` sorts before it.
-        high = f"{low[:-1]}{chr(ord(SEPARATOR) + 1)}"
         deeper = f"{_like_prefix(own)}{SEPARATOR}%{SEPARATOR}%"
         rows = self._owner.transact(
             lambda session: session.query(
-                self._statements.built(_OWN_CHILDREN), low=low, high=high, deeper=deeper, limit=limit
+                self._statements.built(_OWN_CHILDREN), **_below(low), deeper=deeper, limit=limit
             ),
             what="list the thread's subgraph threads",
             thread_id=thread_id,
@@ -317,9 +323,7 @@ class Threads:
         """Inside a write: delete every subgraph thread of ``thread_ids`` (they go with their root)."""
         children: builtins.list[str] = []
         for thread_id in thread_ids:
-            rows = session.query(
-                self._statements.built(_CHILDREN_OF), prefix=_like_prefix(children_prefix(thread_id))
-            )
+            rows = session.query(self._statements.built(_CHILDREN_OF), **_below(children_prefix(thread_id)))
             children.extend(row[0] for row in rows)
         self._delete_rows(session, children)
 
@@ -379,9 +383,7 @@ class Threads:
 
     def _drop_pruned_children(self, session: Session, thread_id: str, kept_plans: set[str]) -> None:
         """Inside a prune: delete the children of supersteps no kept checkpoint plans (their trees too)."""
-        rows = session.query(
-            self._statements.built(_CHILDREN_OF), prefix=_like_prefix(children_prefix(thread_id))
-        )
+        rows = session.query(self._statements.built(_CHILDREN_OF), **_below(children_prefix(thread_id)))
         gone = [row[0] for row in rows if not child_of_plans(thread_id, row[0], kept_plans)]
         self._delete_rows(session, gone)
 

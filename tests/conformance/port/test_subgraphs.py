@@ -537,3 +537,35 @@ def test_a_child_nodes_events_reach_the_parents_stream_while_it_runs(checkpointe
             seen.set()
     assert seen.is_set()
     assert ["seen" if live else "not seen"] == outcome
+
+
+@pytest.mark.parametrize("removing", ["delete_thread", "delete_threads", "prune"])
+def test_removing_a_thread_never_touches_the_children_of_a_thread_whose_id_differs_in_case(
+    checkpointer: Checkpointer, removing: str
+) -> None:
+    """Thread ids are exact: deleting (one, or in a batch) or pruning ``"ORDER"`` leaves the subgraph threads
+    of ``"order"`` and of ``"0rder"`` whole (SQLite's LIKE ignores case: the children were found by it)."""
+    g = nested(Calls())
+    for thread_id in ("order", "ORDER", "0rder"):
+        run(g, {"log": ["in"]}, thread_id=thread_id, checkpointer=checkpointer)
+    kept = {
+        thread_id: [c.thread_id for c in history(checkpointer, thread_id, ns=(OUTER, INNER))]
+        for thread_id in ("order", "0rder")
+    }
+    assert all(kept.values())
+    if removing == "delete_thread":
+        checkpointer.delete_thread("ORDER")
+    elif removing == "delete_threads":
+        checkpointer.put_thread_metadata("order", {"touched": 1})
+        checkpointer.put_thread_metadata("0rder", {"touched": 1})
+        assert 1 == checkpointer.delete_threads(limit=1)  # the least recently updated: "ORDER"
+    else:
+        resume(g, "yes", thread_id="ORDER", checkpointer=checkpointer)
+        checkpointer.prune("ORDER", keep_last=1)
+    if removing != "prune":
+        assert checkpointer.get("ORDER") is None
+    for thread_id, children in kept.items():
+        assert [] == [c for c in children if checkpointer.get(c) is None], thread_id
+        states = thread_state(g, checkpointer, thread_id, subgraphs=True)
+        assert states is not None
+        assert ["in", "first", "prepared"] == states[(OUTER, INNER)]["log"]

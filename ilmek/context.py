@@ -22,11 +22,13 @@ from .channel import UNSET
 from .errors import (
     GraphError,
     InterruptSignal,
+    InvalidArgumentError,
     NondeterminismError,
     ResumeError,
     SerializationError,
     StepResultNotStoredError,
 )
+from .namespaces import SEPARATOR
 from .types import JournalEntry, PauseTerms
 
 if TYPE_CHECKING:
@@ -564,10 +566,17 @@ class NodeContext(PlanContext):
         Raises:
             InterruptSignal: the child paused; let it propagate.
             SubgraphError: the child failed (the chained error says why).
+            InvalidArgumentError: ``key`` is not a step key, or holds U+001F.
         """
         if self._children is None:
             raise GraphError(
                 f"ctx.call() is not available here (node {self.node!r}, thread {self.thread_id!r})"
+            )
+        if isinstance(key, str) and SEPARATOR in key:
+            # It separates a child thread's id into its parts: in a key it would make a grandchild of a child.
+            raise InvalidArgumentError(
+                f"a call key may not hold U+001F (node {self.node!r}, thread {self.thread_id!r}): ilmek "
+                "separates a subgraph thread's id with it; choose another key"
             )
         part = f"{self._journal.claim(key, 'a call key')}:{self._children.task_key}"
         return self._children.call(self, subgraph, input, part)

@@ -453,6 +453,34 @@ def test_a_thread_id_holding_the_reserved_separator_is_refused_before_anything_r
     assert checkpointer.get_thread("a\x1fb") is None
 
 
+def test_a_call_key_holding_the_reserved_separator_fails_the_node_and_runs_no_child(
+    checkpointer: Checkpointer,
+) -> None:
+    """A ``ctx.call`` key with U+001F would make the child's id read as a grandchild's: the node fails with
+    an InvalidArgumentError naming it, before the child runs."""
+    ran: list[str] = []
+    child = (
+        graph("child", {"log": channel.append()})
+        .node("c", lambda s: ran.append("child") or {"log": ["c"]})
+        .edge(START, "c")
+        .compile()
+    )
+
+    def calling(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        return {"log": ctx.call(child, {}, key="a\x1fb")["log"]}
+
+    g = graph("calls", {"log": channel.append()}).node("calling", calling).edge(START, "calling").compile()
+    result = run(g, {}, thread_id="keyed", checkpointer=checkpointer)
+
+    assert "error" == result.status
+    ((node, error),) = result.errors
+    assert "calling" == node
+    assert isinstance(error, InvalidArgumentError)
+    assert "U+001F" in str(error)
+    assert [] == ran
+    assert not any(is_child_thread(t) for t in _stored_ids(checkpointer))
+
+
 def test_a_cancel_heard_inside_a_child_aborts_the_run_and_a_new_run_continues_the_child(
     checkpointer: Checkpointer,
 ) -> None:
@@ -569,3 +597,12 @@ def test_removing_a_thread_never_touches_the_children_of_a_thread_whose_id_diffe
         states = thread_state(g, checkpointer, thread_id, subgraphs=True)
         assert states is not None
         assert ["in", "first", "prepared"] == states[(OUTER, INNER)]["log"]
+
+
+def _stored_ids(checkpointer: Checkpointer) -> list[str]:
+    """Every thread id stored, children included (read through each root's subgraph listing)."""
+    ids: list[str] = []
+    for info in checkpointer.list_threads():
+        ids.append(info.id)
+        ids.extend(checkpointer._child_thread_ids(info.id, limit=100))
+    return ids

@@ -30,7 +30,6 @@ from ..sql.notices import notices_table
 from . import generic, psycopg, psycopg2, sqlalchemy
 from .common import SingleConnectionAdapter
 from .errors import classify_postgres_error
-from .jsonb_order import decode_as_jsonb_reads
 
 __all__ = ["PostgresCheckpointer", "adapter_for", "advisory_key", "classify_postgres_error"]
 
@@ -384,6 +383,7 @@ class PostgresCheckpointer(SqlCheckpointer):
     FIND: ClassVar[str] = "strpos(lower(t.thread_id), :needle) > 0"
     LOCK_SHARE: ClassVar[str] = " FOR SHARE"
     WRITES_IN_ONE_STATEMENT: ClassVar[bool] = True
+    STORES_JSONB: ClassVar[bool] = True
     SCHEMA_VERSION: ClassVar[int] = 7
 
     def __init__(
@@ -429,11 +429,6 @@ class PostgresCheckpointer(SqlCheckpointer):
         if isinstance(adapter, SingleConnectionAdapter):
             adapter.owned = True
         return cls(adapter, table_prefix=table_prefix, **options)
-
-    def decode_as_read(self, text: str) -> Any:
-        # Unsealed, a value is stored as jsonb, which gives a dict's keys back
-        # in an order of its own; sealed, as the text it was, inside the seal.
-        return serde.decode(text) if self.sealer.cipher is not None else decode_as_jsonb_reads(text)
 
     def table_exists(self, session: Session, table: str) -> bool:
         return bool(session.query(_TABLE_EXISTS, name=table)[0][0])

@@ -25,7 +25,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
-from ... import checks, serde
+from ... import checks
 from ...crypto import Keyring, RekeyCallback, RekeyProgress
 from ...dbapi import Adapter, Pin, Session
 from ...types import ChannelChange, Checkpoint, JournalEntry, ThreadCancel, ThreadError, ThreadInfo
@@ -66,9 +66,8 @@ class SqlCheckpointer(ChildThreadReads, Checkpointer):
     HOLDER: ClassVar[str] = "NULL"
     FIND: ClassVar[str] = "instr(lower(t.thread_id), :needle) > 0"
     LOCK_SHARE: ClassVar[str] = ""
-    #: Whether an UPDATE that assigns an indexed column rewrites its index
-    #: entries even when the value does not change (SQLite does; Postgres
-    #: keeps such an update in place).
+    #: Whether an UPDATE that assigns an indexed column rewrites its index entries
+    #: even when the value does not change (SQLite does; Postgres keeps it in place).
     REWRITES_ASSIGNED_INDEXES: ClassVar[bool] = False
     #: Whether a step's effect waits for a read confirming the run's lease
     #: (where holders on several machines share the database; see
@@ -78,6 +77,7 @@ class SqlCheckpointer(ChildThreadReads, Checkpointer):
     #: superstep's writes are one call of it, one round trip.
     WRITES_IN_ONE_STATEMENT: ClassVar[bool] = False
     AUTO_MIGRATE: ClassVar[bool] = False
+    STORES_JSONB: ClassVar[bool] = False  # values read back with keys in jsonb's order (Postgres)
 
     def __init__(
         self,
@@ -147,10 +147,6 @@ class SqlCheckpointer(ChildThreadReads, Checkpointer):
         transaction; this is how the run sees it ended.
         """
         return None
-
-    def decode_as_read(self, text: str) -> Any:
-        """A value this process wrote as ``text``, decoded as a read from the store gives it back."""
-        return serde.decode(text)
 
     def table_exists(self, session: Session, table: str) -> bool:
         """Whether ``table`` exists (the dialect knows how to ask)."""

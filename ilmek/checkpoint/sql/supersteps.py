@@ -16,12 +16,12 @@ from __future__ import annotations
 import builtins
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ... import checks
+from ... import checks, serde
 from ...dbapi import Session
 from ...errors import ConcurrentUpdateError
 from ...types import ChannelChange, Checkpoint, JournalEntry
@@ -36,6 +36,7 @@ from .._delta import (
     read_channels,
     write_channels,
 )
+from .._jsonb_order import decode_as_jsonb_reads
 from .._records import EncodedChange
 from ..base import ANY_LATEST, _AnyLatest, concurrent_update_error, missing_parent_error, same_channels
 from ..holds import Hold, lease_clock
@@ -102,6 +103,16 @@ class Supersteps:
         self._statements = statements
         self._reads = reads
         self._holds = holds
+
+    def _decode_as_read(self) -> Callable[[str], Any]:
+        """How to decode a value this process wrote so that it reads as a read from the store gives it.
+
+        Unsealed on Postgres, a value is stored as ``jsonb``, which gives a
+        dict's keys back in an order of its own; sealed, as its text, inside
+        the seal.
+        """
+        owner = self._owner
+        return decode_as_jsonb_reads if owner.STORES_JSONB and owner.sealer.cipher is None else serde.decode
 
     def commit(
         self,
@@ -270,7 +281,7 @@ class Supersteps:
                 parent,
                 manifest,
                 write.encoded or (),
-                self._owner.decode_as_read,
+                self._decode_as_read(),
             )
             if taking:
                 self._holds.took(hold, write.started)
@@ -332,7 +343,7 @@ class Supersteps:
         def remember() -> None:
             self._reads.remember_manifest(thread_id, write.checkpoint.id, manifest)
             extend_cached_logs(
-                self._reads.values, thread_id, parent_manifest, manifest, to_write, self._owner.decode_as_read
+                self._reads.values, thread_id, parent_manifest, manifest, to_write, self._decode_as_read()
             )
             if taking:
                 assert isinstance(hold, SqlHold)

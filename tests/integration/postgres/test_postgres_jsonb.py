@@ -290,7 +290,7 @@ def test_the_writers_reading_of_a_value_is_the_servers(postgres_dsn: str, value:
     import psycopg2
 
     from ilmek import serde
-    from ilmek.checkpoint.postgres.jsonb_order import decode_as_jsonb_reads
+    from ilmek.checkpoint._jsonb_order import decode_as_jsonb_reads
 
     text = serde.encode(value)
     with psycopg2.connect(postgres_dsn) as connection, connection.cursor() as cursor:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ... import serde
+from .. import serde
 
 __all__ = ["decode_as_jsonb_reads"]
 

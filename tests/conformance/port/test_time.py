@@ -157,17 +157,16 @@ def test_a_person_answering_after_the_sweep_gets_a_resume_error(checkpointer: Ch
     assert ["order"] == effects
 
 
-def test_a_pause_not_yet_due_keeps_its_thread_waiting(checkpointer: Checkpointer) -> None:
-    """With two open pauses, one due and one waiting for a person, tick answers neither (a resume
-    answers all of a thread's pauses); the person's answers then finish it."""
+def _mixed(deadline: dt.datetime) -> Any:
+    """Two pauses in one superstep: ``timed`` (due at ``deadline``) and ``person`` (never due)."""
 
     def timed(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        return {"log": [ctx.interrupt("t", deadline=DUE, on_timeout="timeout")]}
+        return {"log": [ctx.interrupt("t", deadline=deadline, on_timeout="timeout")]}
 
     def person(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
         return {"log": [ctx.interrupt("p")]}
 
-    g = (
+    return (
         graph("mixed", {"log": channel.append()})
         .node("timed", timed)
         .node("person", person)
@@ -175,6 +174,13 @@ def test_a_pause_not_yet_due_keeps_its_thread_waiting(checkpointer: Checkpointer
         .edge(START, "person")
         .compile()
     )
+
+
+def test_a_pause_not_yet_due_keeps_its_thread_waiting(checkpointer: Checkpointer) -> None:
+    """With two open pauses, one due and one waiting for a person, tick answers neither (a resume
+    answers all of a thread's pauses); the person's answers then finish it."""
+
+    g = _mixed(DUE)
     run(g, {}, thread_id="mixed", checkpointer=checkpointer)
     assert [] == tick(g, checkpointer, now=AFTER)
     assert 2 == len(pending_interrupts(checkpointer, "mixed"))
@@ -254,20 +260,7 @@ def test_a_limited_tick_looks_past_threads_that_cannot_be_woken(
     thread at a time, or all in one page)."""
     monkeypatch.setattr("ilmek.sweep._PAGE", page)
 
-    def timed(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        return {"log": [ctx.interrupt("t", deadline=DUE - dt.timedelta(hours=1), on_timeout="timeout")]}
-
-    def person(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        return {"log": [ctx.interrupt("p")]}
-
-    mixed = (
-        graph("mixed", {"log": channel.append()})
-        .node("timed", timed)
-        .node("person", person)
-        .edge(START, "timed")
-        .edge(START, "person")
-        .compile()
-    )
+    mixed = _mixed(DUE - dt.timedelta(hours=1))
     effects: list[str] = []
     approval = _approval(effects)
     for number in range(3):

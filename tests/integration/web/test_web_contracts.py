@@ -79,7 +79,11 @@ def _page(console: ConsoleServer, thread_id: str) -> str:
 
 def _answer(console: ConsoleServer, thread_id: str, fields: dict[str, str]) -> tuple[int, str]:
     """Post the thread page's answer form with ``fields`` over its hidden ones (redirects followed)."""
-    page = _page(console, thread_id)
+    return _post_answer_form(console, _page(console, thread_id), fields)
+
+
+def _post_answer_form(console: ConsoleServer, page: str, fields: dict[str, str]) -> tuple[int, str]:
+    """Post the first answer form in ``page`` with ``fields`` over its hidden ones (redirects followed)."""
     found = re.search(
         r'<form method="post" action="([^"]*/action/answer\?[^"]*)"[^>]*>(.*?)</form>', page, re.S
     )
@@ -214,16 +218,7 @@ def test_the_inbox_answers_a_yes_no_contract_with_its_own_buttons(
     assert 'name="boolean.0" value="false"' in row
     assert ">Yes</button>" in row
     assert ">No</button>" in row
-    found = re.search(
-        r'<form method="post" action="([^"]*/action/answer\?[^"]*)"[^>]*>(.*?)</form>', row, re.S
-    )
-    assert found is not None, row
-    hidden = {
-        k: html.unescape(v)
-        for k, v in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', found.group(2))
-    }
-    action = urllib.parse.urljoin(console.url, html.unescape(found.group(1)))
-    status, _ = _request(action, {**hidden, "boolean.0": "false"})
+    status, _ = _post_answer_form(console, row, {"boolean.0": "false"})
     assert 200 == status
     assert [False] == got(store, "boolean")
 

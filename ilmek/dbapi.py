@@ -531,11 +531,12 @@ class Adapter(abc.ABC):
                 raise
             except Exception as error:
                 kind = "permanent" if isinstance(error, ConnectionClosed) else self.classify(error)
-                if kind is None and while_connecting(error):
-                    # Not a database error, but no connection either: a driver
-                    # that could not read its settings (psycopg2 raises
-                    # UnicodeDecodeError for a DSN's bad percent-escape) or a
-                    # pool that failed its own way. Raised as ilmek's, chained.
+                # Not a database error, but no connection either: a driver
+                # that could not read its settings (psycopg2 raises
+                # UnicodeDecodeError for a DSN's bad percent-escape) or a
+                # pool that failed its own way. Raised as ilmek's, chained.
+                unconnected = kind is None and while_connecting(error)
+                if unconnected:
                     kind = "permanent"
                 if kind is None:
                     raise
@@ -556,18 +557,35 @@ class Adapter(abc.ABC):
                     attempt += 1
                     continue
                 scrubbed(error, self.secrets)
-                failure = self._failure(error, kind, what=f"{what}{where}", attempt=attempt, joined=joined)
+                failure = self._failure(
+                    error,
+                    kind,
+                    what=f"{what}{where}",
+                    attempt=attempt,
+                    joined=joined,
+                    unconnected=unconnected,
+                )
                 failure.thread_id, failure.checkpoint_id = thread_id, checkpoint_id
                 raise failure from error
 
     def _failure(
-        self, error: Exception, kind: ErrorKind, *, what: str, attempt: int, joined: bool
+        self,
+        error: Exception,
+        kind: ErrorKind,
+        *,
+        what: str,
+        attempt: int,
+        joined: bool,
+        unconnected: bool = False,
     ) -> StorageError:
-        """The error :meth:`run` raises once it stops trying (its ids are set by the caller)."""
+        """The error :meth:`run` raises once it stops trying (its ids are set by the caller).
+
+        ``unconnected``: no connection could be had, for a reason that is not a database error.
+        """
         advice = self.advice(error)
         tail = f" {advice}" if advice else ""
         said = describe_error(error, self.secrets)
-        if kind == "permanent" and while_connecting(error) and self.classify(error) is None:
+        if unconnected:
             return StorageError(
                 f"could not {what}: no connection could be had ({said}); check the connection settings "
                 f"or the pool; nothing was written.{tail}"

@@ -103,16 +103,12 @@ class Supersteps:
         self._statements = statements
         self._reads = reads
         self._holds = holds
-
-    def _decode_as_read(self) -> Callable[[str], Any]:
-        """How to decode a value this process wrote so that it reads as a read from the store gives it.
-
-        Unsealed on Postgres, a value is stored as ``jsonb``, which gives a
-        dict's keys back in an order of its own; sealed, as its text, inside
-        the seal.
-        """
-        owner = self._owner
-        return decode_as_jsonb_reads if owner.STORES_JSONB and owner.sealer.cipher is None else serde.decode
+        #: How a value this process wrote is decoded so that it reads as a read from the store gives it:
+        #: unsealed on Postgres a value is ``jsonb``, which gives a dict's keys back in an order of its
+        #: own; sealed, it is its text inside the seal.
+        self._decode_as_read: Callable[[str], Any] = (
+            decode_as_jsonb_reads if owner.STORES_JSONB and owner.sealer.cipher is None else serde.decode
+        )
 
     def commit(
         self,
@@ -281,7 +277,7 @@ class Supersteps:
                 parent,
                 manifest,
                 write.encoded or (),
-                self._decode_as_read(),
+                self._decode_as_read,
             )
             if taking:
                 self._holds.took(hold, write.started)
@@ -343,7 +339,7 @@ class Supersteps:
         def remember() -> None:
             self._reads.remember_manifest(thread_id, write.checkpoint.id, manifest)
             extend_cached_logs(
-                self._reads.values, thread_id, parent_manifest, manifest, to_write, self._decode_as_read()
+                self._reads.values, thread_id, parent_manifest, manifest, to_write, self._decode_as_read
             )
             if taking:
                 assert isinstance(hold, SqlHold)

@@ -402,6 +402,13 @@ class ValueCache:
             self._size += added
             self._evict_over_bound()
 
+    def discard(self, key: Hashable) -> None:
+        """Forget ``key``'s entry, if there is one."""
+        with self._lock:
+            found = self._entries.pop(key, None)
+            if found is not None:
+                self._size -= found[1]
+
     def _evict_over_bound(self) -> None:
         # Under the lock: the least recently used entries go until the rest fit.
         while self._size > self.max_bytes and self._entries:
@@ -545,6 +552,8 @@ def extend_cached_logs(
                 # new list): the thread's next read finds them here.
                 items = _Items(decode(text) for text in change.items)
                 cache.put(("l", thread_id, after.log_id), items, held_bytes(items))
+                # It starts the list (its base is 0): a read of items appended elsewhere needs no ancestry.
+                cache.put(("base", thread_id, after.log_id), 0, 1)
             continue
         key = ("l", thread_id, after.log_id)
         cached = cache.get(key)

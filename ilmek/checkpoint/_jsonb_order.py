@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import serde
 
-__all__ = ["decode_as_jsonb_reads"]
+__all__ = ["decode_as_jsonb_reads", "plain_as_jsonb_reads"]
 
 
 def _jsonb_key(pair: tuple[str, Any]) -> tuple[int, bytes]:
@@ -26,6 +26,15 @@ def _in_jsonb_order(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(sorted(dict(pairs).items(), key=_jsonb_key))
 
 
+def plain_as_jsonb_reads(text: str) -> Any:
+    """JSON ``text`` parsed as a ``jsonb`` column read back gives it: every object's keys in its order.
+
+    Raises:
+        ValueError: the text is not JSON (``RecursionError`` when it nests too deeply).
+    """
+    return json.loads(text, object_pairs_hook=_in_jsonb_order)
+
+
 def decode_as_jsonb_reads(text: str) -> Any:
     """``serde.decode(text)``, with every JSON object's keys in the order ``jsonb`` gives them.
 
@@ -33,7 +42,7 @@ def decode_as_jsonb_reads(text: str) -> Any:
         SerializationError: as :func:`ilmek.serde.decode`.
     """
     try:
-        parsed = json.loads(text, object_pairs_hook=_in_jsonb_order)
+        parsed = plain_as_jsonb_reads(text)
     except (ValueError, RecursionError):
         return serde.decode(text)  # raises the SerializationError decode() raises for such text
     return serde.from_jsonable(parsed)

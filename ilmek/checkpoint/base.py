@@ -40,6 +40,7 @@ from ..types import (
 from .child_threads import ChildThreads
 from .holds import Hold, HoldLostError, LocalHolds, busy_error
 from .outbox import NoticeOutbox, OutboxNotice
+from .remembered import RemembersLatest
 from .rotation import Rotating
 
 __all__ = [
@@ -80,7 +81,7 @@ def journal_view(
     return tuple(merged.values())
 
 
-class Checkpointer(Rotating, NoticeOutbox, ChildThreads, abc.ABC):
+class Checkpointer(Rotating, NoticeOutbox, ChildThreads, RemembersLatest, abc.ABC):
     """Where threads keep their checkpoints and their tasks' journals; safe to share between threads.
 
     Thread ids are opaque text: ``%``, ``_``, quotes, emoji and SQL fragments are ids like any other."""

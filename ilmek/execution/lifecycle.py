@@ -229,14 +229,19 @@ class _Driving:
                 f"thread {setup.thread_id!r} changed after it was chosen for this run; nothing was run",
                 thread_id=setup.thread_id,
             )
+        guess = self._guess()
         while True:
-            latest = setup.checkpointer.load(setup.thread_id, hold=hold)
+            latest = guess if guess is not None else setup.checkpointer.load(setup.thread_id, hold=hold)
             try:
                 base = yield from self._start(latest)
                 break
             except ConcurrentUpdateError:
                 if hold.taken:
                     raise
+                if guess is not None:
+                    # The thread moved since this process last wrote it: read it as any run does.
+                    guess = None
+                    continue
                 # Another run moved the thread between the read and the
                 # input's commit (or the answers' write), which took nothing:
                 # take the hold first, then read again. A resume still answers
@@ -251,6 +256,26 @@ class _Driving:
                 base, values = yield from self._next(base, values)
         except _Finished as finished:
             yield finished.end
+
+    def _guess(self) -> Checkpoint | None:
+        """The thread's latest checkpoint as this process last committed it, for a run that commits input.
+
+        Its first write, conditioned on the thread still being there, takes
+        the hold: one round trip fewer than reading first. Only for input
+        committed under a deferred hold, not a fork, a resume or a run that
+        must start from a checkpoint its caller saw.
+        """
+        run = self.run
+        if not (
+            isinstance(run.mode, Start)
+            and run.input_writes is not None
+            and not self.hold.taken
+            and self.setup.options.checkpoint_id is None
+            and self.answer_only_at is None
+            and run.only_if is None
+        ):
+            return None
+        return self.setup.checkpointer._remembered_latest(self.setup.thread_id)
 
     def _next(
         self, base: Checkpoint, values: dict[str, Any]

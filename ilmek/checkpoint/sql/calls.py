@@ -24,7 +24,15 @@ must decide."""
 
 
 class LongWay(Exception):
-    """Internal: the one-statement write met something it does not handle; roll back, go the long way."""
+    """Internal: the one-statement write met something it does not handle; roll back, go the long way.
+
+    ``first_try``: the call was sent once only, so nothing of it ever landed
+    (a retry after a lost answer may meet the writes of a try that did).
+    """
+
+    def __init__(self, *, first_try: bool = False) -> None:
+        super().__init__()
+        self.first_try = first_try
 
 
 class FunctionCall:
@@ -40,6 +48,7 @@ class FunctionCall:
         self._statement = statement
         self._params = params
         self._committed = committed
+        self._tries = 0
 
     def run(self, session: Session) -> None:
         """Make the call; raises :class:`LongWay` (nothing written) where the long way must decide.
@@ -48,13 +57,14 @@ class FunctionCall:
         """
         if session.joined:
             raise LongWay  # inside the caller's transaction: the long way
+        self._tries += 1
         try:
             [row] = session.query(self._statement, **self._params)
         except Exception as error:
             if sqlstate(error) == LONG_WAY_SQLSTATE:
                 # The function rolled its statement back: the thread moved,
                 # the hold is gone, or a list grew past this checkpoint.
-                raise LongWay from None
+                raise LongWay(first_try=self._tries == 1) from None
             raise
         if row[0]:
             raise busy_error(self._params["thread_id"])

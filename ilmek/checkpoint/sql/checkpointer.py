@@ -38,6 +38,7 @@ from .journals import Journals
 from .notices import NoticeRows
 from .reads import Reads
 from .rekeying import Rekeying
+from .remembered import SqlRemembersLatest
 from .schema import Migration, Schema, drop_sql, schema_sql, upgrade_sql
 from .statements import Statements, format_sql, validate_prefix
 from .supersteps import Supersteps
@@ -46,7 +47,7 @@ from .threads import ChildThreadReads, Threads
 __all__ = ["SqlCheckpointer"]
 
 
-class SqlCheckpointer(ChildThreadReads, Checkpointer):
+class SqlCheckpointer(ChildThreadReads, SqlRemembersLatest, Checkpointer):
     """The port, holds and host API over any DB-API adapter; subclasses add DDL and dialect.
 
     Attributes:

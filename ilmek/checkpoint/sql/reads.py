@@ -25,6 +25,7 @@ from ...types import Checkpoint, LazyChannels
 from .. import _records
 from .._delta import ChannelRef, ValueCache, manifest_from_plain, read_channel_slice, read_channels
 from ..holds import Hold
+from .remembered import LatestMemo
 from .rows import checkpoint_from_row
 from .statements import CHECKPOINT_COLUMNS, Statements
 from .store import SqlDeltaStore
@@ -57,6 +58,8 @@ class Reads:
         self.values = ValueCache()
         #: Manifests never change once committed: the ones this process saw.
         self.manifests = ValueCache(max_bytes=4 * 1024 * 1024)
+        #: Each thread's latest checkpoint as this process committed it: a run's guess.
+        self.latest = LatestMemo(owner, self.values)
 
     # --- manifests --------------------------------------------------------------------
 

@@ -205,7 +205,18 @@ class Supersteps:
                 takes_hold=True,
                 alone=True,
             )
-        except LongWay:
+        except LongWay as way:
+            if way.first_try and write.taking and isinstance(expect, str):
+                # The run's first write, conditioned on where it last saw the
+                # thread, sent once and rolled back: nothing was written, and
+                # the thread is elsewhere (or a list outgrew that checkpoint).
+                # The run reads the thread and tries again, at one round trip.
+                raise ConcurrentUpdateError(
+                    f"thread {write.thread_id!r} moved on from checkpoint {expect!r} before this run's "
+                    "first write; nothing was written. Read the thread again and retry",
+                    thread_id=write.thread_id,
+                    checkpoint_id=None,
+                ) from None
             return False
         return True
 
@@ -279,6 +290,7 @@ class Supersteps:
                 write.encoded or (),
                 self._decode_as_read,
             )
+            self._reads.latest.committed(thread_id, checkpoint, fields, manifest, write.encoded or ())
             if taking:
                 self._holds.took(hold, write.started)
             else:
@@ -341,6 +353,7 @@ class Supersteps:
             extend_cached_logs(
                 self._reads.values, thread_id, parent_manifest, manifest, to_write, self._decode_as_read
             )
+            self._reads.latest.committed(thread_id, write.checkpoint, write.fields, manifest, to_write)
             if taking:
                 assert isinstance(hold, SqlHold)
                 self._holds.took(hold, write.started)

@@ -202,15 +202,15 @@ class _CountingCursor(psycopg2.extensions.cursor):  # type: ignore[misc]
         return super().execute(query, params)
 
 
-def test_a_turn_is_three_round_trips_a_read_and_two_calls_each_its_own_transaction(postgres_dsn: str) -> None:
-    """A turn on a thread this process made: one read (the list's items are known), the input's
-    call (taking the hold) and the superstep's call (giving it back), each a statement in
-    autocommit; no BEGIN, no COMMIT."""
+def test_a_turn_is_two_round_trips_two_calls_each_its_own_transaction(postgres_dsn: str) -> None:
+    """A turn on a thread this process wrote last: no read (the process remembers the checkpoint it
+    committed, and the list's items), the input's call (taking the hold, on the condition that the
+    thread is still there) and the superstep's call (giving it back), each a statement in autocommit;
+    no BEGIN, no COMMIT."""
     pool = psycopg2.pool.ThreadedConnectionPool(1, 2, postgres_dsn, connection_factory=CountingConnection)
     g = reply_chat("turns")
     try:
         checkpointer = PostgresCheckpointer(pool)
-        # The first turn makes the thread and its list: the list's items stay known to this process.
         run(g, {"log": ["one"]}, thread_id="turns", checkpointer=checkpointer)
         CountingConnection.sent.clear()
         CountingConnection.commits = 0
@@ -218,9 +218,35 @@ def test_a_turn_is_three_round_trips_a_read_and_two_calls_each_its_own_transacti
     finally:
         pool.closeall()
     assert ["one", "reply to one", "two", "reply to two"] == result.state["log"]
-    assert [("SELECT checkpoint_id,", True), ("SELECT busy,", True), ("SELECT busy,", True)] == (
-        CountingConnection.sent
-    )
+    assert [("SELECT busy,", True), ("SELECT busy,", True)] == CountingConnection.sent
+    assert 0 == CountingConnection.commits
+
+
+def test_a_turn_after_another_processes_turn_costs_one_round_trip_more(postgres_dsn: str) -> None:
+    """Another process ran a turn since this one wrote the thread: the input's call, conditioned on
+    the checkpoint this process remembers, is refused and rolled back (nothing written, no long way),
+    then the turn is what it is on a thread this process does not know: a read of the checkpoint, one
+    of the other process's new items, and the two calls. Both processes' messages are there, once."""
+    pool = psycopg2.pool.ThreadedConnectionPool(1, 2, postgres_dsn, connection_factory=CountingConnection)
+    g = reply_chat("bounced")
+    try:
+        checkpointer = PostgresCheckpointer(pool)
+        run(g, {"log": ["one"]}, thread_id="bounced", checkpointer=checkpointer)
+        with PostgresCheckpointer.connect(postgres_dsn) as other:
+            run(g, {"log": ["two"]}, thread_id="bounced", checkpointer=other)
+        CountingConnection.sent.clear()
+        CountingConnection.commits = 0
+        result = run(g, {"log": ["three"]}, thread_id="bounced", checkpointer=checkpointer)
+    finally:
+        pool.closeall()
+    assert ["one", "reply to one", "two", "reply to two", "three", "reply to three"] == result.state["log"]
+    assert [
+        ("SELECT busy,", True),
+        ("SELECT checkpoint_id,", True),
+        ("SELECT i.log_id,", True),
+        ("SELECT busy,", True),
+        ("SELECT busy,", True),
+    ] == CountingConnection.sent
     assert 0 == CountingConnection.commits
 
 

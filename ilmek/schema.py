@@ -285,14 +285,21 @@ class StateSchema:
         writes: list[tuple[str | None, Mapping[str, Any]]],
         *,
         thread_id: str | None,
+        owned: bool = False,
     ) -> tuple[dict[str, Any], dict[str, ChannelChange]]:
         """Fold writes, in the order given, onto ``values``.
+
+        An ``append`` channel's list is copied once per fold, at its first
+        write (a long conversation's bulk); later writes of the same fold
+        extend that copy.
 
         Args:
             values: The written channel values before the fold.
             writes: ``(writer, writes)`` pairs in task order; the writer (a node
                 name, or ``None`` for input) is named in errors.
             thread_id: Named in errors.
+            owned: The caller gives ``values``' lists up (nobody else holds
+                them): ``append`` channels are extended in place, not copied.
 
         Returns:
             The new written values, and what changed per channel: the new items
@@ -306,6 +313,12 @@ class StateSchema:
         new_values = dict(values)
         appended: dict[str, list[Any]] = {}
         replaced: set[str] = set()
+        # The append channels whose list this fold may extend in place: given up, or its own copy.
+        extendable: set[str] = set()
+        for name, value in values.items() if owned else ():
+            channel = self.channels.get(name)
+            if type(value) is list and channel is not None and channel.kind == "append":
+                extendable.add(name)
         for writer, update in writes:
             who = "the input" if writer is None else f"node {writer!r}"
             self.check_writes(update, who=who, thread_id=thread_id, node=writer)
@@ -314,8 +327,15 @@ class StateSchema:
                 # The first write folds onto UNSET, not the default: MODEL §2 says a
                 # reducer's current value is absent on the first write.
                 current = new_values.get(name, UNSET)
+                if name in extendable:
+                    items = channel.new_items(incoming)
+                    current.extend(items)
+                    appended.setdefault(name, []).extend(items)
+                    continue
                 try:
                     new_values[name], added = channel.fold_change(current, incoming)
+                    if channel.kind == "append":
+                        extendable.add(name)
                 except Exception as exc:
                     raise ReducerError(
                         f"channel {name!r} could not fold the write of {who}: {exc} (thread {thread_id!r})",

@@ -25,8 +25,9 @@ class RemembersLatest:
 
         Internal, for a run that commits input: only a checkpoint that plans
         no task and waits on no pause (nothing recorded after it can matter),
-        with its values as a read would give them. It may be stale: use it
-        only for a write conditioned on the thread still pointing at it. The
+        with its values as a read would give them, new objects the caller
+        may change (no other caller gets them). It may be stale: use it only
+        for a write conditioned on the thread still pointing at it. The
         default remembers nothing (the run reads).
         """
         return None

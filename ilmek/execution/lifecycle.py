@@ -233,7 +233,8 @@ class _Driving:
         while True:
             latest = guess if guess is not None else setup.checkpointer.load(setup.thread_id, hold=hold)
             try:
-                base = yield from self._start(latest)
+                # A guess's values are new objects, the run's own: its input extends its lists in place.
+                base = yield from self._start(latest, owned=guess is not None)
                 break
             except ConcurrentUpdateError:
                 if hold.taken:
@@ -328,8 +329,11 @@ class _Driving:
         self.position.record_cancel(base, reason)
         raise _Finished(self._end("aborted", base, values, abort_reason=reason))
 
-    def _start(self, latest: Checkpoint | None) -> Generator[Event, None, Checkpoint]:
-        """Answer the pause or commit the input: the checkpoint the first superstep runs from."""
+    def _start(self, latest: Checkpoint | None, *, owned: bool = False) -> Generator[Event, None, Checkpoint]:
+        """Answer the pause or commit the input: the checkpoint the first superstep runs from.
+
+        ``owned``: nobody else holds ``latest``'s values (see :meth:`_commit_start`).
+        """
         setup, event = self.setup, self.run._event
         base = latest
         wanted = setup.options.checkpoint_id
@@ -363,7 +367,7 @@ class _Driving:
             if self.run.input_writes is not None or base is None or (fork and base.next):
                 # Committed before run_start is told, so a run that must read
                 # again (its deferred hold lost a race) tells it once.
-                base = self._commit_start(base, fork)
+                base = self._commit_start(base, fork, owned=owned and not fork)
                 yield event(RunStart)
                 yield event(StateEvent, channels=setup.schema.full_values(base.channels))
                 yield event(CheckpointEvent, id=base.id)
@@ -427,18 +431,22 @@ class _Driving:
             )
         raise ResumeError(what, thread_id=thread_id, checkpoint_id=latest.id if latest is not None else None)
 
-    def _commit_start(self, base: Checkpoint | None, fork: bool) -> Checkpoint:
+    def _commit_start(self, base: Checkpoint | None, fork: bool, *, owned: bool = False) -> Checkpoint:
         """Commit the run's input (or a fork's first checkpoint) before any node runs.
 
         On a thread whose latest checkpoint still plans tasks (a crash, a
         node error, the recursion limit), the input is folded in and that
         plan continues, its recorded steps inherited; otherwise the graph
-        starts again at START.
+        starts again at START. ``owned``: ``base``'s values are the run's
+        alone, so the input extends its lists instead of copying them.
         """
         setup, position = self.setup, self.position
         input_writes = self.run.input_writes
         values, changes = setup.schema.fold(
-            base.channels if base is not None else {}, [(None, input_writes or {})], thread_id=setup.thread_id
+            base.channels if base is not None else {},
+            [(None, input_writes or {})],
+            thread_id=setup.thread_id,
+            owned=owned,
         )
         step = base.step if base is not None else 0
         checkpoint_id = position.next_id()

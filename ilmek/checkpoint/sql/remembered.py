@@ -1,10 +1,10 @@
 """The latest checkpoint of each thread as this process last committed it (see ``checkpoint/remembered.py``).
 
-Kept as the rows a read of it would return: the checkpoint row's columns
-(their JSON parsed as the store gives it back: ``jsonb``'s key order on
-Postgres), the values it points at from the value cache, and the texts of
-the whole values this process wrote (decoded afresh at each use, so no two
-runs share an object). Built by :func:`~ilmek.checkpoint.sql.rows.checkpoint_from_row`,
+Kept as what a read of it would find: the checkpoint row's columns (their
+JSON text parsed at each use as the store gives it back: ``jsonb``'s key
+order on Postgres), the values it points at from the value cache, and the
+texts of the whole values this process wrote (decoded afresh at each use, so
+no two runs share an object). Built by :func:`~ilmek.checkpoint.sql.rows.checkpoint_from_row`,
 as a read builds it. Filled only after commits ilmek owns, as the value
 cache is; a value missing from the cache means no guess (the run reads).
 """
@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from .reads import Reads
 
 __all__ = ["LatestMemo", "SqlRemembersLatest"]
+
+_TEXT_COLUMNS: Final = ("next_text", "pending_text", "journals_text", "chain_text", "metadata_text")
+"""The parts kept as stored text, in ``CHECKPOINT_COLUMNS``'s order after the manifest."""
 
 _ROW_OVERHEAD: Final = 400
 """What a remembered row holds beyond its texts (the tuple, the manifest's refs), rounded up."""
@@ -64,26 +67,17 @@ class LatestMemo:
             # A plan or a pause: what is recorded after it matters, so a run reads it.
             self._rows.discard(thread_id)
             return
-        texts = [fields[name] for name in ("next_text", "pending_text", "journals_text", "chain_text")]
-        texts.append(fields["metadata_text"])
-        row = (
-            checkpoint.id,
-            checkpoint.parent_id,
-            checkpoint.plan_id,
-            checkpoint.step,
-            epoch(checkpoint.ts),
-            None,  # the manifest: kept beside the row, as a read parses it
-            *(self._plain(text) for text in texts),
-        )
+        ids = (checkpoint.id, checkpoint.parent_id, checkpoint.plan_id, checkpoint.step, epoch(checkpoint.ts))
+        texts = tuple(fields[name] for name in _TEXT_COLUMNS)
         size = sum(len(text) for text in texts) + _ROW_OVERHEAD * (len(manifest) + 1)
-        self._rows.put(thread_id, (row, dict(manifest)), size)
+        self._rows.put(thread_id, (ids, texts, dict(manifest)), size)
 
     def latest(self, thread_id: str) -> Checkpoint | None:
         """The remembered checkpoint with its values, or ``None`` when it or a value is not at hand."""
         found = self._rows.get(thread_id)
         if found is None:
             return None
-        row, manifest = found
+        ids, texts, manifest = found
         values: dict[str, Any] = {}
         for name, ref in manifest.items():
             if isinstance(ref, LogRef):
@@ -98,11 +92,9 @@ class LatestMemo:
             channel, origin, text = kept
             slot = _records.channel_slot(self._owner.sealer, thread_id, channel, origin=origin)
             values[name] = _records.open_value(slot, self._plain(text), thread_id=thread_id, table="blobs")
+        # Parsed at each use, as a read parses its row: no two checkpoints share a dict.
+        row = (*ids, None, *(self._plain(text) for text in texts))  # None: the manifest, kept beside
         return checkpoint_from_row(thread_id, row, values, self._owner.sealer)
-
-    def forget(self, thread_id: str) -> None:
-        """Remember nothing of ``thread_id`` (it was deleted, or moved where this process did not see)."""
-        self._rows.discard(thread_id)
 
 
 class SqlRemembersLatest(RemembersLatest):

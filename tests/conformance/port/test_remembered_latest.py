@@ -218,3 +218,37 @@ def test_what_a_process_remembers_is_what_a_read_gives(backend: Backend, sealed:
     assert read is not None
     assert repr(read) == repr(remembered)
     assert repr(read.channels["profile"]) == repr(remembered.channels["profile"])
+    # Each guess is built afresh: what one run does to it never reaches the next.
+    remembered.metadata["z"] = "changed"  # type: ignore[index]
+    remembered.channels["profile"]["inner"]["a"] = "changed"
+    remembered.channels["messages"].append("changed")
+    assert repr(read) == repr(checkpointer._remembered_latest("t"))
+
+
+def test_the_states_a_turn_reported_never_change_afterwards(backend: Backend) -> None:
+    """A turn started from memory extends its lists in place while folding its input, and a superstep
+    whose three tasks append to one list copies it once: the state each event reported, and the state
+    the nodes read, stay as they were when reported."""
+    checkpointer = backend.open()
+    seen: list[Any] = []
+
+    def writer(name: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        def node(state: dict[str, Any]) -> dict[str, Any]:
+            seen.append(state["messages"])
+            return {"messages": [f"{name}{len(state['messages'])}"]}
+
+        return node
+
+    builder = graph("fan", {"messages": channel.append()})
+    for name in ("a", "b", "c"):
+        builder = builder.node(name, writer(name)).edge(START, name)
+    g = builder.compile()
+    run(g, {"messages": ["one"]}, thread_id="t", checkpointer=checkpointer)
+    result = run(g, {"messages": ["two", "three"]}, thread_id="t", checkpointer=checkpointer)
+    states = [event.channels["messages"] for event in result.events if event.type == "state"]
+    assert [
+        ["one", "a1", "b1", "c1", "two", "three"],
+        ["one", "a1", "b1", "c1", "two", "three", "a6", "b6", "c6"],
+    ] == states
+    assert [["one", "a1", "b1", "c1", "two", "three"]] * 3 == seen[-3:]
+    assert all(len(state) == 1 for state in seen[:3])

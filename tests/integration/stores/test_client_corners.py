@@ -195,7 +195,8 @@ DJANGO = textwrap.dedent(
     sys.path.insert(0, {repo!r})
     import django
     from django.conf import settings
-    settings.configure(DATABASES={{"default": {database}}}, INSTALLED_APPS=[], USE_TZ=True)
+    databases = {{"default": {database}, "other": {database}}}
+    settings.configure(DATABASES=databases, INSTALLED_APPS=[], USE_TZ=True)
     django.setup()
     from django.db import connection, connections, transaction
     from ilmek import START, ThreadBusyError, ResumeError, TransientStorageError, channel, graph, resume, run
@@ -272,6 +273,30 @@ DJANGO = textwrap.dedent(
         thread.join()
     out["race"] = sorted(outcomes)
     out["race_charges"] = charges("race")
+
+    # A turn outside any atomic block is ilmek's own transaction (this process remembers its
+    # checkpoint); another process (the second alias) takes a turn; then turns in atomic blocks start
+    # from the stale checkpoint remembered, inside the request's transaction: one the view rolls back,
+    # one it commits; then one outside again.
+    other_connection = connections["other"]
+    other = (
+        SqliteCheckpointer(other_connection) if vendor == "sqlite" else PostgresCheckpointer(other_connection)
+    )
+    chat = graph("chat", {{"log": channel.append()}}).node("r", lambda s: {{"log": ["r"]}})
+    chat = chat.edge(START, "r").compile()
+    run(chat, {{"log": ["one"]}}, thread_id="memo", checkpointer=checkpointer)
+    out["remembered"] = checkpointer._remembered_latest("memo") is not None
+    run(chat, {{"log": ["two"]}}, thread_id="memo", checkpointer=other)
+    try:
+        with transaction.atomic():
+            run(chat, {{"log": ["rolled back"]}}, thread_id="memo", checkpointer=checkpointer)
+            raise RuntimeError("the view failed")
+    except RuntimeError:
+        pass
+    with transaction.atomic():
+        run(chat, {{"log": ["three"]}}, thread_id="memo", checkpointer=checkpointer)
+    out["memo"] = run(chat, {{"log": ["four"]}}, thread_id="memo", checkpointer=checkpointer).state["log"]
+    out["memo_other"] = run(chat, {{"log": ["five"]}}, thread_id="memo", checkpointer=other).state["log"]
     print(json.dumps(out))
     """
 )
@@ -293,6 +318,10 @@ def check_django(out: dict[str, Any]) -> None:
     assert "done" in out["race"]
     assert all(o in ("done", "ThreadBusyError", "ResumeError") for o in out["race"]), out["race"]
     assert [1] == out["race_charges"]
+    assert out["remembered"], "the first turn, outside any atomic block, should be remembered"
+    turns = ["one", "r", "two", "r", "three", "r", "four", "r"]
+    assert turns == out["memo"], "a turn started from a remembered checkpoint lost or repeated one"
+    assert [*turns, "five", "r"] == out["memo_other"]
 
 
 def test_django_on_sqlite_a_steps_writes_and_its_record_commit_or_vanish_together(tmp_path: Any) -> None:

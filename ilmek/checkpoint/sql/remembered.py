@@ -43,6 +43,10 @@ class LatestMemo:
         #: The reads' value cache: the lists' items, and here the whole values this process wrote.
         self._values = values
         self._rows = ValueCache(max_bytes=4 * 1024 * 1024)
+        #: Threads whose last guess another process had made stale: read, not guessed, until a turn of
+        #: this process finds the thread where this process left it (round-robin workers read, as
+        #: before, instead of sending a refused call first each turn).
+        self._missed = ValueCache(max_bytes=256 * 1024)
         self._plain: Callable[[str], Any] = plain_as_jsonb_reads if owner.STORES_JSONB else json.loads
 
     def committed(
@@ -63,6 +67,12 @@ class LatestMemo:
                     (change.channel, change.origin, change.value),
                     len(change.value) + _ROW_OVERHEAD,
                 )
+        remembered = self._rows.get(thread_id)
+        if remembered is not None:
+            remembered_ids, _, _ = remembered
+            if remembered_ids[0] == checkpoint.parent_id:
+                # Nobody moved the thread since this process last wrote it: a guess would have held.
+                self._missed.discard(thread_id)
         if checkpoint.next or checkpoint.pending:
             # A plan or a pause: what is recorded after it matters, so a run reads it.
             self._rows.discard(thread_id)
@@ -75,7 +85,7 @@ class LatestMemo:
     def latest(self, thread_id: str) -> Checkpoint | None:
         """The remembered checkpoint with its values, or ``None`` when it or a value is not at hand."""
         found = self._rows.get(thread_id)
-        if found is None:
+        if found is None or self._missed.get(thread_id) is not None:
             return None
         ids, texts, manifest = found
         values: dict[str, Any] = {}
@@ -95,6 +105,10 @@ class LatestMemo:
         # Parsed at each use, as a read parses its row: no two checkpoints share a dict.
         row = (*ids, None, *(self._plain(text) for text in texts))  # None: the manifest, kept beside
         return checkpoint_from_row(thread_id, row, values, self._owner.sealer)
+
+    def missed(self, thread_id: str) -> None:
+        """A write conditioned on ``thread_id``'s latest checkpoint found it moved: stop guessing it."""
+        self._missed.put(thread_id, True, 64 + len(thread_id))
 
 
 class SqlRemembersLatest(RemembersLatest):

@@ -210,7 +210,9 @@ class Supersteps:
                 # The run's first write, conditioned on where it last saw the
                 # thread, sent once and rolled back: nothing was written, and
                 # the thread is elsewhere (or a list outgrew that checkpoint).
-                # The run reads the thread and tries again, at one round trip.
+                # The run reads the thread and tries again, at one round trip;
+                # this process reads the thread until it finds it as it left it.
+                self._reads.latest.missed(write.thread_id)
                 raise ConcurrentUpdateError(
                     f"thread {write.thread_id!r} moved on from checkpoint {expect!r} before this run's "
                     "first write; nothing was written. Read the thread again and retry",

@@ -250,6 +250,43 @@ def test_a_turn_after_another_processes_turn_costs_one_round_trip_more(postgres_
     assert 0 == CountingConnection.commits
 
 
+def test_turns_taken_in_turn_by_two_processes_read_instead_of_guessing(postgres_dsn: str) -> None:
+    """Two processes taking a conversation's turns in turn (round-robin workers): once this process's
+    guess was refused, it reads the thread first, as a process that remembers nothing does, with no
+    refused call each turn; once a turn finds the thread where this process left it, it guesses again."""
+    pool = psycopg2.pool.ThreadedConnectionPool(1, 2, postgres_dsn, connection_factory=CountingConnection)
+    g = reply_chat("turns")
+    sent: list[list[str]] = []
+    try:
+        checkpointer = PostgresCheckpointer(pool)
+        with PostgresCheckpointer.connect(postgres_dsn) as other:
+            for turn, by in enumerate(["this", "other", "this", "other", "this", "this", "this"]):
+                CountingConnection.sent.clear()
+                run(
+                    g,
+                    {"log": [f"m{turn}"]},
+                    thread_id="turns",
+                    checkpointer=checkpointer if by == "this" else other,
+                )
+                if by == "this":
+                    sent.append([statement for statement, _ in CountingConnection.sent])
+            final = run(g, None, thread_id="turns", checkpointer=other).state["log"]
+    finally:
+        pool.closeall()
+    assert [text for turn in range(7) for text in (f"m{turn}", f"reply to m{turn}")] == final
+    call, read, items = "SELECT busy,", "SELECT checkpoint_id,", "SELECT i.log_id,"
+    assert [read, call, call] == sent[0][-3:]  # a new thread (after the schema's check): nothing to remember
+    assert (
+        [
+            [call, read, items, call, call],  # the guess, refused: the other process moved the thread
+            [read, items, call, call],  # read first: this thread moves elsewhere
+            [read, call, call],  # read, and found where this process left it
+            [call, call],  # so guessed again
+        ]
+        == sent[1:]
+    )
+
+
 def test_a_new_threads_first_run_is_a_read_and_one_call_per_checkpoint(postgres_dsn: str) -> None:
     """A run on a new thread: the read that finds no thread, one call that makes the thread, its
     list and its first checkpoint (taking the hold), one call per superstep; all in autocommit.

@@ -103,12 +103,7 @@ class Supersteps:
         self._statements = statements
         self._reads = reads
         self._holds = holds
-        #: How a value this process wrote is decoded so that it reads as a read from the store gives it:
-        #: unsealed on Postgres a value is ``jsonb``, which gives a dict's keys back in an order of its
-        #: own; sealed, it is its text inside the seal.
-        self._decode_as_read: Callable[[str], Any] = (
-            decode_as_jsonb_reads if owner.STORES_JSONB and owner.sealer.cipher is None else serde.decode
-        )
+        self._decode_as_read = _read_decoder(owner)
 
     def commit(
         self,
@@ -207,18 +202,9 @@ class Supersteps:
             )
         except LongWay as way:
             if way.first_try and write.taking and isinstance(expect, str):
-                # The run's first write, conditioned on where it last saw the
-                # thread, sent once and rolled back: nothing was written, and
-                # the thread is elsewhere (or a list outgrew that checkpoint).
-                # The run reads the thread and tries again, at one round trip;
-                # this process reads the thread until it finds it as it left it.
+                # This process reads the thread until it finds it as it left it.
                 self._reads.latest.missed(write.thread_id)
-                raise ConcurrentUpdateError(
-                    f"thread {write.thread_id!r} moved on from checkpoint {expect!r} before this run's "
-                    "first write; nothing was written. Read the thread again and retry",
-                    thread_id=write.thread_id,
-                    checkpoint_id=None,
-                ) from None
+                raise _moved_before_first_write(write.thread_id, expect) from None
             return False
         return True
 
@@ -557,6 +543,30 @@ class _CallPlan:
         for (channel, length), log_id in zip(self.new_channels, log_ids, strict=True):
             self.manifest[channel] = LogRef(log_id, length)
         return self.manifest
+
+
+def _read_decoder(owner: SqlCheckpointer) -> Callable[[str], Any]:
+    """How a value this process wrote is decoded so that it reads as a read from the store gives it.
+
+    Unsealed on Postgres a value is ``jsonb``, which gives a dict's keys back in
+    an order of its own; sealed, it is its text inside the seal.
+    """
+    return decode_as_jsonb_reads if owner.STORES_JSONB and owner.sealer.cipher is None else serde.decode
+
+
+def _moved_before_first_write(thread_id: str, expect: str) -> ConcurrentUpdateError:
+    """A run's first write, conditioned on where it saw the thread, was sent once and rolled back.
+
+    Nothing was written, and the thread is elsewhere (or a list outgrew that
+    checkpoint): the run reads the thread and tries again, at one round trip
+    instead of the long way's several.
+    """
+    return ConcurrentUpdateError(
+        f"thread {thread_id!r} moved on from checkpoint {expect!r} before this run's first write; "
+        "nothing was written. Read the thread again and retry",
+        thread_id=thread_id,
+        checkpoint_id=None,
+    )
 
 
 def _same_stored(supersteps: Supersteps, session: Session, write: _Write) -> bool:

@@ -262,19 +262,12 @@ class _Driving:
         """The thread's latest checkpoint as this process last committed it, for a run that commits input.
 
         Its first write, conditioned on the thread still being there, takes
-        the hold: one round trip fewer than reading first. Only for input
-        committed under a deferred hold, not a fork, a resume or a run that
-        must start from a checkpoint its caller saw.
+        the hold: one round trip fewer than reading first. Only where the hold
+        is still to be taken, which :meth:`Run._held` decides: a run with
+        input or a resume, never a fork or a tick's run; and of those, not a
+        resume or a run that must start from a checkpoint its caller saw.
         """
-        run = self.run
-        if not (
-            isinstance(run.mode, Start)
-            and run.input_writes is not None
-            and not self.hold.taken
-            and self.setup.options.checkpoint_id is None
-            and self.answer_only_at is None
-            and run.only_if is None
-        ):
+        if not isinstance(self.run.mode, Start) or self.hold.taken or self.answer_only_at is not None:
             return None
         return self.setup.checkpointer._remembered_latest(self.setup.thread_id)
 

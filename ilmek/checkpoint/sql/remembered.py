@@ -31,8 +31,8 @@ __all__ = ["LatestMemo", "SqlRemembersLatest"]
 _TEXT_COLUMNS: Final = ("next_text", "pending_text", "journals_text", "chain_text", "metadata_text")
 """The parts kept as stored text, in ``CHECKPOINT_COLUMNS``'s order after the manifest."""
 
-_ROW_OVERHEAD: Final = 400
-"""What a remembered row holds beyond its texts (the tuple, the manifest's refs), rounded up."""
+_ENTRY_OVERHEAD: Final = 400
+"""What an entry (a row, one of its manifest's refs, a whole value) holds beyond its texts, rounded up."""
 
 
 class LatestMemo:
@@ -65,7 +65,7 @@ class LatestMemo:
                 self._values.put(
                     ("blob", thread_id, ref.blob_id),
                     (change.channel, change.origin, change.value),
-                    len(change.value) + _ROW_OVERHEAD,
+                    len(change.value) + _ENTRY_OVERHEAD,
                 )
         remembered = self._rows.get(thread_id)
         if remembered is not None:
@@ -79,7 +79,7 @@ class LatestMemo:
             return
         ids = (checkpoint.id, checkpoint.parent_id, checkpoint.plan_id, checkpoint.step, epoch(checkpoint.ts))
         texts = tuple(fields[name] for name in _TEXT_COLUMNS)
-        size = sum(len(text) for text in texts) + _ROW_OVERHEAD * (len(manifest) + 1)
+        size = sum(len(text) for text in texts) + _ENTRY_OVERHEAD * (len(manifest) + 1)
         self._rows.put(thread_id, (ids, texts, dict(manifest)), size)
 
     def latest(self, thread_id: str) -> Checkpoint | None:

@@ -8,8 +8,9 @@ proxy that keeps autocommit to itself.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg2
@@ -195,6 +196,22 @@ class CountingConnection(psycopg2.extensions.connection):  # type: ignore[misc]
         type(self).commits += 1
         super().commit()
 
+    @classmethod
+    def count_from_here(cls) -> None:
+        """Forget what was sent and committed so far."""
+        cls.sent.clear()
+        cls.commits = 0
+
+
+@contextlib.contextmanager
+def counting_checkpointer(dsn: str, **options: Any) -> Iterator[PostgresCheckpointer]:
+    """A checkpointer on a pool of two :class:`CountingConnection`, closed afterwards."""
+    pool = psycopg2.pool.ThreadedConnectionPool(1, 2, dsn, connection_factory=CountingConnection)
+    try:
+        yield PostgresCheckpointer(pool, **options)
+    finally:
+        pool.closeall()
+
 
 class _CountingCursor(psycopg2.extensions.cursor):  # type: ignore[misc]
     def execute(self, query: Any, params: Any = None) -> Any:
@@ -207,16 +224,11 @@ def test_a_turn_is_two_round_trips_two_calls_each_its_own_transaction(postgres_d
     committed, and the list's items), the input's call (taking the hold, on the condition that the
     thread is still there) and the superstep's call (giving it back), each a statement in autocommit;
     no BEGIN, no COMMIT."""
-    pool = psycopg2.pool.ThreadedConnectionPool(1, 2, postgres_dsn, connection_factory=CountingConnection)
     g = reply_chat("turns")
-    try:
-        checkpointer = PostgresCheckpointer(pool)
+    with counting_checkpointer(postgres_dsn) as checkpointer:
         run(g, {"log": ["one"]}, thread_id="turns", checkpointer=checkpointer)
-        CountingConnection.sent.clear()
-        CountingConnection.commits = 0
+        CountingConnection.count_from_here()
         result = run(g, {"log": ["two"]}, thread_id="turns", checkpointer=checkpointer)
-    finally:
-        pool.closeall()
     assert ["one", "reply to one", "two", "reply to two"] == result.state["log"]
     assert [("SELECT busy,", True), ("SELECT busy,", True)] == CountingConnection.sent
     assert 0 == CountingConnection.commits
@@ -227,18 +239,13 @@ def test_a_turn_after_another_processes_turn_costs_one_round_trip_more(postgres_
     the checkpoint this process remembers, is refused and rolled back (nothing written, no long way),
     then the turn is what it is on a thread this process does not know: a read of the checkpoint, one
     of the other process's new items, and the two calls. Both processes' messages are there, once."""
-    pool = psycopg2.pool.ThreadedConnectionPool(1, 2, postgres_dsn, connection_factory=CountingConnection)
     g = reply_chat("bounced")
-    try:
-        checkpointer = PostgresCheckpointer(pool)
+    with counting_checkpointer(postgres_dsn) as checkpointer:
         run(g, {"log": ["one"]}, thread_id="bounced", checkpointer=checkpointer)
         with PostgresCheckpointer.connect(postgres_dsn) as other:
             run(g, {"log": ["two"]}, thread_id="bounced", checkpointer=other)
-        CountingConnection.sent.clear()
-        CountingConnection.commits = 0
+        CountingConnection.count_from_here()
         result = run(g, {"log": ["three"]}, thread_id="bounced", checkpointer=checkpointer)
-    finally:
-        pool.closeall()
     assert ["one", "reply to one", "two", "reply to two", "three", "reply to three"] == result.state["log"]
     assert [
         ("SELECT busy,", True),
@@ -254,25 +261,23 @@ def test_turns_taken_in_turn_by_two_processes_read_instead_of_guessing(postgres_
     """Two processes taking a conversation's turns in turn (round-robin workers): once this process's
     guess was refused, it reads the thread first, as a process that remembers nothing does, with no
     refused call each turn; once a turn finds the thread where this process left it, it guesses again."""
-    pool = psycopg2.pool.ThreadedConnectionPool(1, 2, postgres_dsn, connection_factory=CountingConnection)
     g = reply_chat("turns")
     sent: list[list[str]] = []
-    try:
-        checkpointer = PostgresCheckpointer(pool)
-        with PostgresCheckpointer.connect(postgres_dsn) as other:
-            for turn, by in enumerate(["this", "other", "this", "other", "this", "this", "this"]):
-                CountingConnection.sent.clear()
-                run(
-                    g,
-                    {"log": [f"m{turn}"]},
-                    thread_id="turns",
-                    checkpointer=checkpointer if by == "this" else other,
-                )
-                if by == "this":
-                    sent.append([statement for statement, _ in CountingConnection.sent])
-            final = run(g, None, thread_id="turns", checkpointer=other).state["log"]
-    finally:
-        pool.closeall()
+    with (
+        counting_checkpointer(postgres_dsn) as checkpointer,
+        PostgresCheckpointer.connect(postgres_dsn) as other,
+    ):
+        for turn, by in enumerate(["this", "other", "this", "other", "this", "this", "this"]):
+            CountingConnection.count_from_here()
+            run(
+                g,
+                {"log": [f"m{turn}"]},
+                thread_id="turns",
+                checkpointer=checkpointer if by == "this" else other,
+            )
+            if by == "this":
+                sent.append([statement for statement, _ in CountingConnection.sent])
+        final = run(g, None, thread_id="turns", checkpointer=other).state["log"]
     assert [text for turn in range(7) for text in (f"m{turn}", f"reply to m{turn}")] == final
     call, read, items = "SELECT busy,", "SELECT checkpoint_id,", "SELECT i.log_id,"
     assert [read, call, call] == sent[0][-3:]  # a new thread (after the schema's check): nothing to remember
@@ -291,16 +296,11 @@ def test_a_new_threads_first_run_is_a_read_and_one_call_per_checkpoint(postgres_
     """A run on a new thread: the read that finds no thread, one call that makes the thread, its
     list and its first checkpoint (taking the hold), one call per superstep; all in autocommit.
     Another process then reads the same state, list items included."""
-    pool = psycopg2.pool.ThreadedConnectionPool(1, 2, postgres_dsn, connection_factory=CountingConnection)
     g = reply_chat("fresh")
-    try:
-        checkpointer = PostgresCheckpointer(pool)
+    with counting_checkpointer(postgres_dsn) as checkpointer:
         run(g, {"log": ["warm"]}, thread_id="fresh-warm-up", checkpointer=checkpointer)  # the schema check
-        CountingConnection.sent.clear()
-        CountingConnection.commits = 0
+        CountingConnection.count_from_here()
         result = run(g, {"log": ["one", "two"]}, thread_id="fresh", checkpointer=checkpointer)
-    finally:
-        pool.closeall()
     assert ["one", "two", "reply to two"] == result.state["log"]
     assert [("SELECT checkpoint_id,", True), ("SELECT busy,", True), ("SELECT busy,", True)] == (
         CountingConnection.sent
@@ -319,19 +319,15 @@ def test_a_new_threads_first_run_is_a_read_and_one_call_per_checkpoint(postgres_
 def test_a_step_is_one_round_trip_its_fenced_insert(postgres_dsn: str) -> None:
     """Three steps in a fresh run cost three statements, one per step: the journal insert, fenced by the
     hold in the same statement; no read confirms the hold while its lease is fresh by the client's clock."""
-    pool = psycopg2.pool.ThreadedConnectionPool(1, 2, postgres_dsn, connection_factory=CountingConnection)
 
     def pay(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
         return {"log": [ctx.step(f"s{i}", lambda i=i: f"paid {i}") for i in range(3)]}
 
     g = graph("steps", {"log": channel.append()}).node("pay", pay).edge(START, "pay").edge("pay", END)
-    try:
-        checkpointer = PostgresCheckpointer(pool, lease_seconds=60.0)
+    with counting_checkpointer(postgres_dsn, lease_seconds=60.0) as checkpointer:
         run(g.compile(), None, thread_id="warm-up", checkpointer=checkpointer)  # the schema check
-        CountingConnection.sent.clear()
+        CountingConnection.count_from_here()
         result = run(g.compile(), {"log": ["order"]}, thread_id="steps", checkpointer=checkpointer)
-    finally:
-        pool.closeall()
     assert ["order", "paid 0", "paid 1", "paid 2"] == result.state["log"]
     assert [
         ("SELECT checkpoint_id,", True),
@@ -347,7 +343,6 @@ def test_a_resume_records_its_answers_in_one_call(postgres_dsn: str) -> None:
     """A resume: the latest checkpoint and the pause's journals read, the answers one call (taking
     the hold, and returning what is recorded from the pause, so the journals are not read again),
     the superstep one call; all in autocommit, no COMMIT."""
-    pool = psycopg2.pool.ThreadedConnectionPool(1, 2, postgres_dsn, connection_factory=CountingConnection)
     charges: list[str] = []
 
     def checkout(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
@@ -357,16 +352,12 @@ def test_a_resume_records_its_answers_in_one_call(postgres_dsn: str) -> None:
 
     g = graph("answers", {"log": channel.append()}).node("checkout", checkout)
     g = g.edge(START, "checkout").edge("checkout", END).compile()
-    try:
-        checkpointer = PostgresCheckpointer(pool)
+    with counting_checkpointer(postgres_dsn) as checkpointer:
         assert (
             "interrupted" == run(g, {"log": ["order"]}, thread_id="answers", checkpointer=checkpointer).status
         )
-        CountingConnection.sent.clear()
-        CountingConnection.commits = 0
+        CountingConnection.count_from_here()
         done = resume(g, "yes", thread_id="answers", checkpointer=checkpointer)
-    finally:
-        pool.closeall()
     assert (["order", "1: yes"], ["charged"]) == (done.state["log"], charges)
     assert [
         ("SELECT checkpoint_id,", True),

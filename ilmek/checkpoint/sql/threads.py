@@ -46,16 +46,15 @@ _LOG = logger("ilmek.storage")
 _CHILD_PATTERN = f"%{SEPARATOR}%"
 """What the thread id of a subgraph's thread matches (``LIKE``)."""
 
-# Every subgraph thread under a root, at any depth: a range on the primary key
-# (exact, as ids compare byte by byte; a LIKE ignores case on SQLite, and so
-# once found the children of "order" for "ORDER").
+# Thread ids compare byte by byte on both databases (SQLite's BINARY, Postgres's
+# COLLATE "C"), so a range on the primary key finds exactly the ids starting with
+# a prefix that ends in the separator, through the index. (A LIKE ignores case on
+# SQLite, so it cannot use one, and once found the children of "order" for "ORDER".)
+
+# Every subgraph thread under a root, at any depth.
 _CHILDREN_OF = "SELECT thread_id FROM {p}_threads WHERE thread_id >= :low AND thread_id < :high"
 
-
-# Thread ids compare byte by byte on both databases (SQLite's BINARY, Postgres's
-# COLLATE "C"), so a range on the primary key finds what starts with a prefix
-# ending in the separator, through the index (SQLite's LIKE ignores case, so it
-# cannot use one). The NOT LIKE leaves out the children's own children.
+# A thread's own children, newest plan first; the NOT LIKE leaves out their own children.
 _OWN_CHILDREN = (
     "SELECT thread_id FROM {p}_threads WHERE thread_id >= :low AND thread_id < :high"
     " AND thread_id NOT LIKE :deeper ESCAPE '!' ORDER BY thread_id DESC LIMIT :limit"

@@ -26,13 +26,19 @@ def _in_jsonb_order(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(sorted(dict(pairs).items(), key=_jsonb_key))
 
 
+_DECODER = json.JSONDecoder(object_pairs_hook=_in_jsonb_order)
+"""Made once: ``json.loads`` with a hook builds a decoder at every call."""
+
+
 def plain_as_jsonb_reads(text: str) -> Any:
     """JSON ``text`` parsed as a ``jsonb`` column read back gives it: every object's keys in its order.
 
     Raises:
         ValueError: the text is not JSON (``RecursionError`` when it nests too deeply).
     """
-    return json.loads(text, object_pairs_hook=_in_jsonb_order)
+    if type(text) is not str:
+        return json.loads(text, object_pairs_hook=_in_jsonb_order)  # bytes: json.loads finds their encoding
+    return _DECODER.decode(text)
 
 
 def decode_as_jsonb_reads(text: str) -> Any:
@@ -41,6 +47,8 @@ def decode_as_jsonb_reads(text: str) -> Any:
     Raises:
         SerializationError: as :func:`ilmek.serde.decode`.
     """
+    if type(text) is str and "{" not in text:
+        return serde.decode(text)  # no object, so no key order to keep: the plain decoder's result
     try:
         parsed = plain_as_jsonb_reads(text)
     except (ValueError, RecursionError):

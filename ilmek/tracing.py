@@ -40,7 +40,7 @@ context.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Mapping
 from typing import Any, TypeVar
 
 __all__ = ["child", "current", "end", "record_error", "set_attributes", "start", "within"]
@@ -127,14 +127,18 @@ def end(span: Any | None, error: BaseException | None = None) -> None:
     span.end()
 
 
-@contextlib.contextmanager
-def current(span: Any | None) -> Iterator[None]:
+_NOTHING_CURRENT: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+"""What :func:`current` gives for no span: made once (it wraps every superstep's commit)."""
+
+
+def current(span: Any | None) -> contextlib.AbstractContextManager[Any]:
     """Make ``span`` the current span on this thread for the block (never across a ``yield``)."""
     if span is None:
-        yield
-        return
-    with _trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
-        yield
+        return _NOTHING_CURRENT
+    used: contextlib.AbstractContextManager[Any] = _trace.use_span(
+        span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+    )
+    return used
 
 
 def within(span: Any | None, work: Generator[_Item, None, None]) -> Generator[_Item, None, None]:

@@ -79,8 +79,8 @@ class TaskJournal:
         self._requested: set[str] = set()
         # A node may call ctx.step from threads of its own.
         self._lock = threading.Lock()
-        # Which of the node's threads are inside a step's function now.
-        self._inside_step = threading.local()
+        # Which of the node's threads are inside a step's function now (made at the first step).
+        self._inside_step: threading.local | None = None
 
     def begin_attempt(self) -> None:
         """Reset the per-pass key counters: the body runs again from the top."""
@@ -157,9 +157,16 @@ class TaskJournal:
         return bool(getattr(self._inside_step, "depth", 0))
 
     def enter_step(self) -> None:
-        self._inside_step.depth = getattr(self._inside_step, "depth", 0) + 1
+        inside = self._inside_step
+        if inside is None:
+            with self._lock:
+                if self._inside_step is None:
+                    self._inside_step = threading.local()
+                inside = self._inside_step
+        inside.depth = getattr(inside, "depth", 0) + 1
 
     def leave_step(self) -> None:
+        assert self._inside_step is not None, "leave_step() without enter_step()"
         self._inside_step.depth -= 1
 
 
@@ -276,12 +283,12 @@ class NodeContext(PlanContext):
         strict: bool,
         gate: StepGate | None = None,
         can_pause: bool = True,
-        children: Any = None,
+        children: Callable[[], Any] | None = None,
         **plan: Any,
     ) -> None:
         super().__init__(**plan)
-        #: What runs subgraphs for this task (ilmek.execution.children.ChildHost), if anything.
-        self._children = children
+        #: Makes what runs subgraphs for this task (see :attr:`_children`), if anything.
+        self._make_children = children
         self.node = node
         self.task_id = task_id
         self._journal = journal
@@ -292,6 +299,14 @@ class NodeContext(PlanContext):
         #: The task's span, parent of its steps' (see ilmek.tracing); None without OpenTelemetry.
         self._span: Any = None
         self.strict = strict
+
+    @functools.cached_property
+    def _children(self) -> Any:
+        """What runs subgraphs for this task (ilmek.execution.children.ChildHost), or None.
+
+        Made at the first subgraph call: most tasks never make one.
+        """
+        return None if self._make_children is None else self._make_children()
 
     @functools.cached_property
     def log(self) -> logging.LoggerAdapter[logging.Logger]:

@@ -11,6 +11,7 @@ checkpoint.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -240,18 +241,28 @@ class Superstep:
                 state=state,
                 meta=setup.meta,
                 cancel=setup.cancel,
-                children=ChildHost(
-                    setup,
-                    base.plan_id or base.id,
-                    task_run.task.task_key,
-                    self._runner.forwarder(task_run),
-                    self._keeper.hold.lease_seconds,
+                children=functools.partial(
+                    self._child_host,
+                    base,
+                    task_run,
                     new_plan=base.plan_id == base.id and self._position.is_fresh(base.id),
                     inline=placement != WORKERS,
                 ),
             )
             contexts.append((task_run, state, ctx))
         return contexts
+
+    def _child_host(self, base: Checkpoint, task_run: TaskRun, *, new_plan: bool, inline: bool) -> ChildHost:
+        """What runs ``task_run``'s subgraphs (made at its first subgraph call)."""
+        return ChildHost(
+            self._setup,
+            base.plan_id or base.id,
+            task_run.task.task_key,
+            self._runner.forwarder(task_run),
+            self._keeper.hold.lease_seconds,
+            new_plan=new_plan,
+            inline=inline,
+        )
 
     def _reduce(
         self, base: Checkpoint, values: dict[str, Any], runs: Sequence[TaskRun]

@@ -29,7 +29,8 @@ Valgrind is a Debian package (``apt-get install valgrind``); without it the
 script says so. A run takes a minute or two: valgrind runs Python about
 fifty times slower.
 
-Usage: ``python benchmarks/bench_instructions.py [--store memory sqlite] [--sizes 40 120]``
+Usage: ``python benchmarks/bench_instructions.py [--store memory sqlite] [--workload W1 turn superstep]
+[--sizes 40 120]``
 """
 
 from __future__ import annotations
@@ -211,6 +212,7 @@ def langgraph_installed() -> bool:
 def parse_options(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", nargs="+", choices=STORES, default=list(STORES))
+    parser.add_argument("--workload", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
     parser.add_argument(
         "--sizes",
         nargs=2,
@@ -252,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print("LangGraph is not installed (pip install -e '.[bench]'): ilmek alone")
     rows = []
     for store in options.store:
-        for workload in WORKLOADS:
+        for workload in options.workload:
             mine = per_operation("ilmek", workload, store, options.sizes)
             theirs = (
                 per_operation("langgraph", workload, store, options.sizes)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 
 import pytest
 
+from tests.support.conftest_postgres import in_ci
 from tests.support.pgcluster import PostgresServer
 
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[3] / "benchmarks"
@@ -140,6 +142,22 @@ def test_steps_prints_early_and_late_step_times_and_the_sql_of_a_step(tmp_path: 
     output = run_script("bench_steps.py", *STEPS_TINY, "--db", str(tmp_path))
 
     assert_headers(output, (*STEPS_HEADERS, "_journals (thread_id, base_id"))
+
+
+def test_instructions_counts_an_operation_under_valgrind() -> None:
+    """bench_instructions.py: a W1 run's instructions, counted by valgrind at two sizes (LangGraph hidden
+    or not installed: ilmek's column alone is checked)."""
+    if shutil.which("valgrind") is None:
+        if in_ci():
+            pytest.fail("valgrind is not installed; scripts/test installs Debian's valgrind package")
+        pytest.skip("valgrind is not installed (apt-get install valgrind)")
+    output = run_script("bench_instructions.py", "--store", "memory", "--workload", "W1", "--sizes", "1", "2")
+
+    assert_headers(output, ("instructions per operation", "LangGraph / ilmek", "cachegrind"))
+    [row] = [line.split() for line in output.splitlines() if line.startswith("memory")]
+    assert row[:2] == ["memory", "W1"]
+    # A run is hundreds of thousands of instructions, not a subtraction's noise (nor negative).
+    assert int(row[2].replace(",", "")) > 100_000
 
 
 def test_subgraph_prints_the_nested_to_flat_ratio_and_the_commits(tmp_path: pathlib.Path) -> None:

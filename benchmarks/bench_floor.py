@@ -68,6 +68,7 @@ from ilmek import InMemoryCheckpointer, run, stream
 from ilmek.checkpoint.base import Checkpointer
 from ilmek.checkpoint.postgres import PostgresCheckpointer
 from ilmek.checkpoint.sql import SqlCheckpointer
+from ilmek.checkpoint.sql.calls import call_arguments
 from ilmek.types import new_checkpoint_id
 
 
@@ -198,27 +199,39 @@ class IlmekSqlAlone:
             "metadata": self._metadata,
         }
         if self._postgres:
-            self._send(
-                "superstep",
-                owner=self.OWNER,
-                expected=self._latest,
-                status="unfinished",
-                now=time.time(),
-                items=f"[[{self._log_id},{self._length},{value}]]",
-                blobs="[]",
-                parent_id=self._latest,
-                plan_id=new_id,
-                ts=time.time(),
-                manifest=manifest,
-                release=False,
-                take=False,
-                lock_key=0,
-                ttl=5.0,
-                drops="[]",
-                entries="[]",
-                new_logs="[]",
-                **common,
+            # The function's arguments, one JSON object, as ilmek makes it (sql/calls.py).
+            call = call_arguments(
+                {
+                    "thread": self.THREAD,
+                    "owner": self.OWNER,
+                    "expected": self._latest,
+                    "checkpoint": new_id,
+                    "status": "unfinished",
+                    "step": self._step,
+                    "now": time.time(),
+                    "parent": self._latest,
+                    "plan": new_id,
+                    "ts": time.time(),
+                    "release": False,
+                    "take": False,
+                    "lock_key": 0,
+                    "ttl": 5.0,
+                },
+                {
+                    "items": f"[[{self._log_id},{self._length},{value}]]",
+                    "blobs": "[]",
+                    "manifest": manifest,
+                    "next": common["next"],
+                    "pending": common["pending"],
+                    "task_journals": common["task_journals"],
+                    "journal_chain": common["journal_chain"],
+                    "metadata": common["metadata"],
+                    "drops": "[]",
+                    "entries": "[]",
+                    "new_logs": "[]",
+                },
             )
+            self._send("superstep", call=call)
         else:
             self._connection.execute("BEGIN IMMEDIATE")
             self._send(

@@ -16,8 +16,8 @@ from collections.abc import Iterable
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
-LOCAL_MODULES = {"ilmek", "tests", "examples", "_common"}
-"""Names imported from this tree (``_common`` is the benchmarks' shared module)."""
+LOCAL_MODULES = {"ilmek", "tests", "examples"} | {path.stem for path in (ROOT / "benchmarks").glob("*.py")}
+"""Names imported from this tree (a benchmark script imports ``_common`` and, at times, another script)."""
 
 
 def requirement_name(requirement: str) -> str:

@@ -9,14 +9,14 @@ statements in a transaction of ilmek's), which decides and says why.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ...dbapi import Session, Statement, sqlstate
 from .. import _records
 from ..holds import busy_error
 
-__all__ = ["LONG_WAY_SQLSTATE", "FunctionCall", "LongWay", "entry_rows", "id_list"]
+__all__ = ["LONG_WAY_SQLSTATE", "FunctionCall", "LongWay", "call_arguments", "entry_rows", "id_list"]
 
 LONG_WAY_SQLSTATE = "IL001"
 """What the schema's functions (superstep, answer) raise, rolling their call back, when the long way
@@ -35,18 +35,40 @@ class LongWay(Exception):
         self.first_try = first_try
 
 
+def call_arguments(plain: Mapping[str, Any], json_texts: Mapping[str, str]) -> str:
+    """A schema function's arguments as the one JSON object it takes.
+
+    ``plain``: text, numbers, booleans and ``None``, encoded here;
+    ``json_texts``: arguments that are JSON text already (lists, entries,
+    stored values), spliced in as they are. Their names are the function's
+    own, plain identifiers. One argument instead of twenty-five: a driver
+    adapts each argument on its own, at a cost close to the rest of a
+    superstep's (psycopg2: some 12,000 instructions an argument).
+    """
+    head = _records.dump_plain(plain)
+    if not json_texts:
+        return head
+    return head[:-1] + "," + ",".join(f'"{name}":{text}' for name, text in json_texts.items()) + "}"
+
+
 class FunctionCall:
     """One planned call of a function of the schema: the superstep or the answers (Postgres).
 
-    The function's row starts with ``busy``; ``committed`` gets the whole row
+    ``call``: its arguments, one JSON object (:func:`call_arguments`). The
+    function's row starts with ``busy``; ``committed`` gets the whole row
     once the call's transaction has committed.
     """
 
     def __init__(
-        self, statement: Statement, params: dict[str, Any], committed: Callable[[tuple[Any, ...]], None]
+        self,
+        statement: Statement,
+        thread_id: str,
+        call: str,
+        committed: Callable[[tuple[Any, ...]], None],
     ) -> None:
         self._statement = statement
-        self._params = params
+        self._thread_id = thread_id
+        self._call = call
         self._committed = committed
         self._tries = 0
 
@@ -59,7 +81,7 @@ class FunctionCall:
             raise LongWay  # inside the caller's transaction: the long way
         self._tries += 1
         try:
-            [row] = session.query(self._statement, **self._params)
+            [row] = session.query(self._statement, call=self._call)
         except Exception as error:
             if sqlstate(error) == LONG_WAY_SQLSTATE:
                 # The function rolled its statement back: the thread moved,
@@ -67,7 +89,7 @@ class FunctionCall:
                 raise LongWay(first_try=self._tries == 1) from None
             raise
         if row[0]:
-            raise busy_error(self._params["thread_id"])
+            raise busy_error(self._thread_id)
         session.after_commit(lambda: self._committed(tuple(row)))
 
 

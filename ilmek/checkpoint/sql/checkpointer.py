@@ -60,6 +60,9 @@ class SqlCheckpointer(ChildThreadReads, SqlRemembersLatest, Checkpointer):
 
     SCHEMA: ClassVar[Sequence[str]] = ()
     UPGRADES: ClassVar[Mapping[int, Sequence[Migration]]] = {}
+    #: Functions an older schema made that this one no longer calls, by signature (``{p}`` the prefix):
+    #: an upgraded store keeps them (see UPGRADES), and drop_sql removes them first.
+    RETIRED_FUNCTIONS: ClassVar[Sequence[str]] = ()
     SCHEMA_VERSION: ClassVar[int] = 2
     JSON_IN: ClassVar[str] = "{}"
     JSON_OUT: ClassVar[str] = "{}"

@@ -22,7 +22,7 @@ from .. import _outcomes, _records
 from .._sealing import Sealer
 from ..base import concurrent_update_error, journal_view
 from ..holds import Hold, lease_clock
-from .calls import FunctionCall, LongWay, entry_rows
+from .calls import FunctionCall, LongWay, call_arguments, entry_rows
 from .holds import HoldRows, SqlHold
 from .statements import Statements, chunks
 
@@ -271,15 +271,17 @@ class Journals:
         """
         # One entry per key, the last one given, as the long way's upserts leave it.
         entries = {(task_key, entry_key): text for task_key, entry_key, text in encoded}
-        params = {
-            "thread_id": hold.thread_id,
-            "owner": hold.token,
-            "base_id": base_id,
-            "take": taking,
-            "lock_key": self._owner.advisory_key(hold.thread_id),
-            "ttl": self._owner.lease_seconds,
-            "entries": entry_rows(entries.items()),
-        }
+        call = call_arguments(
+            {
+                "thread": hold.thread_id,
+                "owner": hold.token,
+                "base": base_id,
+                "take": taking,
+                "lock_key": self._owner.advisory_key(hold.thread_id),
+                "ttl": self._owner.lease_seconds,
+            },
+            {"entries": entry_rows(entries.items())},
+        )
 
         def committed(row: tuple[Any, ...]) -> None:
             if taking:
@@ -291,7 +293,7 @@ class Journals:
                 _records.load_plain(row[2], thread_id=hold.thread_id, checkpoint_id=base_id, table="journals")
             )
 
-        return FunctionCall(self._statements.named("answer"), params, committed)
+        return FunctionCall(self._statements.named("answer"), hold.thread_id, call, committed)
 
     def record_failure(self, hold: Hold, error: ThreadError) -> None:
         """See :meth:`ilmek.checkpoint.base.Checkpointer.record_failure`."""

@@ -117,8 +117,12 @@ def drop_sql(dialect: type[SqlCheckpointer], table_prefix: str = "ilmek") -> bui
         found = _CREATES.match(statement.lstrip())
         if found is not None and found.group(2) not in created[found.group(1).upper()]:
             created[found.group(1).upper()].append(found.group(2))
-    # A function is dropped by its name alone: the schema has one of each name.
-    return [f"DROP {kind} IF EXISTS {name}" for kind, names in created.items() for name in reversed(names)]
+    # Retired signatures first (an upgraded store may keep them beside the current functions of the same
+    # name); then each current function by its name alone, which is then the only one of its name.
+    retired = [f"DROP FUNCTION IF EXISTS {old.format(p=prefix)}" for old in dialect.RETIRED_FUNCTIONS]
+    return retired + [
+        f"DROP {kind} IF EXISTS {name}" for kind, names in created.items() for name in reversed(names)
+    ]
 
 
 class Schema:

@@ -142,23 +142,11 @@ SQL: dict[str, str] = {
         "RETURNING (SELECT cancel_reason FROM {p}_holds WHERE thread_id = :thread_id AND owner = :owner)"
     ),
     # A superstep in one call (where WRITES_IN_ONE_STATEMENT: the function
-    # is part of the schema). Every argument is cast, so the call
-    # means the same through every driver, whatever types it sends.
-    "superstep": (
-        "SELECT busy, reason, blob_ids, log_ids FROM {p}_superstep(CAST(:thread_id AS text), "
-        "CAST(:owner AS text), CAST(:expected AS text), CAST(:checkpoint_id AS text), CAST(:status AS text), "
-        "CAST(:step AS bigint), CAST(:now AS double precision), {ji_items}, {ji_blobs}, "
-        "CAST(:parent_id AS text), CAST(:plan_id AS text), CAST(:ts AS double precision), {ji_manifest}, "
-        "{ji_next}, {ji_pending}, {ji_task_journals}, {ji_journal_chain}, {ji_metadata}, "
-        "CAST(:release AS boolean), CAST(:take AS boolean), CAST(:lock_key AS bigint), "
-        "CAST(:ttl AS double precision), {ji_drops}, {ji_entries}, {ji_new_logs})"
-    ),
+    # is part of the schema), its arguments one JSON object (see calls.py):
+    # one parameter, sent as text by every driver and cast.
+    "superstep": "SELECT busy, reason, blob_ids, log_ids FROM {p}_superstep({ji_call})",
     # A resume's answers in one call (where WRITES_IN_ONE_STATEMENT).
-    "answer": (
-        "SELECT busy, reason, recorded FROM {p}_answer(CAST(:thread_id AS text), CAST(:owner AS text), "
-        "CAST(:base_id AS text), CAST(:take AS boolean), CAST(:lock_key AS bigint), "
-        "CAST(:ttl AS double precision), {ji_entries})"
-    ),
+    "answer": "SELECT busy, reason, recorded FROM {p}_answer({ji_call})",
     "start_thread": (
         "INSERT INTO {p}_threads (thread_id, created_at, updated_at, status, step, checkpoint_id, "
         "metadata, due_at) VALUES (:thread_id, :now, :now, :status, :step, :checkpoint_id, {ji_empty}, "
@@ -332,10 +320,7 @@ _JSON_COLUMNS = (
     "entry",
     "entries",
     "error",
-    "items",
-    "blobs",
-    "drops",
-    "new_logs",
+    "call",
 )
 
 

@@ -41,7 +41,7 @@ from .._records import EncodedChange
 from ..base import ANY_LATEST, _AnyLatest, concurrent_update_error, missing_parent_error, same_channels
 from ..holds import Hold, lease_clock
 from ..outbox import OutboxNotice
-from .calls import FunctionCall, LongWay, entry_rows, id_list
+from .calls import FunctionCall, LongWay, call_arguments, entry_rows, id_list
 from .holds import HoldRows, SqlHold
 from .journals import task_scope
 from .notices import ADD_NOTICE, notice_params
@@ -234,36 +234,40 @@ class Supersteps:
         if plan is None:
             return None
         fields = write.fields
-        params = {
-            "thread_id": thread_id,
-            "owner": hold.token,
-            "expected": expect,
-            "checkpoint_id": checkpoint.id,
-            "status": write.status,
-            "step": checkpoint.step,
-            "now": write.now,
-            "items": f"[{','.join(plan.items)}]",
-            "blobs": f"[{','.join(plan.blobs)}]",
-            "parent_id": checkpoint.parent_id,
-            "plan_id": checkpoint.plan_id,
-            "ts": epoch(checkpoint.ts),
-            "manifest": _records.dump_plain(plan.known_part()),
-            "next": fields["next_text"],
-            "pending": fields["pending_text"],
-            "task_journals": fields["journals_text"],
-            "journal_chain": fields["chain_text"],
-            "metadata": fields["metadata_text"],
-            "release": write.release_hold,
-            "take": write.taking,
-            "lock_key": self._owner.advisory_key(thread_id),
-            "ttl": self._owner.lease_seconds,
-            "drops": _records.dump_plain([list(drop) for drop in write.drops]),
-            "new_logs": f"[{','.join(plan.new_logs)}]",
-            "entries": entry_rows(
-                ((base_id, task_key, entry_key), text)
-                for base_id, task_key, entry_key, text in write.recorded
-            ),
-        }
+        call = call_arguments(
+            {
+                "thread": thread_id,
+                "owner": hold.token,
+                "expected": expect,
+                "checkpoint": checkpoint.id,
+                "status": write.status,
+                "step": checkpoint.step,
+                "now": write.now,
+                "parent": checkpoint.parent_id,
+                "plan": checkpoint.plan_id,
+                "ts": epoch(checkpoint.ts),
+                "release": write.release_hold,
+                "take": write.taking,
+                "lock_key": self._owner.advisory_key(thread_id),
+                "ttl": self._owner.lease_seconds,
+            },
+            {
+                "items": f"[{','.join(plan.items)}]",
+                "blobs": f"[{','.join(plan.blobs)}]",
+                "manifest": _records.dump_plain(plan.known_part()),
+                "next": fields["next_text"],
+                "pending": fields["pending_text"],
+                "task_journals": fields["journals_text"],
+                "journal_chain": fields["chain_text"],
+                "metadata": fields["metadata_text"],
+                "drops": _records.dump_plain([list(drop) for drop in write.drops]),
+                "entries": entry_rows(
+                    ((base_id, task_key, entry_key), text)
+                    for base_id, task_key, entry_key, text in write.recorded
+                ),
+                "new_logs": f"[{','.join(plan.new_logs)}]",
+            },
+        )
         taking = write.taking
 
         def committed(row: tuple[Any, ...]) -> None:
@@ -284,7 +288,7 @@ class Supersteps:
             else:
                 hold.saw_cancel(reason if isinstance(reason, str) else None)
 
-        return FunctionCall(self._statements.named("superstep"), params, committed)
+        return FunctionCall(self._statements.named("superstep"), thread_id, call, committed)
 
     # --- the long way -----------------------------------------------------------------
 

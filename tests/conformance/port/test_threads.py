@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 import pytest
 
-from ilmek import Checkpointer, JournalEntry
+from ilmek import START, Checkpointer, JournalEntry, NodeContext, channel, graph, resume, run
 from ilmek.types import ThreadStatus, task_id_for
 from tests.support.port import (
     TASK,
@@ -87,6 +87,49 @@ def test_any_text_works_as_a_thread_id(checkpointer: Checkpointer, thread_id: st
     checkpointer.delete_thread(thread_id)
 
     assert_gone(checkpointer, thread_id)
+
+
+#: Thread ids that would break a JSON object or a statement made by pasting text (on Postgres a superstep's
+#: and an answer's arguments travel as one JSON object).
+CALL_IDS = [
+    'it\'s "quoted"',
+    "t\\",
+    '","owner":"someone else',
+    '{"thread": "t", "take": false}',
+    "%(call)s %s :call ?",
+    "🧵 ünï\u2028",
+    "x'; DROP TABLE ilmek_checkpoints; --",
+]
+#: A channel name with a quote, a backslash and braces: it is a key of the manifest the call carries.
+ODD_CHANNEL = 'said "hi" \\ {}'
+
+
+@pytest.mark.parametrize("thread_id", CALL_IDS)
+def test_a_run_its_step_its_pause_and_the_answer_keep_any_thread_id_and_channel_name(
+    checkpointer: Checkpointer, thread_id: str
+) -> None:
+    """The writes of a run's input, a step, a pause, an answer and the last superstep keep a thread id and a
+    channel name with quotes, backslashes, JSON, placeholders and SQL in them exactly as given; the
+    step runs once and nothing lands on another thread."""
+    charged: list[str] = []
+
+    def work(state: dict[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        receipt = ctx.step("charge", lambda: charged.append(thread_id) or len(charged))
+        answer = ctx.interrupt({"thread": thread_id})
+        return {ODD_CHANNEL: [f"{receipt}:{answer}"]}
+
+    g = graph("odd", {ODD_CHANNEL: channel.append()}).node("work", work).edge(START, "work").compile()
+
+    paused = run(g, {ODD_CHANNEL: [thread_id]}, thread_id=thread_id, checkpointer=checkpointer)
+    assert ("interrupted", {"thread": thread_id}) == (paused.status, paused.pending[0].payload)
+    done = resume(g, "yes", thread_id=thread_id, checkpointer=checkpointer)
+
+    assert ("done", {ODD_CHANNEL: [thread_id, "1:yes"]}) == (done.status, dict(done.state))
+    assert [thread_id] == charged
+    assert [thread_id] == ids_of(checkpointer.list_threads())
+    latest = checkpointer.get(thread_id)
+    assert latest is not None
+    assert (thread_id, {ODD_CHANNEL: [thread_id, "1:yes"]}) == (latest.thread_id, dict(latest.channels))
 
 
 def test_delete_thread_leaves_lookalike_threads_untouched(checkpointer: Checkpointer) -> None:

@@ -310,3 +310,38 @@ def test_the_writers_reading_of_a_value_is_the_servers(postgres_dsn: str, value:
     mine = decode_as_jsonb_reads(text)
     assert type(mine) is type(served)
     assert shape(served) == shape(mine)
+
+
+@settings(
+    max_examples=80, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    number=st.integers(-(2**63), 2**63 - 1),
+    real=st.floats(allow_nan=False, allow_infinity=False),
+    text=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")),
+    flag=st.booleans(),
+)
+def test_a_functions_arguments_read_back_exactly_from_their_json_object(
+    postgres_dsn: str, number: int, real: float, text: str, flag: bool
+) -> None:
+    """The schema's functions take their arguments as one JSON object (call_arguments) and read them back
+    with ->> and a cast: every bigint (the advisory lock key spans all 64 bits), every finite double (epoch
+    times), any text and a boolean come back as they were sent, beside JSON spliced in unparsed."""
+    import psycopg2
+
+    from ilmek.checkpoint.sql.calls import call_arguments
+
+    call = call_arguments(
+        {"number": number, "real": real, "text": text, "flag": flag, "none": None},
+        {"items": '[[1,2,"x"]]', "manifest": '{"b":["l",1,2]}'},
+    )
+    with psycopg2.connect(postgres_dsn) as connection, connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT CAST(c ->> 'number' AS bigint), CAST(c ->> 'real' AS double precision), c ->> 'text', "
+            "CAST(c ->> 'flag' AS boolean), c ->> 'none', c -> 'items', c -> 'manifest' "
+            "FROM (SELECT CAST(%s AS jsonb) AS c) AS arguments",
+            (call,),
+        )
+        row = cursor.fetchone()
+    connection.close()
+    assert (number, real, text, flag, None, [[1, 2, "x"]], {"b": ["l", 1, 2]}) == row

@@ -103,6 +103,61 @@ def test_migrate_brings_an_older_store_with_a_paused_thread_to_the_current_versi
     assert {"create_order": 1, "charge:yes": 1} == effects.counts()
 
 
+#: The superstep function's arguments up to schema 7 (schema 8 takes one JSON object).
+_SCHEMA_7_SUPERSTEP_ARGUMENTS = (
+    "text, text, text, text, text, bigint, double precision, jsonb, jsonb, text, text, double precision, "
+    "jsonb, jsonb, jsonb, jsonb, jsonb, jsonb, boolean, boolean, bigint, double precision, jsonb, jsonb, "
+    "jsonb"
+)
+_SCHEMA_7_ANSWER_ARGUMENTS = "text, text, text, boolean, bigint, double precision, jsonb"
+
+
+def test_migrating_from_schema_7_adds_the_one_argument_functions_and_keeps_the_old_ones(
+    empty_dsn: str, effects: Effects
+) -> None:
+    """Schema 8's functions take their arguments as one JSON object. Migrating a schema-7 store installs
+    them beside the old ones (another signature), which stay for a process of the previous version that
+    checked the schema before the upgrade; runs then go through the new ones, and drop_sql removes both."""
+    with fresh_checkpointer(empty_dsn) as checkpointer:
+        checkpointer.migrate()
+    # A schema-7 store: the old signatures (their bodies do not matter here), the version said so.
+    query(empty_dsn, "DROP FUNCTION ilmek_superstep(jsonb)")
+    query(empty_dsn, "DROP FUNCTION ilmek_answer(jsonb)")
+    query(
+        empty_dsn,
+        f"CREATE FUNCTION ilmek_superstep({_SCHEMA_7_SUPERSTEP_ARGUMENTS}, OUT busy boolean, "
+        "OUT reason text, OUT blob_ids text, OUT log_ids text) "
+        "LANGUAGE sql AS 'SELECT false, NULL::text, NULL::text, NULL::text'",
+    )
+    query(
+        empty_dsn,
+        f"CREATE FUNCTION ilmek_answer({_SCHEMA_7_ANSWER_ARGUMENTS}, OUT busy boolean, OUT reason text, "
+        "OUT recorded jsonb) LANGUAGE sql AS 'SELECT false, NULL::text, NULL::jsonb'",
+    )
+    query(empty_dsn, "UPDATE ilmek_meta SET value = '7' WHERE key = 'schema_version'")
+
+    with fresh_checkpointer(empty_dsn) as checkpointer:
+        checkpointer.migrate()
+        signatures = query(
+            empty_dsn,
+            # The argument types alone (IN arguments: what tells the functions apart).
+            "SELECT proname, oidvectortypes(proargtypes) FROM pg_proc "
+            "WHERE proname IN ('ilmek_superstep', 'ilmek_answer') ORDER BY 1, 2",
+        )
+        assert [
+            ("ilmek_answer", "jsonb"),
+            ("ilmek_answer", _SCHEMA_7_ANSWER_ARGUMENTS),
+            ("ilmek_superstep", "jsonb"),
+            ("ilmek_superstep", _SCHEMA_7_SUPERSTEP_ARGUMENTS),
+        ] == signatures
+        run_checkout(checkpointer, effects, "after-8")
+    # drop_sql removes the old signatures first: a current function's name is then its own alone.
+    for statement in PostgresCheckpointer.drop_sql("ilmek"):
+        query(empty_dsn, statement)
+    assert [] == query(empty_dsn, "SELECT proname FROM pg_proc WHERE proname LIKE 'ilmek%'")
+    assert set() == tables(empty_dsn)
+
+
 def test_the_printed_ddl_runs_in_psql_and_gives_a_schema_ready_to_use(
     empty_dsn: str, effects: Effects, capsys: pytest.CaptureFixture[str]
 ) -> None:

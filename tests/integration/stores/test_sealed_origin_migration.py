@@ -57,7 +57,13 @@ def _as_before_origins(execute: Any, ring: Keyring, sqlite: bool) -> int:
         )
     execute("ALTER TABLE ilmek_blobs DROP COLUMN origin")
     execute("ALTER TABLE ilmek_items DROP COLUMN origin")
-    old_version = SqliteCheckpointer.SCHEMA_VERSION - 1 if sqlite else PostgresCheckpointer.SCHEMA_VERSION - 1
+    # The version whose upgrade step adds ``origin`` (SQLite 4, Postgres 6): the store as it stood then.
+    dialect = SqliteCheckpointer if sqlite else PostgresCheckpointer
+    old_version = next(
+        version
+        for version, steps in dialect.UPGRADES.items()
+        if any(isinstance(step, str) and "ADD COLUMN" in step and " origin " in f"{step} " for step in steps)
+    )
     execute("UPDATE ilmek_meta SET value = ? WHERE key = 'schema_version'", str(old_version))
     return len(blobs) + len(items)
 

@@ -60,8 +60,7 @@ class SqlCheckpointer(ChildThreadReads, SqlRemembersLatest, Checkpointer):
 
     SCHEMA: ClassVar[Sequence[str]] = ()
     UPGRADES: ClassVar[Mapping[int, Sequence[Migration]]] = {}
-    #: Functions an older schema made that this one no longer calls, by signature (``{p}`` the prefix):
-    #: an upgraded store keeps them (see UPGRADES), and drop_sql removes them first.
+    #: Old schemas' functions an upgraded store keeps, by signature (``{p}``: prefix); drop_sql drops them.
     RETIRED_FUNCTIONS: ClassVar[Sequence[str]] = ()
     SCHEMA_VERSION: ClassVar[int] = 2
     JSON_IN: ClassVar[str] = "{}"
@@ -73,12 +72,10 @@ class SqlCheckpointer(ChildThreadReads, SqlRemembersLatest, Checkpointer):
     #: Whether an UPDATE that assigns an indexed column rewrites its index entries
     #: even when the value does not change (SQLite does; Postgres keeps it in place).
     REWRITES_ASSIGNED_INDEXES: ClassVar[bool] = False
-    #: Whether a step's effect waits for a read confirming the run's lease
-    #: (where holders on several machines share the database; see
-    #: :attr:`ilmek.checkpoint.holds.Hold.confirms_each_step`).
+    #: Whether a step's effect waits for a read confirming the run's lease (holders on several machines
+    #: share the database; see :attr:`ilmek.checkpoint.holds.Hold.confirms_each_step`).
     CONFIRMS_EACH_STEP: ClassVar[bool] = False
-    #: Whether the schema has a superstep function (Postgres): then a
-    #: superstep's writes are one call of it, one round trip.
+    #: Whether the schema has a superstep function (Postgres): a superstep is one call, one round trip.
     WRITES_IN_ONE_STATEMENT: ClassVar[bool] = False
     AUTO_MIGRATE: ClassVar[bool] = False
     STORES_JSONB: ClassVar[bool] = False  # values read back with keys in jsonb's order (Postgres)

@@ -234,40 +234,7 @@ class Supersteps:
         if plan is None:
             return None
         fields = write.fields
-        call = call_arguments(
-            {
-                "thread": thread_id,
-                "owner": hold.token,
-                "expected": expect,
-                "checkpoint": checkpoint.id,
-                "status": write.status,
-                "step": checkpoint.step,
-                "now": write.now,
-                "parent": checkpoint.parent_id,
-                "plan": checkpoint.plan_id,
-                "ts": epoch(checkpoint.ts),
-                "release": write.release_hold,
-                "take": write.taking,
-                "lock_key": self._owner.advisory_key(thread_id),
-                "ttl": self._owner.lease_seconds,
-            },
-            {
-                "items": f"[{','.join(plan.items)}]",
-                "blobs": f"[{','.join(plan.blobs)}]",
-                "manifest": _records.dump_plain(plan.known_part()),
-                "next": fields["next_text"],
-                "pending": fields["pending_text"],
-                "task_journals": fields["journals_text"],
-                "journal_chain": fields["chain_text"],
-                "metadata": fields["metadata_text"],
-                "drops": _records.dump_plain([list(drop) for drop in write.drops]),
-                "entries": entry_rows(
-                    ((base_id, task_key, entry_key), text)
-                    for base_id, task_key, entry_key, text in write.recorded
-                ),
-                "new_logs": f"[{','.join(plan.new_logs)}]",
-            },
-        )
+        call = plan.arguments(write, self._owner.advisory_key(thread_id), self._owner.lease_seconds)
         taking = write.taking
 
         def committed(row: tuple[Any, ...]) -> None:
@@ -533,6 +500,45 @@ class _CallPlan:
             plan.items.extend(f"[{ref.log_id},{ref.length + k},{text}]" for k, text in enumerate(stored))
             plan.manifest[change.channel] = LogRef(ref.log_id, ref.length + len(change.items))
         return plan
+
+    def arguments(self, write: _Write, lock_key: int, lease_seconds: float) -> str:
+        """The superstep function's arguments for ``write`` under this plan: one JSON object."""
+        checkpoint, fields = write.checkpoint, write.fields
+        assert isinstance(write.hold, SqlHold)
+        return call_arguments(
+            {
+                "thread": write.thread_id,
+                "owner": write.hold.token,
+                "expected": write.expect_latest,
+                "checkpoint": checkpoint.id,
+                "status": write.status,
+                "step": checkpoint.step,
+                "now": write.now,
+                "parent": checkpoint.parent_id,
+                "plan": checkpoint.plan_id,
+                "ts": epoch(checkpoint.ts),
+                "release": write.release_hold,
+                "take": write.taking,
+                "lock_key": lock_key,
+                "ttl": lease_seconds,
+            },
+            {
+                "items": f"[{','.join(self.items)}]",
+                "blobs": f"[{','.join(self.blobs)}]",
+                "manifest": _records.dump_plain(self.known_part()),
+                "next": fields["next_text"],
+                "pending": fields["pending_text"],
+                "task_journals": fields["journals_text"],
+                "journal_chain": fields["chain_text"],
+                "metadata": fields["metadata_text"],
+                "drops": _records.dump_plain([list(drop) for drop in write.drops]),
+                "entries": entry_rows(
+                    ((base_id, task_key, entry_key), text)
+                    for base_id, task_key, entry_key, text in write.recorded
+                ),
+                "new_logs": f"[{','.join(self.new_logs)}]",
+            },
+        )
 
     def known_part(self) -> dict[str, Any]:
         """The manifest as sent: the function adds the blobs' and the new lists' references itself."""
